@@ -1,0 +1,1 @@
+# api/: JSON request parsing, chat template, OpenAI response shapes, SSE framing.

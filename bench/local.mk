@@ -1,0 +1,1 @@
+# bench/: benchmarks; never run by `make check`.

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages qwen3d builds, tests and runs with. Idempotent:
+# apt-get runs only when a package is missing. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  build-essential autoconf automake pkg-config
+  libmicrohttpd-dev libjansson-dev libuv1-dev libprotobuf-c-dev protobuf-c-compiler
+  libhwloc-dev check libpcre2-dev libutf8proc-dev
+  nodejs npm
+)
+if [ "${1:-}" = "--test" ]; then
+  packages+=(clang libclang-rt-14-dev prometheus curl)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# A machine may carry node/npm outside Debian's packages; those are fine too.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  filtered=()
+  for p in "${missing[@]}"; do
+    case "$p" in nodejs|npm) ;; *) filtered+=("$p") ;; esac
+  done
+  missing=("${filtered[@]}")
+fi
+[ "${#missing[@]}" -eq 0 ] && exit 0
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "install-deps: installing ${missing[*]}" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds qwen3d in build/ and runs the test suite, then `make distcheck`.
+# Usage: bash deploy/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash deploy/install-deps.sh --test
+
+[ -x configure ] || autoreconf -fi
+mkdir -p build
+cd build
+[ -f Makefile ] || ../configure --enable-werror
+make -j"$(nproc)"
+
+summary() {
+  local log=test-suite.log pass fail skip
+  pass=$(sed -n 's/^# PASS: *//p' "$log" | head -n1)
+  fail=$(( $(sed -n 's/^# FAIL: *//p' "$log" | head -n1) + $(sed -n 's/^# ERROR: *//p' "$log" | head -n1) ))
+  skip=$(sed -n 's/^# SKIP: *//p' "$log" | head -n1)
+  echo "tests: ${pass:-0} passed, ${fail:-0} failed, ${skip:-0} skipped"
+}
+status=0
+make -j"$(nproc)" check || status=$?
+summary
+if [ "$status" -ne 0 ]; then
+  for f in $(grep -l '^FAIL\|^ERROR' tests/*.log 2>/dev/null); do echo "== $f"; tail -n 40 "$f"; done
+  exit "$status"
+fi
+make -j"$(nproc)" distcheck DISTCHECK_CONFIGURE_FLAGS=--enable-werror

@@ -1,0 +1,124 @@
+/*
+ * genai_config: reads genai_config.json with jansson (see genai_config.h).
+ * Called once per model load on the loading thread.
+ */
+#include "engine/genai_config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+static void copy_str(char *dst, size_t cap, json_t *obj, const char *key, const char *fallback)
+{
+    json_t *v = obj ? json_object_get(obj, key) : NULL;
+    const char *s = json_is_string(v) ? json_string_value(v) : fallback;
+    snprintf(dst, cap, "%s", s);
+}
+
+static int64_t get_int(json_t *obj, const char *key, int64_t fallback, const char *path, eng_diag *diag)
+{
+    json_t *v = obj ? json_object_get(obj, key) : NULL;
+    if (!v)
+        return fallback;
+    if (!json_is_integer(v)) {
+        eng_diag_add(diag, "%s: '%s' must be an integer", path, key);
+        return fallback;
+    }
+    return json_integer_value(v);
+}
+
+static void set_defaults(eng_genai_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->bos_token_id = -1;
+    cfg->pad_token_id = -1;
+    snprintf(cfg->filename, sizeof cfg->filename, "model.onnx");
+    snprintf(cfg->input_ids, sizeof cfg->input_ids, "input_ids");
+    snprintf(cfg->attention_mask, sizeof cfg->attention_mask, "attention_mask");
+    snprintf(cfg->past_key_names, sizeof cfg->past_key_names, "past_key_values.%%d.key");
+    snprintf(cfg->past_value_names, sizeof cfg->past_value_names, "past_key_values.%%d.value");
+    snprintf(cfg->logits, sizeof cfg->logits, "logits");
+    snprintf(cfg->present_key_names, sizeof cfg->present_key_names, "present.%%d.key");
+    snprintf(cfg->present_value_names, sizeof cfg->present_value_names, "present.%%d.value");
+}
+
+int eng_genai_config_load(const char *dir, eng_genai_config *cfg, eng_diag *diag)
+{
+    set_defaults(cfg);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/genai_config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno == ENOENT)
+            return 0;
+        eng_diag_add(diag, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
+    if (!root) {
+        eng_diag_add(diag, "%s: line %d column %d: %s", path, jerr.line, jerr.column, jerr.text);
+        return -1;
+    }
+    size_t before = diag->n_total;
+    json_t *model = json_object_get(root, "model");
+    if (!json_is_object(model)) {
+        eng_diag_add(diag, "%s: missing object 'model'", path);
+        json_decref(root);
+        return -1;
+    }
+    cfg->present = true;
+    cfg->context_length = get_int(model, "context_length", 0, path, diag);
+    cfg->bos_token_id = get_int(model, "bos_token_id", -1, path, diag);
+    cfg->pad_token_id = get_int(model, "pad_token_id", -1, path, diag);
+    cfg->vocab_size = get_int(model, "vocab_size", 0, path, diag);
+    copy_str(cfg->type, sizeof cfg->type, model, "type", "");
+
+    json_t *eos = json_object_get(model, "eos_token_id");
+    if (json_is_integer(eos)) {
+        cfg->eos_token_id[cfg->n_eos++] = json_integer_value(eos);
+    } else if (json_is_array(eos)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(eos, i, e) {
+            if (!json_is_integer(e)) {
+                eng_diag_add(diag, "%s: eos_token_id[%zu] must be an integer", path, i);
+                continue;
+            }
+            if (cfg->n_eos < ENG_MAX_EOS)
+                cfg->eos_token_id[cfg->n_eos++] = json_integer_value(e);
+        }
+    } else if (eos) {
+        eng_diag_add(diag, "%s: eos_token_id must be an integer or an array", path);
+    }
+
+    json_t *dec = json_object_get(model, "decoder");
+    if (dec && !json_is_object(dec))
+        eng_diag_add(diag, "%s: 'model.decoder' must be an object", path);
+    if (json_is_object(dec)) {
+        cfg->head_size = get_int(dec, "head_size", 0, path, diag);
+        cfg->hidden_size = get_int(dec, "hidden_size", 0, path, diag);
+        cfg->num_attention_heads = get_int(dec, "num_attention_heads", 0, path, diag);
+        cfg->num_key_value_heads = get_int(dec, "num_key_value_heads", 0, path, diag);
+        cfg->num_hidden_layers = get_int(dec, "num_hidden_layers", 0, path, diag);
+        copy_str(cfg->filename, sizeof cfg->filename, dec, "filename", "model.onnx");
+        json_t *in = json_object_get(dec, "inputs");
+        json_t *out = json_object_get(dec, "outputs");
+        copy_str(cfg->input_ids, sizeof cfg->input_ids, in, "input_ids", "input_ids");
+        copy_str(cfg->attention_mask, sizeof cfg->attention_mask, in, "attention_mask", "attention_mask");
+        copy_str(cfg->past_key_names, sizeof cfg->past_key_names, in, "past_key_names", "past_key_values.%d.key");
+        copy_str(cfg->past_value_names, sizeof cfg->past_value_names, in, "past_value_names", "past_key_values.%d.value");
+        copy_str(cfg->logits, sizeof cfg->logits, out, "logits", "logits");
+        copy_str(cfg->present_key_names, sizeof cfg->present_key_names, out, "present_key_names", "present.%d.key");
+        copy_str(cfg->present_value_names, sizeof cfg->present_value_names, out, "present_value_names", "present.%d.value");
+    }
+    if (cfg->context_length < 0)
+        eng_diag_add(diag, "%s: context_length must not be negative", path);
+    /* The filename must stay inside the model folder. */
+    if (cfg->filename[0] == '/' || strstr(cfg->filename, ".."))
+        eng_diag_add(diag, "%s: decoder.filename '%s' must be a plain name inside the model folder", path, cfg->filename);
+    json_decref(root);
+    return diag->n_total > before ? -1 : 0;
+}

@@ -1,0 +1,37 @@
+/*
+ * genai_config: the fields of an ONNX Runtime GenAI genai_config.json that
+ * qwen3d uses (context length, special token ids, tensor names, geometry).
+ * Parsed once at load; immutable afterwards.
+ */
+#ifndef QWEN3D_ENGINE_GENAI_CONFIG_H
+#define QWEN3D_ENGINE_GENAI_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/diag.h"
+
+#define ENG_MAX_EOS 8
+
+typedef struct eng_genai_config {
+    bool present;              /* false when the folder has no genai_config.json */
+    int64_t context_length;    /* 0 when absent */
+    int64_t bos_token_id;      /* -1 when absent */
+    int64_t pad_token_id;      /* -1 when absent */
+    int n_eos;
+    int64_t eos_token_id[ENG_MAX_EOS];
+    int64_t vocab_size;        /* 0 when absent */
+    int64_t head_size, hidden_size, num_attention_heads, num_key_value_heads, num_hidden_layers;
+    char type[32];             /* "qwen3" */
+    char filename[256];        /* decoder.filename, default "model.onnx" */
+    char input_ids[128], attention_mask[128], past_key_names[128], past_value_names[128];
+    char logits[128], present_key_names[128], present_value_names[128];
+} eng_genai_config;
+
+/*
+ * Reads DIR/genai_config.json. A missing file is not an error (present=false,
+ * defaults filled); a malformed one adds problems to diag and returns -1.
+ */
+int eng_genai_config_load(const char *dir, eng_genai_config *cfg, eng_diag *diag);
+
+#endif

@@ -1,0 +1,1 @@
+# kvcache/: per-session contiguous K/V storage.

@@ -1,0 +1,63 @@
+/*
+ * cli: shared argument parsing for the subcommands (see cli.h). Runs on the
+ * main thread before any other thread exists.
+ */
+#include "server/cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_fail(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "qwen3d: %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!s || !*s)
+        return false;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *name, const char **value)
+{
+    const char *a = argv[*i];
+    if (a[0] != '-' || a[1] != '-')
+        return 0;
+    size_t n = strlen(name);
+    if (strncmp(a + 2, name, n) != 0)
+        return 0;
+    if (a[2 + n] == '=') {
+        *value = a + 3 + n;
+        return 1;
+    }
+    if (a[2 + n] != '\0')
+        return 0;
+    if (*i + 1 >= argc) {
+        cli_fail(cmd, "option --%s needs a value", name);
+        return -1;
+    }
+    *value = argv[++*i];
+    return 1;
+}
+
+bool cli_flag(char **argv, int i, const char *name)
+{
+    const char *a = argv[i];
+    return a[0] == '-' && a[1] == '-' && strcmp(a + 2, name) == 0;
+}

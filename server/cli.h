@@ -1,0 +1,30 @@
+/*
+ * cli: the qwen3d subcommands and the small argument helpers they share.
+ * Each cmd_* function gets argv after the subcommand name, prints errors as one
+ * line on stderr, and returns the process exit code.
+ */
+#ifndef QWEN3D_SERVER_CLI_H
+#define QWEN3D_SERVER_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+int cmd_inspect(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+
+/* Prints "qwen3d: CMD: message" to stderr; returns 2 (usage) for convenience. */
+int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Strict integer parse of an option value: whole string, in [lo, hi]. */
+bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+
+/*
+ * Matches argv[*i] against "--NAME" or "--NAME=VALUE". On a match sets *value
+ * (consuming the next argument if needed) and returns 1; returns 0 if not this
+ * option, -1 if the value is missing (after printing the error).
+ */
+int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *name, const char **value);
+/* Matches a flag without value ("--json"). */
+bool cli_flag(char **argv, int i, const char *name);
+
+#endif
