@@ -19,3 +19,13 @@ tests_test_cli_SOURCES = tests/test_cli.c
 tests_test_cli_CFLAGS = $(TEST_CFLAGS)
 tests_test_cli_LDADD = $(TEST_LDADD)
 TESTS += tests/test_cli
+
+# The npm reference packages are installed before any test runs.
+check_DATA += tests/npm/.stamp
+tests/npm/.stamp: $(srcdir)/tests/npm-deps/package.json $(srcdir)/tests/npm-deps/setup.sh
+	$(AM_V_GEN)$(SHELL) $(srcdir)/tests/npm-deps/setup.sh $(abs_top_srcdir) $(abs_top_builddir)/tests/npm
+EXTRA_DIST += tests/npm-deps/package.json tests/npm-deps/setup.sh
+clean-local: clean-npm
+clean-npm:
+	-rm -rf $(builddir)/tests/npm
+.PHONY: clean-npm
