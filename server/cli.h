@@ -11,6 +11,9 @@
 
 int cmd_inspect(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 /* Prints "qwen3d: CMD: message" to stderr; returns 2 (usage) for convenience. */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
