@@ -1,3 +1,98 @@
-/* placeholder: replaced by the synth command */
+/*
+ * cmd_synth: `qwen3d synth`, writes a synthetic model folder (engine/synth.h).
+ * Runs on the main thread of a short-lived process.
+ */
 #include "server/cli.h"
-int cmd_synth(int argc, char **argv) { (void)argc; (void)argv; return cli_fail("synth", "not built yet"); }
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/synth.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: qwen3d synth --preset tiny|0.6b|4b --out DIR [--seed N] [--layers N] [--tokenizer DIR]\n"
+            "\n"
+            "Writes a Qwen3 model folder in the ONNX Runtime GenAI INT4 CPU graph form with\n"
+            "deterministic random weights: model.onnx, model.onnx.data, genai_config.json and,\n"
+            "with --tokenizer, tokenizer.json and tokenizer_config.json copied from DIR or DIR/models.\n"
+            "  --preset P      geometry: tiny (2 layers, hidden 256), 0.6b (28/1024), 4b (36/2560)\n"
+            "  --out DIR       output folder, created with its parents if needed\n"
+            "  --seed N        weight seed, 0 .. 2^63-1 (default 1)\n"
+            "  --layers N      override the preset's layer count, 1 .. 4096\n"
+            "  --tokenizer DIR folder holding the Qwen3 tokenizer files\n");
+}
+
+int cmd_synth(int argc, char **argv)
+{
+    const char *preset = NULL, *out = NULL, *seed_s = NULL, *layers_s = NULL, *tokenizer = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int r;
+        if (cli_flag(argv, i, "help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if ((r = cli_opt("synth", argc, argv, &i, "preset", &v)) != 0) {
+            if (r < 0)
+                return 2;
+            preset = v;
+        } else if ((r = cli_opt("synth", argc, argv, &i, "out", &v)) != 0) {
+            if (r < 0)
+                return 2;
+            out = v;
+        } else if ((r = cli_opt("synth", argc, argv, &i, "seed", &v)) != 0) {
+            if (r < 0)
+                return 2;
+            seed_s = v;
+        } else if ((r = cli_opt("synth", argc, argv, &i, "layers", &v)) != 0) {
+            if (r < 0)
+                return 2;
+            layers_s = v;
+        } else if ((r = cli_opt("synth", argc, argv, &i, "tokenizer", &v)) != 0) {
+            if (r < 0)
+                return 2;
+            tokenizer = v;
+        } else if (argv[i][0] == '-') {
+            return cli_fail("synth", "unknown option '%s' (try qwen3d synth --help)", argv[i]);
+        } else {
+            return cli_fail("synth", "unexpected argument '%s' (try qwen3d synth --help)", argv[i]);
+        }
+    }
+    if (!preset)
+        return cli_fail("synth", "--preset is required (tiny, 0.6b or 4b)");
+    if (!out)
+        return cli_fail("synth", "--out is required");
+    if (!*out)
+        return cli_fail("synth", "--out: empty folder name");
+    eng_synth_geom g;
+    if (eng_synth_preset(preset, &g))
+        return cli_fail("synth", "--preset: unknown preset '%s' (tiny, 0.6b or 4b)", preset);
+    int64_t seed = 1, layers = g.layers;
+    if (seed_s && !cli_parse_i64(seed_s, 0, INT64_MAX, &seed))
+        return cli_fail("synth", "--seed: '%s' is not an integer in [0, %" PRId64 "]", seed_s, INT64_MAX);
+    if (layers_s && !cli_parse_i64(layers_s, 1, 4096, &layers))
+        return cli_fail("synth", "--layers: '%s' is not an integer in [1, 4096]", layers_s);
+    g.layers = layers;
+    if (tokenizer && !*tokenizer)
+        return cli_fail("synth", "--tokenizer: empty folder name");
+
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    eng_synth_result res;
+    char err[1024];
+    if (eng_synth_write(out, &g, (uint64_t)seed, tokenizer, &res, err, sizeof err)) {
+        fprintf(stderr, "qwen3d: synth: %s\n", err);
+        return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    printf("%s: preset %s, %" PRId64 " layers, seed %" PRId64 ", %zu nodes, %zu initializers, %" PRIu64
+           " bytes (model.onnx %" PRIu64 ", model.onnx.data %" PRIu64 "), %.2f s\n",
+           out, g.preset, g.layers, seed, res.n_nodes, res.n_initializers, res.onnx_bytes + res.data_bytes,
+           res.onnx_bytes, res.data_bytes, secs);
+    return 0;
+}

@@ -1,0 +1,102 @@
+/*
+ * synth: writes a Qwen3 model folder in the exact graph form of the ONNX
+ * Runtime GenAI builder's INT4 CPU export (graph-contract.md 6.3), at any
+ * geometry, with deterministic random weights.
+ *
+ * Every weight element is a pure function of (seed, tensor id, index), so any
+ * row can be regenerated on its own: the tied lm_head re-derives the embedding
+ * rows, and tests compare the file against the generator. Tensors are produced
+ * and streamed row by row; memory stays far below the size of the file.
+ *
+ * Called by `qwen3d synth` and by tests, on one thread.
+ */
+#ifndef QWEN3D_ENGINE_SYNTH_H
+#define QWEN3D_ENGINE_SYNTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/onnx_write.h"
+
+typedef struct eng_synth_geom {
+    char preset[16];
+    int64_t layers;
+    int64_t hidden;         /* D */
+    int64_t intermediate;   /* I */
+    int64_t q_heads;        /* Nq */
+    int64_t kv_heads;       /* Nkv */
+    int64_t head;           /* H */
+    int64_t vocab;          /* V */
+    int64_t context;        /* rows of cos_cache/sin_cache, genai context_length */
+} eng_synth_geom;
+
+/* Fills G for "tiny", "0.6b" or "4b"; -1 for any other name. */
+int eng_synth_preset(const char *name, eng_synth_geom *g);
+
+/* Quantization block along K, as MatMulNBits block_size. */
+#define ENG_SYNTH_BLOCK 32
+
+/* The projections, each stored as one MatMulNBits weight [N, K]. */
+typedef enum {
+    ENG_SYNTH_QKV,
+    ENG_SYNTH_O,
+    ENG_SYNTH_GATE,
+    ENG_SYNTH_UP,
+    ENG_SYNTH_DOWN,
+    ENG_SYNTH_LM_HEAD,   /* the int4 copy of the tied fp32 embedding [V, D] */
+} eng_synth_proj_kind;
+
+/* How to regenerate one projection's float weights. */
+typedef struct eng_synth_proj {
+    uint32_t tensor_id;
+    int64_t n, k;
+    float amp;           /* elements are uniform in (-amp, amp) */
+} eng_synth_proj;
+
+eng_synth_proj eng_synth_proj_of(const eng_synth_geom *g, int64_t layer, eng_synth_proj_kind kind);
+/* Maps a MatMulNBits B initializer name written by synth to its projection; -1 if unknown. */
+int eng_synth_proj_by_name(const eng_synth_geom *g, const char *b_name, eng_synth_proj *p);
+/* ROW[0..k) = float weights W[n][0..k) of the projection, before quantization. */
+void eng_synth_proj_row(const eng_synth_proj *p, uint64_t seed, int64_t n, float *row);
+
+/* One generator draw: uniform in (-amp, amp), a pure function of its arguments. */
+float eng_synth_uniform(uint64_t seed, uint32_t tensor_id, uint64_t index, float amp);
+
+/*
+ * Quantizes one weight row W[0..k) (k a multiple of ENG_SYNTH_BLOCK) the way
+ * ONNX Runtime's symmetric blockwise quantizer does: per block, m = the signed
+ * value of largest magnitude, scale = m / -8, q = clamp(round(w / scale) + 8,
+ * 0, 15), two per byte with the even k in the low nibble. Writes k/2 bytes to
+ * BLOB and k/32 scales.
+ */
+void eng_synth_q4_row(const float *w, int64_t k, uint8_t *blob, float *scales);
+
+/*
+ * Builds the whole model. With DATA_PATH set, weights are generated and
+ * streamed to that file (recorded as LOCATION); with DATA_PATH NULL no weight
+ * is generated at all and only the graph and its byte layout are built. On
+ * failure returns NULL with a one-line message in ERR.
+ */
+eng_ow *eng_synth_build(const eng_synth_geom *g, uint64_t seed, const char *data_path, const char *location,
+                        char *err, size_t errlen);
+
+typedef struct eng_synth_result {
+    size_t n_nodes, n_initializers;
+    uint64_t onnx_bytes, data_bytes;
+} eng_synth_result;
+
+/*
+ * Writes the folder DIR (created with its parents if needed): model.onnx.data,
+ * genai_config.json, tokenizer.json and tokenizer_config.json copied from
+ * TOKENIZER_DIR or TOKENIZER_DIR/models when it is non-NULL, and model.onnx
+ * last, so a folder whose run was interrupted never holds a model.onnx. A
+ * model.onnx already there is removed first. Returns 0, or -1 with ERR set.
+ */
+int eng_synth_write(const char *dir, const eng_synth_geom *g, uint64_t seed, const char *tokenizer_dir,
+                    eng_synth_result *res, char *err, size_t errlen);
+
+/* Writes genai_config.json for G to PATH. */
+int eng_synth_genai_config(const eng_synth_geom *g, const char *path, char *err, size_t errlen);
+
+#endif
