@@ -1,3 +1,34 @@
 # kernels/: scalar reference kernels plus per-ISA variants. Each ISA variant is
 # its own convenience library so only those files get ISA-specific flags.
 QD_KERNEL_ARCHIVES =
+
+noinst_HEADERS += kernels/krn.h kernels/krn_internal.h
+
+# Dispatch, CPU probe and the scalar reference: portable C, no ISA flags.
+libqwen3d_a_SOURCES += \
+	kernels/krn.c \
+	kernels/ref/mmnb.c \
+	kernels/ref/norm.c \
+	kernels/ref/rotary.c \
+	kernels/ref/attn.c \
+	kernels/ref/elementwise.c
+
+# Each ISA archive is self-contained; only kernels/krn.c (in libqwen3d.a, linked
+# first) refers to them, to fill the dispatch tables.
+noinst_LIBRARIES += libqwen3d_avx512.a libqwen3d_avx2.a
+QD_KERNEL_ARCHIVES += libqwen3d_avx512.a libqwen3d_avx2.a
+
+libqwen3d_avx2_a_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c
+libqwen3d_avx2_a_SOURCES = \
+	kernels/avx2/simd.h \
+	kernels/avx2/mmnb.c \
+	kernels/avx2/norm.c \
+	kernels/avx2/attn.c \
+	kernels/avx2/elementwise.c
+
+# VNNI is not in the flags: only avx512/mmnb_vnni.c enables it, per function.
+libqwen3d_avx512_a_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl
+libqwen3d_avx512_a_SOURCES = \
+	kernels/avx512/mmnb_i8.h \
+	kernels/avx512/mmnb.c \
+	kernels/avx512/mmnb_vnni.c

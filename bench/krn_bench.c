@@ -1,0 +1,214 @@
+/*
+ * krn_bench: single-thread micro-benchmark of the MatMulNBits kernels on the
+ * Qwen3 projection shapes, for every kernel level this CPU has.
+ *
+ * Usage: bench/krn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all]
+ *                        [--mode i8|f32|both] [--m M] [--min-ms T] [--hot]
+ *
+ * For each shape (N x K, block 32, no zero points, as the exported graph) it
+ * reports the median time of one call over the whole column range and the
+ * rate at which the weights (4-bit data plus fp32 scales) were streamed. To
+ * measure what decode sees (each matrix read once per token, from DRAM rather
+ * than cache) every call uses the next of several weight copies that together
+ * exceed the last-level cache (--hot reuses one copy instead, which shows the
+ * compute ceiling for matrices that fit in cache). Activation quantization (int8 mode) is timed
+ * separately; it is O(K) per row and negligible. Never run by `make check`.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/krn.h"
+
+typedef struct shape {
+    const char *model, *what;
+    size_t n, k;
+} shape;
+
+static const shape shapes[] = {
+    {"0.6b", "qkv", 4096, 1024},     {"0.6b", "o_proj", 1024, 2048}, {"0.6b", "gate/up", 3072, 1024},
+    {"0.6b", "down", 1024, 3072},    {"0.6b", "lm_head", 151936, 1024},
+    {"4b", "qkv", 6144, 2560},       {"4b", "o_proj", 2560, 4096},   {"4b", "gate/up", 9728, 2560},
+    {"4b", "down", 2560, 9728},      {"4b", "lm_head", 151936, 2560},
+};
+
+/* Weight copies rotate until they span this many bytes: several times any L3. */
+#define COLD_BYTES ((size_t)256 << 20)
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+
+static uint64_t rnext(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    if (!p) {
+        fprintf(stderr, "krn_bench: out of memory allocating %zu bytes\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+typedef struct wcopy {
+    uint8_t *b;
+    float *scales;
+} wcopy;
+
+static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size_t m, int mode_mask,
+                        double min_ms, bool hot)
+{
+    const size_t bs = 32, kb = (sh->k + bs - 1) / bs;
+    const size_t b_bytes = sh->n * kb * bs / 2, s_bytes = sh->n * kb * sizeof(float);
+    const size_t w_bytes = b_bytes + s_bytes;
+    size_t copies = COLD_BYTES / w_bytes + 1;
+    if (copies > 64)
+        copies = 64;
+    if (hot)
+        copies = 1;
+    wcopy *w = calloc(copies, sizeof *w);
+    for (size_t c = 0; c < copies; c++) {
+        w[c].b = xmalloc(b_bytes);
+        w[c].scales = xmalloc(s_bytes);
+        for (size_t i = 0; i < b_bytes; i += 8) {
+            uint64_t v = rnext();
+            memcpy(w[c].b + i, &v, b_bytes - i < 8 ? b_bytes - i : 8);
+        }
+        for (size_t i = 0; i < sh->n * kb; i++)
+            w[c].scales[i] = ((float)(rnext() >> 40) / 16777216.0f - 0.5f) * 0.02f;
+    }
+    float *a = xmalloc(m * sh->k * sizeof(float)), *y = xmalloc(m * sh->n * sizeof(float));
+    for (size_t i = 0; i < m * sh->k; i++)
+        a[i] = (float)(rnext() >> 40) / 16777216.0f - 0.5f;
+    void *qa = xmalloc(krn_quant_a8_size(m, sh->k, bs));
+
+    for (int t = 0; t < n_tabs; t++)
+        for (int mode = 0; mode < 2; mode++) {
+            if (!(mode_mask & (1 << mode)))
+                continue;
+            const krn_table *tab = &tabs[t];
+            krn_quant_args qargs = {.a = a, .a_ld = sh->k, .m = m, .k = sh->k, .block_size = bs, .qa = qa};
+            double tq = now_ms();
+            tab->quant_a8.fn(&qargs, 0, m);
+            tq = now_ms() - tq;
+            krn_mmnb_args args = {.w = {.n = sh->n, .k = sh->k, .block_size = bs, .k_blocks = kb},
+                                  .m = m, .a = a, .a_ld = sh->k, .qa = qa, .y = y, .y_ld = sh->n};
+            krn_mmnb_fn fn = mode ? tab->mmnb_i8.fn : tab->mmnb_f32.fn;
+            const char *name = mode ? tab->mmnb_i8.name : tab->mmnb_f32.name;
+            double times[200];
+            int reps = 0;
+            double total = 0;
+            /* Page faults were taken when the copies were filled; every call is timed. */
+            while (reps < 200 && (reps < 3 || total < min_ms)) {
+                wcopy *c = &w[(size_t)reps % copies];
+                args.w.b_data = c->b;
+                args.w.scales = c->scales;
+                double t0 = now_ms();
+                fn(&args, 0, sh->n);
+                double dt = now_ms() - t0;
+                times[reps++] = dt;
+                total += dt;
+            }
+            qsort(times, (size_t)reps, sizeof times[0], cmp_double);
+            double med = times[reps / 2];
+            printf("%-5s %-8s N=%6zu K=%5zu M=%3zu  %-20s %9.3f ms  %6.2f GB/s  %7.2f GMAC/s",
+                   sh->model, sh->what, sh->n, sh->k, m, name, med, w_bytes / med / 1e6,
+                   (double)m * sh->n * sh->k / med / 1e6);
+            if (mode)
+                printf("  (quant %.3f ms)", tq);
+            printf("\n");
+            fflush(stdout);
+        }
+    for (size_t c = 0; c < copies; c++) {
+        free(w[c].b);
+        free(w[c].scales);
+    }
+    free(w);
+    free(a);
+    free(y);
+    free(qa);
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: krn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all] "
+                    "[--mode i8|f32|both] [--m M] [--min-ms T] [--hot]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    const char *level = "all", *which = "all", *mode = "both";
+    size_t m = 1;
+    double min_ms = 300;
+    bool hot = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--hot")) {
+            hot = true;
+            continue;
+        }
+        if (i + 1 >= argc)
+            usage();
+        if (!strcmp(argv[i], "--level"))
+            level = argv[++i];
+        else if (!strcmp(argv[i], "--shapes"))
+            which = argv[++i];
+        else if (!strcmp(argv[i], "--mode"))
+            mode = argv[++i];
+        else if (!strcmp(argv[i], "--m"))
+            m = (size_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--min-ms"))
+            min_ms = strtod(argv[++i], NULL);
+        else
+            usage();
+    }
+    if (m < 1 || m > 4096)
+        usage();
+    int mode_mask = !strcmp(mode, "both") ? 3 : !strcmp(mode, "i8") ? 2 : !strcmp(mode, "f32") ? 1 : 0;
+    if (!mode_mask)
+        usage();
+
+    krn_table tabs[KRN_LEVEL_COUNT];
+    int n_tabs = 0;
+    for (int l = 0; l < KRN_LEVEL_COUNT; l++) {
+        if (strcmp(level, "all") && strcmp(level, krn_level_name((krn_level)l)))
+            continue;
+        if (krn_table_for_level((krn_level)l, &tabs[n_tabs]) == KRN_OK)
+            n_tabs++;
+        else if (strcmp(level, "all"))
+            fprintf(stderr, "krn_bench: level %s not supported here\n", level);
+    }
+    if (!n_tabs)
+        return 1;
+    krn_init();
+    char line[256];
+    krn_describe(line, sizeof line);
+    if (hot)
+        printf("# %s; single thread; one weight copy (hot in cache when it fits)\n", line);
+    else
+        printf("# %s; single thread; weights streamed cold (rotating copies >= %zu MiB)\n", line,
+               COLD_BYTES >> 20);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        if (!strcmp(which, "all") || !strcmp(which, shapes[s].model))
+            bench_shape(&shapes[s], tabs, n_tabs, m, mode_mask, min_ms, hot);
+    return 0;
+}

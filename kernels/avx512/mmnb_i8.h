@@ -1,0 +1,240 @@
+/*
+ * avx512/mmnb_i8.h: body of the AVX-512 int8-mode MatMulNBits, included by
+ * avx512/mmnb.c (KRN_VNNI 0: maddubs + madd) and avx512/mmnb_vnni.c
+ * (KRN_VNNI 1: VPDPBUSD). KRN_TGT carries the extra target attribute of the
+ * VNNI copy so that only functions compiled for VNNI can contain VNNI code, and
+ * KRN_I8_FN names the kernel. Not a standalone header.
+ *
+ * One 512-bit step covers 64 consecutive k: the 32 weight bytes are spread as
+ * [lo(0-15) | hi(0-15) | lo(16-31) | hi(16-31)], the order of two quantized
+ * activation chunks. AVX-512 has no byte sign instruction, so the activation is
+ * negated under the mask of negative weights before the unsigned-by-signed
+ * multiply; products stay exact as in the AVX2 kernel. With block_size 32 a
+ * step holds two blocks, whose int32 sums sit in lanes 0-7 and 8-15 and get
+ * their own scales; larger blocks sum their steps in int32 first. A last lone
+ * 32-block (odd k_blocks) or block_size 16 goes through 256-bit code.
+ */
+#include <immintrin.h>
+
+#define INLINE static inline __attribute__((always_inline)) KRN_TGT
+#define UNROLL _Pragma("GCC unroll 8")
+
+INLINE __m512i unpack64(const uint8_t *p)
+{
+    __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    __m512i y = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
+                                         _mm512_castsi256_si512(x));
+    /* Shift the copies in 128-bit lanes 1 and 3 (16-bit elements 8-15, 24-31). */
+    y = _mm512_mask_srli_epi16(y, (__mmask32)0xFF00FF00u, y, 4);
+    return _mm512_and_si512(y, _mm512_set1_epi8(0x0F));
+}
+
+INLINE __m512i dot64(__m512i acc, __m512i wabs, __m512i qs)
+{
+#if KRN_VNNI
+    return _mm512_dpbusd_epi32(acc, wabs, qs);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(wabs, qs), _mm512_set1_epi16(1)));
+#endif
+}
+
+INLINE __m256i dot32(__m256i acc, __m256i wabs, __m256i qs)
+{
+#if KRN_VNNI
+    return _mm256_dpbusd_epi32(acc, wabs, qs);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, qs), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* [x0 in lanes 0-7 | x1 in lanes 8-15] */
+INLINE __m512 pair_ps(float x0, float x1)
+{
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(x0)),
+                                               _mm256_castps_pd(_mm256_set1_ps(x1)), 1));
+}
+
+INLINE __m512i pair_epi8(int x0, int x1)
+{
+    return _mm512_inserti64x4(_mm512_set1_epi8((char)x0), _mm256_set1_epi8((char)x1), 1);
+}
+
+INLINE float hsum512(__m512 v)
+{
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Adds the 32-element block b of rows/columns of the tile with 256-bit code. */
+INLINE void block32(const krn_mmnb_args *a, size_t b, const int MR, const int NR,
+                    const int8_t *const *qrow, const float *const *sarow, const uint8_t *const *wrow,
+                    const float *const *sbrow, size_t n0, __m512 (*acc)[4])
+{
+    const krn_q4_weights *w = &a->w;
+    __m256i wabs[4], wsgn[4];
+    UNROLL for (int j = 0; j < NR; j++) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(wrow[j] + b * 16));
+        __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
+        wsgn[j] = _mm256_sub_epi8(v, _mm256_set1_epi8((char)krn_q4_zp(w, n0 + j, b)));
+        wabs[j] = _mm256_abs_epi8(wsgn[j]);
+    }
+    UNROLL for (int i = 0; i < MR; i++) {
+        __m256i qv = _mm256_loadu_si256((const __m256i *)(const void *)(qrow[i] + b * 32));
+        UNROLL for (int j = 0; j < NR; j++) {
+            __m256i isum = dot32(_mm256_setzero_si256(), wabs[j], _mm256_sign_epi8(qv, wsgn[j]));
+            /* Upper lanes are zero and add nothing. */
+            __m512 v = _mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_setzero_si512(), isum, 0));
+            acc[i][j] = _mm512_fmadd_ps(v, _mm512_set1_ps(sarow[i][b] * sbrow[j][b]), acc[i][j]);
+        }
+    }
+}
+
+INLINE void i8_tile(const krn_mmnb_args *a, size_t m0, size_t n0, const int MR, const int NR)
+{
+    const krn_q4_weights *w = &a->w;
+    const size_t bs = w->block_size, kb = w->k_blocks, blob = bs / 2;
+    void *qa = (void *)a->qa;
+    const int8_t *qrow[4];
+    const float *sarow[4];
+    const uint8_t *wrow[4];
+    const float *sbrow[4];
+    __m512 acc[4][4];
+
+    UNROLL for (int i = 0; i < MR; i++) {
+        qrow[i] = krn_qa_q(qa, m0 + i, kb, bs);
+        sarow[i] = krn_qa_scale(qa, m0 + i, kb, bs);
+        UNROLL for (int j = 0; j < NR; j++)
+            acc[i][j] = _mm512_setzero_ps();
+    }
+    UNROLL for (int j = 0; j < NR; j++) {
+        wrow[j] = w->b_data + (n0 + j) * kb * blob;
+        sbrow[j] = w->scales + (n0 + j) * kb;
+    }
+
+    if (bs == 32) {
+        size_t b = 0;
+        for (; b + 2 <= kb; b += 2) {
+            __m512i wabs[4];
+            __mmask64 neg[4];
+            UNROLL for (int j = 0; j < NR; j++) {
+                __m512i zp = pair_epi8(krn_q4_zp(w, n0 + j, b), krn_q4_zp(w, n0 + j, b + 1));
+                __m512i ws = _mm512_sub_epi8(unpack64(wrow[j] + b * 16), zp);
+                wabs[j] = _mm512_abs_epi8(ws);
+                neg[j] = _mm512_movepi8_mask(ws);
+            }
+            UNROLL for (int i = 0; i < MR; i++) {
+                __m512i qv = _mm512_loadu_si512((const void *)(qrow[i] + b * 32));
+                __m512 sa = pair_ps(sarow[i][b], sarow[i][b + 1]);
+                UNROLL for (int j = 0; j < NR; j++) {
+                    __m512i qs = _mm512_mask_sub_epi8(qv, neg[j], _mm512_setzero_si512(), qv);
+                    __m512i isum = dot64(_mm512_setzero_si512(), wabs[j], qs);
+                    __m512 d = _mm512_mul_ps(sa, pair_ps(sbrow[j][b], sbrow[j][b + 1]));
+                    acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, acc[i][j]);
+                }
+            }
+        }
+        if (b < kb)
+            block32(a, b, MR, NR, qrow, sarow, wrow, sbrow, n0, acc);
+    } else {
+        for (size_t b = 0; b < kb; b++) {
+            __m512i isum[4][4];
+            UNROLL for (int i = 0; i < MR; i++)
+                UNROLL for (int j = 0; j < NR; j++)
+                    isum[i][j] = _mm512_setzero_si512();
+            for (size_t c = 0; c < bs; c += 64) {
+                __m512i wabs[4];
+                __mmask64 neg[4];
+                UNROLL for (int j = 0; j < NR; j++) {
+                    __m512i ws = _mm512_sub_epi8(unpack64(wrow[j] + b * blob + c / 2),
+                                                 _mm512_set1_epi8((char)krn_q4_zp(w, n0 + j, b)));
+                    wabs[j] = _mm512_abs_epi8(ws);
+                    neg[j] = _mm512_movepi8_mask(ws);
+                }
+                UNROLL for (int i = 0; i < MR; i++) {
+                    __m512i qv = _mm512_loadu_si512((const void *)(qrow[i] + b * bs + c));
+                    UNROLL for (int j = 0; j < NR; j++)
+                        isum[i][j] = dot64(isum[i][j], wabs[j],
+                                           _mm512_mask_sub_epi8(qv, neg[j], _mm512_setzero_si512(), qv));
+                }
+            }
+            UNROLL for (int i = 0; i < MR; i++)
+                UNROLL for (int j = 0; j < NR; j++)
+                    acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][j]),
+                                                _mm512_set1_ps(sarow[i][b] * sbrow[j][b]), acc[i][j]);
+        }
+    }
+
+    UNROLL for (int i = 0; i < MR; i++)
+        UNROLL for (int j = 0; j < NR; j++) {
+            float v = hsum512(acc[i][j]);
+            if (w->bias)
+                v += w->bias[n0 + j];
+            a->y[(m0 + i) * a->y_ld + n0 + j] = v;
+        }
+}
+
+/* block_size 16: 128-bit code, one block at a time. */
+static KRN_TGT void i8_bs16(const krn_mmnb_args *a, size_t m, size_t n)
+{
+    const krn_q4_weights *w = &a->w;
+    const size_t kb = w->k_blocks;
+    void *qa = (void *)a->qa;
+    const int8_t *q = krn_qa_q(qa, m, kb, 16);
+    const float *sa = krn_qa_scale(qa, m, kb, 16);
+    const uint8_t *wr = w->b_data + n * kb * 8;
+    __m128 acc = _mm_setzero_ps();
+    for (size_t b = 0; b < kb; b++) {
+        __m128i x = _mm_loadl_epi64((const __m128i *)(const void *)(wr + b * 8));
+        __m128i wv = _mm_and_si128(_mm_unpacklo_epi64(x, _mm_srli_epi16(x, 4)), _mm_set1_epi8(0x0F));
+        __m128i ws = _mm_sub_epi8(wv, _mm_set1_epi8((char)krn_q4_zp(w, n, b)));
+        __m128i qv = _mm_loadu_si128((const __m128i *)(const void *)(q + b * 16));
+        __m128i p = _mm_madd_epi16(_mm_maddubs_epi16(_mm_abs_epi8(ws), _mm_sign_epi8(qv, ws)),
+                                   _mm_set1_epi16(1));
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(p), _mm_set1_ps(sa[b] * w->scales[n * kb + b]), acc);
+    }
+    acc = _mm_add_ps(acc, _mm_movehl_ps(acc, acc));
+    acc = _mm_add_ss(acc, _mm_movehdup_ps(acc));
+    float v = _mm_cvtss_f32(acc);
+    if (w->bias)
+        v += w->bias[n];
+    a->y[m * a->y_ld + n] = v;
+}
+
+KRN_TGT void KRN_I8_FN(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
+{
+    if (a->w.block_size == 16) {
+        for (size_t m = 0; m < a->m; m++)
+            for (size_t n = n_begin; n < n_end; n++)
+                i8_bs16(a, m, n);
+        return;
+    }
+    size_t n = n_begin;
+    if (a->m == 1) {
+        for (; n + 4 <= n_end; n += 4)
+            i8_tile(a, 0, n, 1, 4);
+        for (; n < n_end; n++)
+            i8_tile(a, 0, n, 1, 1);
+        return;
+    }
+    for (; n + 2 <= n_end; n += 2) {
+        size_t m = 0;
+        for (; m + 4 <= a->m; m += 4)
+            i8_tile(a, m, n, 4, 2);
+        for (; m < a->m; m++)
+            i8_tile(a, m, n, 1, 2);
+    }
+    for (; n < n_end; n++) {
+        size_t m = 0;
+        for (; m + 4 <= a->m; m += 4)
+            i8_tile(a, m, n, 4, 1);
+        for (; m < a->m; m++)
+            i8_tile(a, m, n, 1, 1);
+    }
+}
+
+#undef INLINE
+#undef UNROLL

@@ -1,0 +1,12 @@
+/*
+ * avx512/mmnb_vnni: the AVX-512 int8-mode MatMulNBits using VPDPBUSD. Only
+ * this file's functions carry the avx512vnni target, so no VNNI instruction
+ * can reach a CPU without it; krn_init() selects this kernel only when CPUID
+ * reports AVX512-VNNI. Body in avx512/mmnb_i8.h. Compiled with the avx512 flags.
+ */
+#include "kernels/krn_internal.h"
+
+#define KRN_VNNI 1
+#define KRN_TGT __attribute__((target("avx512vnni")))
+#define KRN_I8_FN krn_avx512_mmnb_i8_vnni
+#include "kernels/avx512/mmnb_i8.h"

@@ -1,0 +1,303 @@
+/*
+ * krn: CPU probe, level choice, the dispatch tables, and the plan-time
+ * argument checks and scratch sizes of the kernel layer.
+ *
+ * The active table is the only global mutable state of the kernels. It starts
+ * as the ref level (so a forgotten krn_init() is slow, never wrong) and is
+ * written only by krn_init(), which the main thread calls once before the
+ * compute workers start; afterwards it is read-only.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define KRN_X86 1
+#else
+#define KRN_X86 0
+#endif
+
+#include "kernels/krn_internal.h"
+
+const char *krn_strerror(int err)
+{
+    switch (err) {
+#define KRN_ERR_CASE(name, value, msg) case value: return msg;
+        KRN_ERRORS(KRN_ERR_CASE)
+#undef KRN_ERR_CASE
+    }
+    return "unknown kernel error";
+}
+
+/* ------------------------------------------------------------------------- */
+/* CPU features                                                               */
+
+#if KRN_X86
+static uint64_t read_xcr0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+krn_cpu_features krn_cpu_detect(void)
+{
+    krn_cpu_features f;
+    memset(&f, 0, sizeof f);
+#if KRN_X86
+    unsigned a, b, c, d;
+    unsigned max_leaf = __get_cpuid_max(0, NULL);
+    if (max_leaf < 1)
+        return f;
+    __cpuid(1, a, b, c, d);
+    bool osxsave = c & (1u << 27), avx = c & (1u << 28);
+    bool fma = c & (1u << 12), f16c = c & (1u << 29);
+    if (!osxsave || !avx)
+        return f;
+    /* The OS must save XMM and YMM state (XCR0 bits 1, 2) for any VEX code. */
+    uint64_t xcr0 = read_xcr0();
+    bool ymm_os = (xcr0 & 0x6) == 0x6;
+    /* ...and opmask plus both ZMM halves (bits 5, 6, 7) for EVEX code. */
+    bool zmm_os = ymm_os && (xcr0 & 0xE0) == 0xE0;
+    if (!ymm_os || max_leaf < 7)
+        return f;
+    __cpuid_count(7, 0, a, b, c, d);
+    f.avx2 = b & (1u << 5);
+    f.fma = fma;
+    f.f16c = f16c;
+    if (zmm_os) {
+        f.avx512f = b & (1u << 16);
+        f.avx512bw = b & (1u << 30);
+        f.avx512vl = b & (1u << 31);
+        f.avx512vnni = f.avx512f && (c & (1u << 11));
+    }
+    unsigned max_sub = a;
+    if (max_sub >= 1) {
+        __cpuid_count(7, 1, a, b, c, d);
+        f.avxvnni = a & (1u << 4);
+    }
+#endif
+    return f;
+}
+
+static bool level_supported(krn_level level, const krn_cpu_features *f)
+{
+    switch (level) {
+    case KRN_LEVEL_REF:
+        return true;
+    case KRN_LEVEL_AVX2:
+        return f->avx2 && f->fma && f->f16c;
+    case KRN_LEVEL_AVX512:
+        return f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl;
+    default:
+        return false;
+    }
+}
+
+krn_level krn_cpu_best_level(void)
+{
+    krn_cpu_features f = krn_cpu_detect();
+    krn_level best = KRN_LEVEL_REF;
+    for (int l = KRN_LEVEL_REF; l < KRN_LEVEL_COUNT; l++)
+        if (level_supported((krn_level)l, &f))
+            best = (krn_level)l;
+    return best;
+}
+
+static const char *const level_names[KRN_LEVEL_COUNT] = {"ref", "avx2", "avx512"};
+
+const char *krn_level_name(krn_level level)
+{
+    return (unsigned)level < KRN_LEVEL_COUNT ? level_names[level] : "?";
+}
+
+int krn_level_parse(const char *s, krn_level *out)
+{
+    for (int l = 0; s && l < KRN_LEVEL_COUNT; l++)
+        if (strcmp(s, level_names[l]) == 0) {
+            *out = (krn_level)l;
+            return KRN_OK;
+        }
+    return KRN_EINVAL;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Tables                                                                      */
+
+#define SET(t, op, lvl) ((t)->op.fn = krn_##lvl##_##op, (t)->op.name = #op "." #lvl)
+#define ENTRY(op, lvl) .op = {krn_##lvl##_##op, #op "." #lvl}
+
+/* A constant initializer, so the active table below is valid before krn_init(). */
+#define REF_TABLE_INIT                                                                \
+    {                                                                                 \
+        .level = KRN_LEVEL_REF, .level_name = "ref", ENTRY(quant_a8, ref),            \
+        ENTRY(mmnb_f32, ref), ENTRY(mmnb_i8, ref), ENTRY(rmsnorm, ref),               \
+        ENTRY(skip_rmsnorm, ref), ENTRY(rotary, ref), ENTRY(gqa, ref),                \
+        ENTRY(sigmoid, ref), ENTRY(mul, ref), ENTRY(add, ref), ENTRY(silu_mul, ref),  \
+        ENTRY(gather, ref),                                                           \
+    }
+
+static const krn_table ref_table = REF_TABLE_INIT;
+
+static void fill_ref(krn_table *t)
+{
+    *t = ref_table;
+}
+
+/* Rotary and gather stay scalar: both are a negligible share of a step. */
+static void fill_avx2(krn_table *t)
+{
+    fill_ref(t);
+    t->level = KRN_LEVEL_AVX2;
+    t->level_name = "avx2";
+    SET(t, quant_a8, avx2);
+    SET(t, mmnb_f32, avx2);
+    SET(t, mmnb_i8, avx2);
+    SET(t, rmsnorm, avx2);
+    SET(t, skip_rmsnorm, avx2);
+    SET(t, gqa, avx2);
+    SET(t, sigmoid, avx2);
+    SET(t, mul, avx2);
+    SET(t, add, avx2);
+    SET(t, silu_mul, avx2);
+}
+
+/*
+ * AVX-512 pays off for the weight-streaming matmuls; the rest, including the
+ * activation quantizer (O(K) per row), reuses AVX2.
+ */
+static void fill_avx512(krn_table *t, const krn_cpu_features *f)
+{
+    fill_avx2(t);
+    t->level = KRN_LEVEL_AVX512;
+    t->level_name = "avx512";
+    SET(t, mmnb_f32, avx512);
+    if (f->avx512vnni) {
+        t->mmnb_i8.fn = krn_avx512_mmnb_i8_vnni;
+        t->mmnb_i8.name = "mmnb_i8.avx512vnni";
+    } else {
+        SET(t, mmnb_i8, avx512);
+    }
+}
+
+int krn_table_for_level(krn_level level, krn_table *out)
+{
+    krn_cpu_features f = krn_cpu_detect();
+    if (!level_supported(level, &f))
+        return KRN_ENOTSUP;
+    switch (level) {
+    case KRN_LEVEL_REF:
+        fill_ref(out);
+        break;
+    case KRN_LEVEL_AVX2:
+        fill_avx2(out);
+        break;
+    case KRN_LEVEL_AVX512:
+        fill_avx512(out, &f);
+        break;
+    default:
+        return KRN_ENOTSUP;
+    }
+    return KRN_OK;
+}
+
+/* ------------------------------------------------------------------------- */
+/* The active table                                                            */
+
+static krn_table active = REF_TABLE_INIT;
+static char active_note[96];
+
+const krn_table *krn_active(void)
+{
+    return &active;
+}
+
+int krn_init(void)
+{
+    int rc = KRN_OK;
+    krn_level best = krn_cpu_best_level(), chosen = best;
+    const char *env = getenv("QWEN3D_KERNELS");
+    active_note[0] = '\0';
+    if (env && *env) {
+        krn_level want;
+        if (krn_level_parse(env, &want) != KRN_OK) {
+            rc = KRN_EENV;
+            snprintf(active_note, sizeof active_note, "QWEN3D_KERNELS=%.20s ignored", env);
+        } else if (want > best) {
+            snprintf(active_note, sizeof active_note, "QWEN3D_KERNELS=%s capped to %s",
+                     krn_level_name(want), krn_level_name(best));
+        } else {
+            chosen = want;
+            snprintf(active_note, sizeof active_note, "QWEN3D_KERNELS=%s", krn_level_name(want));
+        }
+    }
+    krn_table_for_level(chosen, &active); /* chosen <= best, so it is supported */
+    return rc;
+}
+
+int krn_describe(char *buf, size_t len)
+{
+    krn_cpu_features f = krn_cpu_detect();
+    const krn_table *t = krn_active();
+    char cpu[128] = "";
+    size_t used = 0;
+    struct { bool on; const char *name; } feats[] = {
+        {f.avx2, "avx2"}, {f.fma, "fma"}, {f.f16c, "f16c"}, {f.avx512f, "avx512f"},
+        {f.avx512bw, "avx512bw"}, {f.avx512vl, "avx512vl"}, {f.avx512vnni, "avx512vnni"},
+        {f.avxvnni, "avxvnni"},
+    };
+    for (size_t i = 0; i < sizeof feats / sizeof feats[0]; i++)
+        if (feats[i].on && used < sizeof cpu)
+            used += (size_t)snprintf(cpu + used, sizeof cpu - used, "%s%s", used ? " " : "",
+                                     feats[i].name);
+    return snprintf(buf, len, "kernels %s (cpu: %s%s%s)", t->level_name, used ? cpu : "no simd",
+                    active_note[0] ? "; " : "", active_note);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Plan-time checks and sizes                                                  */
+
+void krn_q4_weights_set_blocks(krn_q4_weights *w)
+{
+    w->k_blocks = w->block_size ? (w->k + w->block_size - 1) / w->block_size : 0;
+}
+
+size_t krn_quant_a8_size(size_t m, size_t k, size_t block_size)
+{
+    if (!block_size)
+        return 0;
+    return m * krn_qa_row_bytes((k + block_size - 1) / block_size, block_size);
+}
+
+int krn_mmnb_check(const krn_mmnb_args *a, bool int8_mode)
+{
+    const krn_q4_weights *w = &a->w;
+    size_t bs = w->block_size;
+    if (bs < 16 || (bs & (bs - 1)) != 0)
+        return KRN_EINVAL;
+    if (w->n == 0 || w->k == 0 || w->k_blocks != (w->k + bs - 1) / bs)
+        return KRN_EINVAL;
+    if (!w->b_data || !w->scales || !a->y || (a->m > 1 && a->y_ld < w->n))
+        return KRN_EINVAL;
+    if (int8_mode ? !a->qa : (!a->a || (a->m > 1 && a->a_ld < w->k)))
+        return KRN_EINVAL;
+    return KRN_OK;
+}
+
+int krn_gqa_check(const krn_gqa_args *a)
+{
+    if (!a->n_heads || !a->n_kv_heads || a->n_heads % a->n_kv_heads != 0)
+        return KRN_EINVAL;
+    if (!a->head_dim || a->head_dim > KRN_MAX_HEAD_DIM)
+        return KRN_EINVAL;
+    if (!a->q || !a->k_cache || !a->v_cache || !a->out)
+        return KRN_EINVAL;
+    size_t width = a->n_heads * a->head_dim;
+    if ((a->seq > 1 && (a->q_ld < width || a->out_ld < width)) || a->kv_tok_stride < a->head_dim)
+        return KRN_EINVAL;
+    if (a->n_kv_heads > 1 && a->kv_head_stride < a->head_dim)
+        return KRN_EINVAL;
+    return KRN_OK;
+}

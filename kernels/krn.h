@@ -1,0 +1,319 @@
+/*
+ * krn: the kernel layer's public interface.
+ *
+ * Owns the argument structs and signatures of every compute kernel the engine
+ * runs, the dispatch table of those kernels for one instruction-set level, and
+ * the CPU probe that picks the level. The engine's execution plan fills one
+ * argument struct per step at plan time (tensors bound, shapes fixed) and at run
+ * time calls `fn(&args, begin, end)` from each compute worker with that worker's
+ * slice of the step's work items. Kernels never allocate, lock, start threads or
+ * do I/O; scratch memory they need (quantized activations) is passed in by the
+ * caller, sized by the matching *_size() function.
+ *
+ * Threads: krn_init() runs once on the main thread before any worker starts; it
+ * is the only writer of the active table. Everything else is read-only or pure
+ * and may be called from any thread. Two calls with disjoint ranges on the same
+ * argument struct write disjoint output and may run concurrently.
+ *
+ * Levels: ref (portable scalar C, the numerical reference), avx2 (AVX2 + FMA +
+ * F16C), avx512 (AVX-512 F/BW/VL, using VNNI when present). A level is only ever
+ * selected when the CPU and OS support it; QWEN3D_KERNELS=ref|avx2|avx512 lowers
+ * the choice (it is capped at what the CPU has). Ops a level does not speed up
+ * reuse the next lower level's kernel, and the kernel's name says which one runs.
+ */
+#ifndef QWEN3D_KERNELS_KRN_H
+#define QWEN3D_KERNELS_KRN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------------------- */
+/* Errors                                                                     */
+
+/* X(name, value, message): one table yields the codes and krn_strerror(). */
+#define KRN_ERRORS(X)                                                         \
+    X(KRN_OK, 0, "success")                                                   \
+    X(KRN_EINVAL, -1, "invalid kernel arguments")                             \
+    X(KRN_ERANGE, -2, "index out of range")                                   \
+    X(KRN_ENOTSUP, -3, "kernel level not supported by this CPU or build")     \
+    X(KRN_EENV, -4, "QWEN3D_KERNELS must be one of ref, avx2, avx512")
+
+enum krn_error {
+#define KRN_ERR_ENUM(name, value, msg) name = value,
+    KRN_ERRORS(KRN_ERR_ENUM)
+#undef KRN_ERR_ENUM
+};
+
+/* Message for a code from KRN_ERRORS; "unknown kernel error" otherwise. */
+const char *krn_strerror(int err);
+
+/* ------------------------------------------------------------------------- */
+/* Levels and CPU features                                                    */
+
+typedef enum krn_level {
+    KRN_LEVEL_REF = 0,
+    KRN_LEVEL_AVX2 = 1,
+    KRN_LEVEL_AVX512 = 2,
+    KRN_LEVEL_COUNT
+} krn_level;
+
+/* What CPUID reports and XGETBV confirms the OS saves (so AVX state is usable). */
+typedef struct krn_cpu_features {
+    bool avx2, fma, f16c;            /* with OS YMM support */
+    bool avx512f, avx512bw, avx512vl; /* with OS ZMM/opmask support */
+    bool avx512vnni;                 /* VPDPBUSD on ZMM/YMM (EVEX) */
+    bool avxvnni;                    /* VPDPBUSD on YMM (VEX), no AVX-512 needed */
+} krn_cpu_features;
+
+/* Probes the running CPU. Pure; cheap enough to call more than once. */
+krn_cpu_features krn_cpu_detect(void);
+
+/* The highest level this CPU and this build can run. */
+krn_level krn_cpu_best_level(void);
+
+/* "ref", "avx2", "avx512"; "?" for anything else. */
+const char *krn_level_name(krn_level level);
+
+/* Parses a level name as QWEN3D_KERNELS spells it; 0 or KRN_EINVAL. */
+int krn_level_parse(const char *s, krn_level *out);
+
+/* ------------------------------------------------------------------------- */
+/* MatMulNBits (com.microsoft, bits = 4)                                      */
+
+/*
+ * The weights as the ONNX file stores them, bound once at plan time.
+ * Element (n, k) lives in block b = k / block_size, byte
+ * b_data[(n * k_blocks + b) * block_size / 2 + (k % block_size) / 2],
+ * even k in the low nibble; W[n][k] = (q - zp[n][b]) * scales[n * k_blocks + b].
+ */
+typedef struct krn_q4_weights {
+    const uint8_t *b_data;   /* [n, k_blocks, block_size / 2] */
+    const float *scales;     /* [n * k_blocks]; may be negative */
+    const uint8_t *zero_pts; /* [n, (k_blocks + 1) / 2], even block in the low nibble; NULL = 8 */
+    const float *bias;       /* [n] or NULL */
+    size_t n;                /* output features */
+    size_t k;                /* input features; the padding of the last block is ignored */
+    size_t block_size;       /* power of two, >= 16 */
+    size_t k_blocks;         /* ceil(k / block_size) */
+} krn_q4_weights;
+
+/*
+ * One MatMulNBits call: y[m][n] = sum_{k < K} a[m][k] * W[n][k] (+ bias[n]).
+ * Work items are output columns n in [0, w.n); every row m is done by each call.
+ * mmnb_f32 reads `a` (fp32 dequantize-and-accumulate: accuracy_level 0/1);
+ * mmnb_i8 reads `qa`, the activations quantized by quant_a8 with the same m, k
+ * and block_size (ONNX Runtime's accuracy_level 4 numerics).
+ */
+typedef struct krn_mmnb_args {
+    krn_q4_weights w;
+    size_t m;           /* rows of A and Y */
+    const float *a;     /* [m, a_ld], first k used */
+    size_t a_ld;
+    const void *qa;     /* quantized A, see krn_quant_a8_size() */
+    float *y;           /* [m, y_ld], columns [0, w.n) written */
+    size_t y_ld;
+} krn_mmnb_args;
+
+typedef void (*krn_mmnb_fn)(const krn_mmnb_args *args, size_t n_begin, size_t n_end);
+
+/* Fills k_blocks from k and block_size (callers may also set it themselves). */
+void krn_q4_weights_set_blocks(krn_q4_weights *w);
+
+/* Plan-time validation of a MatMulNBits binding: KRN_OK or KRN_EINVAL. */
+int krn_mmnb_check(const krn_mmnb_args *args, bool int8_mode);
+
+/*
+ * Activation quantization for mmnb_i8, per row of A and per block of
+ * block_size along K (as ONNX Runtime's CompInt8 path): amax = max|a|,
+ * sA = amax / 127, qa = round-half-even(a * (127 / amax)) clamped to +-127,
+ * all zero when amax == 0; entries past k are zero. The buffer layout is
+ * private to the kernels (all levels agree on it). Work items are rows m.
+ */
+typedef struct krn_quant_args {
+    const float *a;     /* [m, a_ld] */
+    size_t a_ld;
+    size_t m, k, block_size;
+    void *qa;           /* krn_quant_a8_size(m, k, block_size) bytes, 64-byte alignment advised */
+} krn_quant_args;
+
+typedef void (*krn_quant_fn)(const krn_quant_args *args, size_t m_begin, size_t m_end);
+
+/* Bytes of quantized-activation scratch for m rows of k values. */
+size_t krn_quant_a8_size(size_t m, size_t k, size_t block_size);
+
+/* ------------------------------------------------------------------------- */
+/* RMSNorm (SimplifiedLayerNormalization) and SkipRMSNorm                     */
+
+/*
+ * Rows of n values. Row r of every tensor starts at
+ * base + (r / group) * ld + (r % group) * n, so a [S, heads * H] view (e.g. the
+ * q part of a fused QKV output with ld = its full width) normalizes per head
+ * with n = H and group = heads. group 0 means 1.
+ *   rmsnorm:       y = x / sqrt(mean(x^2) + eps) * gamma
+ *   skip_rmsnorm:  v = x + skip (+ bias); sum = v if sum != NULL;
+ *                  y = v / sqrt(mean(v^2) + eps) * gamma
+ * mean(x^2) is accumulated in fp32 as ONNX Runtime does; y may alias x, and
+ * sum may alias x or skip (the row is read before it is written).
+ * Work items are rows r in [0, rows).
+ */
+typedef struct krn_norm_args {
+    const float *x;     size_t x_ld;
+    const float *skip;  size_t skip_ld;  /* skip_rmsnorm only */
+    const float *bias;                   /* [n] or NULL, skip_rmsnorm only */
+    const float *gamma;                  /* [n] */
+    float *y;           size_t y_ld;
+    float *sum;         size_t sum_ld;   /* NULL: not stored */
+    size_t rows, n, group;
+    float eps;
+} krn_norm_args;
+
+typedef void (*krn_norm_fn)(const krn_norm_args *args, size_t r_begin, size_t r_end);
+
+/* ------------------------------------------------------------------------- */
+/* Rotary embedding                                                            */
+
+/*
+ * For token t and head h, the head vector at x + t*x_tok_stride + h*x_head_stride
+ * is rotated by the cache row p = pos[t] and written to the same place under y
+ * (y may equal x with equal strides, or point into a KV cache). With R = rot_dim,
+ * c_i = cos_cache[p * cache_ld + i], s_i = sin_cache[...], i < R/2:
+ *   half split:  y[i] = x[i] c_i - x[i+R/2] s_i,  y[i+R/2] = x[i+R/2] c_i + x[i] s_i
+ *   interleaved: y[2i] = x[2i] c_i - x[2i+1] s_i,  y[2i+1] = x[2i+1] c_i + x[2i] s_i
+ * Elements [R, head_dim) are copied. Positions are checked at plan time by the
+ * caller (0 <= pos < cache rows). Work items are (t, h) pairs, item = t * n_heads + h.
+ */
+typedef struct krn_rotary_args {
+    const float *x;
+    float *y;
+    size_t x_tok_stride, x_head_stride;  /* floats */
+    size_t y_tok_stride, y_head_stride;
+    size_t n_tok, n_heads, head_dim, rot_dim;
+    const float *cos_cache, *sin_cache;  /* [rows, cache_ld], first rot_dim/2 used */
+    size_t cache_ld;
+    const int64_t *pos;                  /* [n_tok] */
+    bool interleaved;
+} krn_rotary_args;
+
+typedef void (*krn_rotary_fn)(const krn_rotary_args *args, size_t i_begin, size_t i_end);
+
+/* ------------------------------------------------------------------------- */
+/* GroupQueryAttention core (batch 1)                                          */
+
+/*
+ * q holds S new query rows, already rotated. The K/V cache already holds the
+ * rotated keys and the values of the P past tokens and of the S new ones:
+ * element (kv head g, token t, d) is at k_cache[g*kv_head_stride + t*kv_tok_stride + d]
+ * (the ONNX present tensor [1, Nkv, T, H] has kv_head_stride = T*H, kv_tok_stride = H).
+ * New token s sees cache rows j in [0, P + s] (causal), restricted to
+ * j >= P + s + 1 - local_window when local_window >= 0. For query head h the kv
+ * head is h / (n_heads / n_kv_heads).
+ *   score_j = scale * dot(q, k_j); if softcap > 0: softcap * tanh(score_j / softcap)
+ *   out = sum_j softmax(score)_j v_j   (fp32, max-subtracted)
+ * Work items are (s, h) pairs, item = s * n_heads + h; consecutive heads that
+ * share a kv head are cheaper to keep in one range.
+ */
+typedef struct krn_gqa_args {
+    const float *q;       size_t q_ld;   /* [S, q_ld], head h at column h*head_dim */
+    const float *k_cache, *v_cache;
+    size_t kv_head_stride, kv_tok_stride; /* floats */
+    float *out;           size_t out_ld; /* [S, out_ld] */
+    size_t seq;                          /* S */
+    size_t past;                         /* P */
+    size_t n_heads, n_kv_heads, head_dim;
+    float scale;                         /* 1/sqrt(head_dim) when the graph says 0 */
+    int64_t local_window;                /* -1: off */
+    float softcap;                       /* 0: off */
+} krn_gqa_args;
+
+typedef void (*krn_gqa_fn)(const krn_gqa_args *args, size_t i_begin, size_t i_end);
+
+/* Largest head_dim the attention kernels accept (they keep one head on the stack). */
+#define KRN_MAX_HEAD_DIM 512
+
+/* Plan-time validation: KRN_OK or KRN_EINVAL. */
+int krn_gqa_check(const krn_gqa_args *args);
+
+/* ------------------------------------------------------------------------- */
+/* Elementwise and gather                                                      */
+
+/*
+ * y[i] = f(a[i]) or f(a[i], b[i]) for i in the range, over n elements:
+ *   sigmoid: 1 / (1 + exp(-a)), computed without overflow for any a
+ *   mul: a * b     add: a + b
+ *   silu_mul: (a * sigmoid(a)) * b   (SiLU(gate) * up, same rounding order as
+ *             the graph's Mul(Mul(g, Sigmoid(g)), u))
+ * y may alias a or b. Work items are element indices.
+ */
+typedef struct krn_ew_args {
+    const float *a, *b;
+    float *y;
+    size_t n;
+} krn_ew_args;
+
+typedef void (*krn_ew_fn)(const krn_ew_args *args, size_t i_begin, size_t i_end);
+
+/*
+ * Embedding lookup: y[i] = table[idx[i]] (rows of n_cols floats); a negative
+ * index counts from the end (ONNX Gather). Work items are i in [0, n_idx).
+ * Returns KRN_ERANGE (writing nothing for that row and later ones) if an index
+ * is outside [-n_rows, n_rows), else KRN_OK.
+ */
+typedef struct krn_gather_args {
+    const float *table;  size_t table_ld; /* [n_rows, table_ld] */
+    size_t n_rows, n_cols;
+    const int64_t *idx;  size_t n_idx;
+    float *y;            size_t y_ld;     /* [n_idx, y_ld] */
+} krn_gather_args;
+
+typedef int (*krn_gather_fn)(const krn_gather_args *args, size_t i_begin, size_t i_end);
+
+/* ------------------------------------------------------------------------- */
+/* Dispatch table                                                              */
+
+/*
+ * One entry per op: the function and its name ("mmnb_i8.avx2", ...), which the
+ * plan stores with each step so `inspect` can print what executes every node.
+ */
+typedef struct krn_table {
+    krn_level level;
+    const char *level_name;
+    struct { krn_quant_fn fn;  const char *name; } quant_a8;
+    struct { krn_mmnb_fn fn;   const char *name; } mmnb_f32;
+    struct { krn_mmnb_fn fn;   const char *name; } mmnb_i8;
+    struct { krn_norm_fn fn;   const char *name; } rmsnorm;
+    struct { krn_norm_fn fn;   const char *name; } skip_rmsnorm;
+    struct { krn_rotary_fn fn; const char *name; } rotary;
+    struct { krn_gqa_fn fn;    const char *name; } gqa;
+    struct { krn_ew_fn fn;     const char *name; } sigmoid;
+    struct { krn_ew_fn fn;     const char *name; } mul;
+    struct { krn_ew_fn fn;     const char *name; } add;
+    struct { krn_ew_fn fn;     const char *name; } silu_mul;
+    struct { krn_gather_fn fn; const char *name; } gather;
+} krn_table;
+
+/*
+ * Probes the CPU, applies QWEN3D_KERNELS and fills the active table. Call once
+ * before starting workers. Returns KRN_OK, or KRN_EENV when the variable holds
+ * an unknown name (the table is then filled for the best level anyway).
+ */
+int krn_init(void);
+
+/* The active table: the ref level until krn_init() has run. */
+const krn_table *krn_active(void);
+
+/*
+ * Fills *out with the kernels of one level, independent of the active table
+ * (tests and benchmarks compare levels with it). KRN_ENOTSUP if the CPU or the
+ * build lacks that level.
+ */
+int krn_table_for_level(krn_level level, krn_table *out);
+
+/*
+ * One line describing the active choice, e.g.
+ * "kernels avx2 (cpu: avx2 fma f16c; QWEN3D_KERNELS=avx512 capped to avx2)".
+ * Returns what snprintf returns.
+ */
+int krn_describe(char *buf, size_t len);
+
+#endif

@@ -1,0 +1,57 @@
+/*
+ * ref/attn: scalar GroupQueryAttention core for one sequence (batch 1).
+ *
+ * Computes, per query head and new token, the causal (optionally windowed and
+ * soft-capped) softmax over the K cache and the weighted sum of the V cache,
+ * literally: max pass, sum-of-exponentials pass, then normalized weights times
+ * values. Scores are recomputed in each pass instead of stored, so the kernel
+ * needs no scratch memory; being the reference, clarity beats speed here.
+ * Called by compute workers with a range of (token, head) items.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/krn_internal.h"
+
+static float score(const krn_gqa_args *a, const float *q, const float *k)
+{
+    float dot = 0.0f;
+    for (size_t d = 0; d < a->head_dim; d++)
+        dot += q[d] * k[d];
+    float s = a->scale * dot;
+    if (a->softcap > 0.0f)
+        s = a->softcap * tanhf(s / a->softcap);
+    return s;
+}
+
+void krn_ref_gqa(const krn_gqa_args *a, size_t i_begin, size_t i_end)
+{
+    size_t group = a->n_heads / a->n_kv_heads, hd = a->head_dim;
+    float acc[KRN_MAX_HEAD_DIM];
+    for (size_t i = i_begin; i < i_end; i++) {
+        size_t s = i / a->n_heads, h = i % a->n_heads, g = h / group;
+        const float *q = a->q + s * a->q_ld + h * hd;
+        const float *kc = a->k_cache + g * a->kv_head_stride;
+        const float *vc = a->v_cache + g * a->kv_head_stride;
+        float *out = a->out + s * a->out_ld + h * hd;
+        size_t len = a->past + s + 1, j0 = 0;
+        if (a->local_window >= 0 && len > (size_t)a->local_window)
+            j0 = len - (size_t)a->local_window;
+        memset(acc, 0, hd * sizeof(float));
+        if (j0 < len) {
+            float mx = -INFINITY;
+            for (size_t j = j0; j < len; j++)
+                mx = fmaxf(mx, score(a, q, kc + j * a->kv_tok_stride));
+            float sum = 0.0f;
+            for (size_t j = j0; j < len; j++)
+                sum += expf(score(a, q, kc + j * a->kv_tok_stride) - mx);
+            for (size_t j = j0; j < len; j++) {
+                float p = expf(score(a, q, kc + j * a->kv_tok_stride) - mx) / sum;
+                const float *v = vc + j * a->kv_tok_stride;
+                for (size_t d = 0; d < hd; d++)
+                    acc[d] += p * v[d];
+            }
+        }
+        memcpy(out, acc, hd * sizeof(float));
+    }
+}

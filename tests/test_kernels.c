@@ -1,0 +1,1027 @@
+/*
+ * test_kernels: the kernel layer (kernels/).
+ *
+ * Two kinds of checks. (1) The scalar reference kernels against direct
+ * double-precision evaluations of each op's definition (graph-contract.md
+ * sections 2-5). (2) Every SIMD level the CPU has against the reference on
+ * awkward shapes and edge values; levels the CPU lacks are skipped and named on
+ * stderr. Every tolerance is a worst-case rounding bound derived in the comment
+ * above its use, with u = 2^-24 the unit roundoff of fp32; none is a tuned
+ * constant. White-box: the quantized-activation layout comes from
+ * kernels/krn_internal.h.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/krn.h"
+#include "kernels/krn_internal.h"
+
+#define U 0x1p-24 /* unit roundoff of fp32 */
+
+/* ------------------------------------------------------------------------- */
+/* Helpers                                                                     */
+
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+static uint64_t rnext(rng *r)
+{
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return r->s;
+}
+
+static float runif(rng *r, float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((double)(rnext(r) >> 40) / 16777216.0);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+static float *frand(size_t n, rng *r, float lo, float hi)
+{
+    float *p = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        p[i] = runif(r, lo, hi);
+    return p;
+}
+
+/* The SIMD levels this CPU has, for loops that compare them with ref. */
+static int simd_levels(krn_table *tabs)
+{
+    int n = 0;
+    for (int l = KRN_LEVEL_REF + 1; l < KRN_LEVEL_COUNT; l++) {
+        if (krn_table_for_level((krn_level)l, &tabs[n]) == KRN_OK)
+            n++;
+    }
+    return n;
+}
+
+static krn_table ref_tab(void)
+{
+    krn_table t;
+    ck_assert_int_eq(krn_table_for_level(KRN_LEVEL_REF, &t), KRN_OK);
+    return t;
+}
+
+/* |got - want| <= tol, with a message naming the case. */
+#define CHECK_CLOSE(got, want, tol, ...)                                                     \
+    do {                                                                                     \
+        double g_ = (got), w_ = (want), t_ = (tol);                                          \
+        if (!(fabs(g_ - w_) <= t_)) {                                                        \
+            char m_[256];                                                                    \
+            snprintf(m_, sizeof m_, __VA_ARGS__);                                            \
+            ck_abort_msg("%s: got %.9g want %.9g diff %.3g tol %.3g", m_, g_, w_,           \
+                         fabs(g_ - w_), t_);                                                 \
+        }                                                                                    \
+    } while (0)
+
+/* ------------------------------------------------------------------------- */
+/* Dispatch                                                                    */
+
+START_TEST(levels_and_names)
+{
+    krn_level l;
+    ck_assert_int_eq(krn_level_parse("avx2", &l), KRN_OK);
+    ck_assert_int_eq(l, KRN_LEVEL_AVX2);
+    ck_assert_int_eq(krn_level_parse("AVX2", &l), KRN_EINVAL);
+    ck_assert_str_eq(krn_level_name(KRN_LEVEL_AVX512), "avx512");
+    ck_assert_str_eq(krn_strerror(KRN_ERANGE), "index out of range");
+
+    /* Before krn_init() the active table is the reference, fully populated. */
+    const krn_table *t = krn_active();
+    ck_assert_int_eq(t->level, KRN_LEVEL_REF);
+    ck_assert_str_eq(t->mmnb_i8.name, "mmnb_i8.ref");
+
+    krn_level best = krn_cpu_best_level();
+    for (int lv = 0; lv < KRN_LEVEL_COUNT; lv++) {
+        krn_table tab;
+        int rc = krn_table_for_level((krn_level)lv, &tab);
+        if (lv > (int)best) {
+            ck_assert_int_eq(rc, KRN_ENOTSUP);
+            continue;
+        }
+        ck_assert_int_eq(rc, KRN_OK);
+        const void *fns[] = {tab.quant_a8.fn, tab.mmnb_f32.fn, tab.mmnb_i8.fn, tab.rmsnorm.fn,
+                             tab.skip_rmsnorm.fn, tab.rotary.fn, tab.gqa.fn, tab.sigmoid.fn,
+                             tab.mul.fn, tab.add.fn, tab.silu_mul.fn, tab.gather.fn};
+        const char *names[] = {tab.quant_a8.name, tab.mmnb_f32.name, tab.mmnb_i8.name,
+                               tab.rmsnorm.name, tab.skip_rmsnorm.name, tab.rotary.name,
+                               tab.gqa.name, tab.sigmoid.name, tab.mul.name, tab.add.name,
+                               tab.silu_mul.name, tab.gather.name};
+        for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+            ck_assert_ptr_nonnull(fns[i]);
+            ck_assert_ptr_nonnull(names[i]);
+            ck_assert_ptr_nonnull(strchr(names[i], '.'));
+        }
+    }
+
+    /* QWEN3D_KERNELS lowers the level, is capped at the CPU's, and rejects junk. */
+    setenv("QWEN3D_KERNELS", "ref", 1);
+    ck_assert_int_eq(krn_init(), KRN_OK);
+    ck_assert_int_eq(krn_active()->level, KRN_LEVEL_REF);
+    setenv("QWEN3D_KERNELS", "avx512", 1);
+    ck_assert_int_eq(krn_init(), KRN_OK);
+    ck_assert_int_eq(krn_active()->level, best);
+    setenv("QWEN3D_KERNELS", "fast", 1);
+    ck_assert_int_eq(krn_init(), KRN_EENV);
+    ck_assert_int_eq(krn_active()->level, best);
+    char line[256];
+    krn_describe(line, sizeof line);
+    ck_assert_ptr_nonnull(strstr(line, "QWEN3D_KERNELS=fast ignored"));
+    unsetenv("QWEN3D_KERNELS");
+    ck_assert_int_eq(krn_init(), KRN_OK);
+    ck_assert_int_eq(krn_active()->level, best);
+    krn_describe(line, sizeof line);
+    ck_assert_ptr_nonnull(strstr(line, krn_level_name(best)));
+    fprintf(stderr, "test_kernels: %s\n", line);
+}
+END_TEST
+
+START_TEST(plan_checks)
+{
+    uint8_t b[64];
+    float s[4], y[8], a[64];
+    char qa[1024];
+    krn_mmnb_args m = {.w = {.b_data = b, .scales = s, .n = 2, .k = 40, .block_size = 32},
+                       .m = 1, .a = a, .a_ld = 40, .qa = qa, .y = y, .y_ld = 2};
+    krn_q4_weights_set_blocks(&m.w);
+    ck_assert_uint_eq(m.w.k_blocks, 2);
+    ck_assert_int_eq(krn_mmnb_check(&m, false), KRN_OK);
+    ck_assert_int_eq(krn_mmnb_check(&m, true), KRN_OK);
+    m.w.block_size = 24;
+    ck_assert_int_eq(krn_mmnb_check(&m, false), KRN_EINVAL);
+    m.w.block_size = 8;
+    ck_assert_int_eq(krn_mmnb_check(&m, false), KRN_EINVAL);
+    m.w.block_size = 32;
+    m.w.k_blocks = 1;
+    ck_assert_int_eq(krn_mmnb_check(&m, false), KRN_EINVAL);
+    m.w.k_blocks = 2;
+    m.qa = NULL;
+    ck_assert_int_eq(krn_mmnb_check(&m, true), KRN_EINVAL);
+
+    /* One padded record per row, large enough for values and block stats. */
+    ck_assert_uint_eq(krn_quant_a8_size(3, 40, 32) % 64, 0);
+    ck_assert_uint_ge(krn_quant_a8_size(1, 40, 32), 64 + 2 * 12);
+
+    float kv[128];
+    krn_gqa_args g = {.q = kv, .q_ld = 64, .k_cache = kv, .v_cache = kv, .kv_head_stride = 32,
+                      .kv_tok_stride = 8, .out = y, .out_ld = 64, .seq = 1, .n_heads = 8,
+                      .n_kv_heads = 4, .head_dim = 8, .scale = 1, .local_window = -1};
+    ck_assert_int_eq(krn_gqa_check(&g), KRN_OK);
+    g.n_kv_heads = 3;
+    ck_assert_int_eq(krn_gqa_check(&g), KRN_EINVAL);
+    g.n_kv_heads = 4;
+    g.head_dim = KRN_MAX_HEAD_DIM + 1;
+    ck_assert_int_eq(krn_gqa_check(&g), KRN_EINVAL);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------- */
+/* MatMulNBits                                                                 */
+
+typedef struct qweights {
+    krn_q4_weights w;
+    uint8_t *b, *zp;
+    float *scales, *bias;
+} qweights;
+
+/*
+ * Random 4-bit weights. The padding nibbles of a partial last block are random
+ * too: the kernels must ignore them. Scales take both signs.
+ */
+static void qw_make(qweights *q, size_t n, size_t k, size_t bs, bool zp, bool bias, float smag, rng *r)
+{
+    memset(q, 0, sizeof *q);
+    q->w.n = n;
+    q->w.k = k;
+    q->w.block_size = bs;
+    krn_q4_weights_set_blocks(&q->w);
+    size_t kb = q->w.k_blocks, nb = n * kb * bs / 2;
+    q->b = xmalloc(nb);
+    for (size_t i = 0; i < nb; i++)
+        q->b[i] = (uint8_t)rnext(r);
+    q->scales = frand(n * kb, r, -smag, smag);
+    if (zp) {
+        size_t nz = n * ((kb + 1) / 2);
+        q->zp = xmalloc(nz);
+        for (size_t i = 0; i < nz; i++)
+            q->zp[i] = (uint8_t)rnext(r);
+    }
+    if (bias)
+        q->bias = frand(n, r, -1, 1);
+    q->w.b_data = q->b;
+    q->w.scales = q->scales;
+    q->w.zero_pts = q->zp;
+    q->w.bias = q->bias;
+}
+
+static void qw_free(qweights *q)
+{
+    free(q->b);
+    free(q->zp);
+    free(q->scales);
+    free(q->bias);
+}
+
+/* W[n][k] exactly as the fp32 reference rounds it. */
+static float wval(const krn_q4_weights *w, size_t n, size_t k)
+{
+    return (float)((int)krn_q4_get(w, n, k) - krn_q4_zp(w, n, k / w->block_size)) *
+           w->scales[n * w->k_blocks + k / w->block_size];
+}
+
+static void *qa_alloc(size_t m, size_t k, size_t bs)
+{
+    size_t sz = krn_quant_a8_size(m, k, bs);
+    void *p = aligned_alloc(64, sz);
+    ck_assert_ptr_nonnull(p);
+    memset(p, 0xA5, sz); /* row padding stays this; the compared parts are all written */
+    return p;
+}
+
+static void quantize(const krn_table *t, const float *a, size_t m, size_t k, size_t bs, void *qa)
+{
+    krn_quant_args qa_args = {.a = a, .a_ld = k, .m = m, .k = k, .block_size = bs, .qa = qa};
+    t->quant_a8.fn(&qa_args, 0, m);
+}
+
+/*
+ * fp32 reference against a double evaluation of sum_k a_k W_k (+ bias). The
+ * reference forms each W_k as a rounded product (relative error u) and sums K
+ * products in fp32 (recursive summation, error <= (K-1)u sum|a W| to first
+ * order) and adds the bias: |err| <= (K + 2) u (sum |a_k W_k| + |bias|).
+ */
+START_TEST(mmnb_f32_ref_vs_double)
+{
+    static const size_t ks[] = {32, 40, 100, 1024};
+    static const size_t bss[] = {16, 32, 64, 128};
+    krn_table ref = ref_tab();
+    rng r = {0x1234567};
+    for (size_t ik = 0; ik < 4; ik++)
+        for (size_t ib = 0; ib < 4; ib++) {
+            size_t k = ks[ik], bs = bss[ib], m = 3, n = 9;
+            bool zp = (ik + ib) & 1;
+            qweights q;
+            qw_make(&q, n, k, bs, zp, ib & 1, 0.1f, &r);
+            float *a = frand(m * k, &r, -2, 2), *y = xmalloc(m * n * sizeof(float));
+            krn_mmnb_args args = {.w = q.w, .m = m, .a = a, .a_ld = k, .y = y, .y_ld = n};
+            ck_assert_int_eq(krn_mmnb_check(&args, false), KRN_OK);
+            ref.mmnb_f32.fn(&args, 0, n);
+            for (size_t i = 0; i < m; i++)
+                for (size_t j = 0; j < n; j++) {
+                    double want = q.bias ? q.bias[j] : 0, mag = fabs(want);
+                    for (size_t kk = 0; kk < k; kk++) {
+                        double wd = ((int)krn_q4_get(&q.w, j, kk) - krn_q4_zp(&q.w, j, kk / bs)) *
+                                    (double)q.scales[j * q.w.k_blocks + kk / bs];
+                        want += a[i * k + kk] * wd;
+                        mag += fabs(a[i * k + kk] * wd);
+                    }
+                    CHECK_CLOSE(y[i * n + j], want, (k + 2) * U * mag, "k=%zu bs=%zu m=%zu n=%zu",
+                                k, bs, i, j);
+                }
+            free(a);
+            free(y);
+            qw_free(&q);
+        }
+}
+END_TEST
+
+/*
+ * The quantizer against its definition, including exact ties: with amax = 127
+ * the multiplier 127/amax is exactly 1, so x.5 inputs are ties and must round
+ * to even. Also: zero blocks, tiny (subnormal) and huge blocks, the padding of a
+ * partial block, the storage order, and identical bytes from every level.
+ */
+START_TEST(quant_a8_definition)
+{
+    const size_t bs = 32, k = 72, kb = 3; /* last block has 8 values and 24 padding slots */
+    float a[72];
+    rng r = {99};
+    for (size_t i = 0; i < k; i++)
+        a[i] = runif(&r, -3, 3);
+    /* Block 0: ties. */
+    static const float ties[] = {127, 0.5f, 1.5f, 2.5f, 3.5f, -0.5f, -1.5f, -2.5f, 126.5f, -126.5f};
+    static const int8_t tie_q[] = {127, 0, 2, 2, 4, 0, -2, -2, 126, -126};
+    for (size_t i = 0; i < 10; i++)
+        a[i] = ties[i];
+    /* Block 1: all zero except it is not: half zero, half subnormal. */
+    for (size_t i = 32; i < 64; i++)
+        a[i] = i < 48 ? 0.0f : (float)(i - 47) * 1e-44f;
+    /* Block 2 (partial): huge. */
+    for (size_t i = 64; i < 72; i++)
+        a[i] = (i & 1 ? -3e38f : 1e38f) * ((float)(i - 63) / 8);
+
+    krn_table ref = ref_tab();
+    void *qa = qa_alloc(1, k, bs);
+    quantize(&ref, a, 1, k, bs, qa);
+    const int8_t *q = krn_qa_q(qa, 0, kb, bs);
+    const float *sc = krn_qa_scale(qa, 0, kb, bs);
+    const int32_t *qs = krn_qa_qsum(qa, 0, kb, bs);
+    for (size_t i = 0; i < 10; i++)
+        ck_assert_int_eq(q[krn_qa_slot(i, bs)], tie_q[i]);
+    ck_assert(sc[0] == 1.0f);
+    for (size_t b = 0; b < kb; b++) {
+        float amax = 0;
+        int32_t sum = 0;
+        size_t len = k - b * bs < bs ? k - b * bs : bs;
+        for (size_t j = 0; j < len; j++)
+            amax = fmaxf(amax, fabsf(a[b * bs + j]));
+        ck_assert(sc[b] == amax / 127.0f);
+        for (size_t j = 0; j < bs; j++) {
+            int v = q[b * bs + krn_qa_slot(j, bs)];
+            sum += v;
+            if (j >= len) {
+                ck_assert_int_eq(v, 0);
+                continue;
+            }
+            /* In exact arithmetic a/sA is within half a step of v (plus the rounding of 127/amax). */
+            double exact = (double)a[b * bs + j] * 127.0 / amax;
+            ck_assert_msg(fabs(exact - v) <= 0.5 + 3 * 127 * U, "b=%zu j=%zu a=%g q=%d", b, j,
+                          a[b * bs + j], v);
+            ck_assert(v >= -127 && v <= 127);
+        }
+        ck_assert_int_eq(qs[b], sum);
+    }
+    /* Subnormal inputs still quantize to the full range. */
+    ck_assert_int_eq(q[bs + krn_qa_slot(31, bs)], 127);
+
+    /* All-zero row: zero values and scales. */
+    float z[40] = {0};
+    void *qz = qa_alloc(1, 40, 32);
+    quantize(&ref, z, 1, 40, 32, qz);
+    for (size_t i = 0; i < 64; i++)
+        ck_assert_int_eq(krn_qa_q(qz, 0, 2, 32)[i], 0);
+    ck_assert(krn_qa_scale(qz, 0, 2, 32)[0] == 0.0f && krn_qa_scale(qz, 0, 2, 32)[1] == 0.0f);
+
+    krn_table tabs[KRN_LEVEL_COUNT];
+    int nl = simd_levels(tabs);
+    for (int l = 0; l < nl; l++) {
+        void *q2 = qa_alloc(1, k, bs);
+        quantize(&tabs[l], a, 1, k, bs, q2);
+        ck_assert_msg(memcmp(q2, qa, kb * bs + 3 * 4 * kb) == 0, "%s", tabs[l].quant_a8.name);
+        free(q2);
+    }
+    free(qa);
+    free(qz);
+}
+END_TEST
+
+/*
+ * int8 mode against fp32 mode (both reference): the difference is the
+ * activation quantization. Element k of block b is represented as qa * sA with
+ * |qa sA - a| <= sA/2 + 3u|a| (half a step, plus the roundings of 127/amax and
+ * of amax/127), so |y_i8 - y_f32| <= sum_k (sA_b/2 + 3u|a_k|) |W_k| plus the
+ * fp32 evaluation errors of both sides, each <= (K + 2) u sum |a_k W_k| (for
+ * the int8 side with |a| replaced by |a| + sA/2).
+ */
+START_TEST(mmnb_i8_vs_f32_ref)
+{
+    static const size_t ks[] = {32, 40, 96, 100, 1024};
+    krn_table ref = ref_tab();
+    rng r = {77};
+    for (size_t ik = 0; ik < 5; ik++)
+        for (int zp = 0; zp < 2; zp++) {
+            size_t k = ks[ik], m = 4, n = 13, bs = 32;
+            qweights q;
+            qw_make(&q, n, k, bs, zp, true, 0.05f, &r);
+            float *a = frand(m * k, &r, -4, 4);
+            for (size_t i = 0; i < 32 && i < k; i++)
+                a[k + i] = 0; /* row 1 block 0: all zero */
+            float *y8 = xmalloc(m * n * sizeof(float)), *yf = xmalloc(m * n * sizeof(float));
+            void *qa = qa_alloc(m, k, bs);
+            quantize(&ref, a, m, k, bs, qa);
+            krn_mmnb_args args = {.w = q.w, .m = m, .a = a, .a_ld = k, .qa = qa, .y = y8, .y_ld = n};
+            ref.mmnb_i8.fn(&args, 0, n);
+            args.y = yf;
+            ref.mmnb_f32.fn(&args, 0, n);
+            for (size_t i = 0; i < m; i++) {
+                const float *sa = krn_qa_scale(qa, i, q.w.k_blocks, bs);
+                for (size_t j = 0; j < n; j++) {
+                    double qerr = 0, mag = fabs(q.bias[j]);
+                    for (size_t kk = 0; kk < k; kk++) {
+                        double aw = fabs(wval(&q.w, j, kk));
+                        double ak = fabs(a[i * k + kk]);
+                        qerr += (sa[kk / bs] / 2 + 3 * U * ak) * aw;
+                        mag += (ak + sa[kk / bs] / 2) * aw;
+                    }
+                    double tol = qerr + 2 * (k + 2) * U * mag;
+                    CHECK_CLOSE(y8[i * n + j], yf[i * n + j], tol, "k=%zu zp=%d m=%zu n=%zu", k, zp, i, j);
+                }
+            }
+            free(a);
+            free(y8);
+            free(yf);
+            free(qa);
+            qw_free(&q);
+        }
+}
+END_TEST
+
+/*
+ * One shape, every level against the reference in both modes.
+ * fp32 mode: both sides form identical W_k and differ only in summation order
+ * (vector lanes, block partial sums): |diff| <= 2 (K + 16) u (sum|a_k W_k| + |bias|).
+ * int8 mode: per-block int32 dots are exact on both sides; the fp32 part sums
+ * kb products isum_b * d_b (d_b identical) in different orders and lane
+ * splits: |diff| <= 2 (kb + 16) u (sum_b |d_b| sum_j |qa_j||q_j - zp| + |bias|).
+ * Columns outside the range must stay untouched.
+ */
+static void mmnb_case(const krn_table *lv, size_t m, size_t n, size_t k, size_t bs, bool zp,
+                      bool bias, float amag, float smag, rng *r)
+{
+    krn_table ref = ref_tab();
+    qweights q;
+    qw_make(&q, n, k, bs, zp, bias, smag, r);
+    size_t lda = k + 3, ldy = n + 2, kb = q.w.k_blocks;
+    float *a = frand(m * lda, r, -amag, amag);
+    if (m > 1) /* an all-zero activation block */
+        memset(a + lda, 0, (k < bs ? k : bs) * sizeof(float));
+    float *yr = xmalloc(m * ldy * sizeof(float)), *yl = xmalloc(m * ldy * sizeof(float));
+    void *qa = qa_alloc(m, k, bs);
+    krn_quant_args qargs = {.a = a, .a_ld = lda, .m = m, .k = k, .block_size = bs, .qa = qa};
+    ref.quant_a8.fn(&qargs, 0, m);
+    /* The level's quantizer must write the same bytes (values, scales, sums) for every row. */
+    void *qal = qa_alloc(m, k, bs);
+    qargs.qa = qal;
+    lv->quant_a8.fn(&qargs, 0, m / 2);
+    lv->quant_a8.fn(&qargs, m / 2, m);
+    for (size_t i = 0; i < m; i++)
+        ck_assert_msg(memcmp(krn_qa_q(qa, i, kb, bs), krn_qa_q(qal, i, kb, bs), kb * bs + 12 * kb) == 0,
+                      "%s m=%zu k=%zu bs=%zu row %zu", lv->quant_a8.name, m, k, bs, i);
+    free(qal);
+
+    for (int mode = 0; mode < 2; mode++) {
+        krn_mmnb_args args = {.w = q.w, .m = m, .a = a, .a_ld = lda, .qa = qa, .y = yr, .y_ld = ldy};
+        ck_assert_int_eq(krn_mmnb_check(&args, mode == 1), KRN_OK);
+        (mode ? ref.mmnb_i8.fn : ref.mmnb_f32.fn)(&args, 0, n);
+        for (size_t i = 0; i < m * ldy; i++)
+            yl[i] = -12345.0f;
+        args.y = yl;
+        krn_mmnb_fn fn = mode ? lv->mmnb_i8.fn : lv->mmnb_f32.fn;
+        /* Split the columns unevenly, as a thread pool would. */
+        size_t cut = n / 3 + (n > 1);
+        fn(&args, 0, cut);
+        fn(&args, cut, n);
+        for (size_t i = 0; i < m; i++) {
+            for (size_t j = 0; j < n; j++) {
+                double mag = bias ? fabs(q.bias[j]) : 0;
+                double tol;
+                if (mode == 0) {
+                    for (size_t kk = 0; kk < k; kk++)
+                        mag += fabs(a[i * lda + kk] * wval(&q.w, j, kk));
+                    tol = 2.0 * (k + 16) * U * mag;
+                } else {
+                    const int8_t *qq = krn_qa_q(qa, i, kb, bs);
+                    const float *sa = krn_qa_scale(qa, i, kb, bs);
+                    for (size_t kk = 0; kk < k; kk++) {
+                        size_t b = kk / bs;
+                        int wq = (int)krn_q4_get(&q.w, j, kk) - krn_q4_zp(&q.w, j, b);
+                        mag += fabs((double)sa[b] * q.scales[j * kb + b]) *
+                               abs(qq[b * bs + krn_qa_slot(kk % bs, bs)] * wq);
+                    }
+                    tol = 2.0 * (kb + 16) * U * mag;
+                }
+                /*
+                 * Products in the subnormal range round with an absolute error of up to
+                 * 2^-150 instead of a relative one; at most k + kb + 16 of them per side.
+                 */
+                tol += 2.0 * (k + kb + 16) * 0x1p-150;
+                CHECK_CLOSE(yl[i * ldy + j], yr[i * ldy + j], tol,
+                            "%s m=%zu n=%zu k=%zu bs=%zu zp=%d at (%zu,%zu)",
+                            mode ? lv->mmnb_i8.name : lv->mmnb_f32.name, m, n, k, bs, zp, i, j);
+            }
+            for (size_t j = n; j < ldy; j++)
+                ck_assert(yl[i * ldy + j] == -12345.0f);
+        }
+    }
+    free(a);
+    free(yr);
+    free(yl);
+    free(qa);
+    qw_free(&q);
+}
+
+START_TEST(mmnb_levels_grid)
+{
+    static const size_t ms[] = {1, 2, 3, 7, 16, 33};
+    static const size_t ns[] = {1, 7, 31, 33, 127, 129};
+    static const size_t ks[] = {32, 64, 96, 1024, 40, 100};
+    krn_table tabs[KRN_LEVEL_COUNT];
+    int nl = simd_levels(tabs);
+    if (nl == 0)
+        fprintf(stderr, "test_kernels: no SIMD level on this CPU, grid skipped\n");
+    rng r = {2024};
+    for (int l = 0; l < nl; l++)
+        for (size_t im = 0; im < 6; im++)
+            for (size_t in = 0; in < 6; in++)
+                for (size_t ik = 0; ik < 6; ik++) {
+                    /* Keep the largest products out to bound the run time. */
+                    if (ms[im] * ns[in] * ks[ik] > 33 * 129 * 100)
+                        continue;
+                    mmnb_case(&tabs[l], ms[im], ns[in], ks[ik], 32, (im + in + ik) & 1, ik & 1, 2.0f,
+                              0.1f, &r);
+                }
+    /* The large-K cases at a few sizes each. */
+    for (int l = 0; l < nl; l++)
+        for (int zp = 0; zp < 2; zp++) {
+            mmnb_case(&tabs[l], 1, 129, 1024, 32, zp, true, 2.0f, 0.1f, &r);
+            mmnb_case(&tabs[l], 7, 33, 1024, 32, zp, false, 2.0f, 0.1f, &r);
+            mmnb_case(&tabs[l], 33, 7, 1024, 32, zp, true, 2.0f, 0.1f, &r);
+        }
+}
+END_TEST
+
+START_TEST(mmnb_levels_block_sizes_and_edges)
+{
+    krn_table tabs[KRN_LEVEL_COUNT];
+    int nl = simd_levels(tabs);
+    rng r = {31337};
+    static const size_t bss[] = {16, 64, 128, 256};
+    for (int l = 0; l < nl; l++) {
+        for (size_t ib = 0; ib < 4; ib++)
+            for (int zp = 0; zp < 2; zp++) {
+                size_t bs = bss[ib];
+                mmnb_case(&tabs[l], 1, 9, bs * 3, bs, zp, true, 2.0f, 0.1f, &r);
+                mmnb_case(&tabs[l], 5, 7, bs * 2 + 8, bs, zp, false, 2.0f, 0.1f, &r);
+                mmnb_case(&tabs[l], 2, 33, 24, bs, zp, true, 2.0f, 0.1f, &r); /* k < one block */
+            }
+        /* Huge and tiny magnitudes, both in activations and in scales. */
+        mmnb_case(&tabs[l], 3, 31, 100, 32, false, false, 1e30f, 1e-3f, &r);
+        mmnb_case(&tabs[l], 3, 31, 100, 32, true, false, 1e-30f, 1e3f, &r);
+        mmnb_case(&tabs[l], 2, 7, 64, 32, false, false, 1e-39f, 1.0f, &r); /* subnormal A */
+        mmnb_case(&tabs[l], 2, 7, 64, 32, false, true, 1.0f, 1e-20f, &r);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------------------- */
+/* Norms                                                                       */
+
+/*
+ * Reference against double: ms carries the fp32 sum's error <= (n + 1) u ms,
+ * d = sqrt(ms + eps) then <= (n/2 + 2) u relative, and the divide and gamma
+ * multiply 2u more: |y - y_exact| <= (n/2 + 6) u |y_exact| (plus u|v| for the
+ * rounded skip sum feeding it, ~1u relative more). Levels against ref: both
+ * sides within that bound, so twice it.
+ */
+static void norm_case(const krn_table *lv, size_t rows, size_t n, size_t group, bool skip, bool bias,
+                      bool store_sum, bool in_place, rng *r)
+{
+    krn_table ref = ref_tab();
+    size_t ld = group * n + 5; /* rows are groups of `group` vectors per line */
+    size_t lines = (rows + group - 1) / group, sz = lines * ld;
+    float *x = frand(sz, r, -3, 3), *sk = frand(sz, r, -3, 3), *gm = frand(n, r, -2, 2);
+    float *bs = bias ? frand(n, r, -1, 1) : NULL;
+    float *yr = xmalloc(sz * sizeof(float)), *sr = xmalloc(sz * sizeof(float));
+    float *yl = xmalloc(sz * sizeof(float)), *sl = xmalloc(sz * sizeof(float));
+    float *xl = xmalloc(sz * sizeof(float));
+    memcpy(xl, x, sz * sizeof(float));
+    for (size_t i = 0; i < sz; i++)
+        yr[i] = sr[i] = yl[i] = sl[i] = 7.0f;
+    krn_norm_args args = {.x = x, .x_ld = ld, .skip = skip ? sk : NULL, .skip_ld = ld, .bias = bs,
+                          .gamma = gm, .y = yr, .y_ld = ld, .sum = store_sum ? sr : NULL, .sum_ld = ld,
+                          .rows = rows, .n = n, .group = group, .eps = 1e-6f};
+    krn_norm_fn rf = skip ? ref.skip_rmsnorm.fn : ref.rmsnorm.fn;
+    rf(&args, 0, rows);
+
+    /* Reference against double, from the fp32 skip sum the op defines. */
+    double *v = xmalloc(n * sizeof(double));
+    for (size_t rr = 0; rr < rows; rr++) {
+        size_t off = (rr / group) * ld + (rr % group) * n;
+        double ss = 0;
+        for (size_t i = 0; i < n; i++) {
+            float vf = x[off + i];
+            if (skip) {
+                vf = x[off + i] + sk[off + i];
+                if (bias)
+                    vf = vf + bs[i];
+            }
+            v[i] = vf;
+            ss += v[i] * v[i];
+        }
+        double d = sqrt(ss / n + 1e-6f);
+        for (size_t i = 0; i < n; i++) {
+            double want = v[i] / d * gm[i];
+            CHECK_CLOSE(yr[off + i], want, (n / 2.0 + 8) * U * fabs(want) + 1e-37,
+                        "ref norm rows=%zu n=%zu row %zu i %zu", rows, n, rr, i);
+            if (store_sum)
+                ck_assert(sr[off + i] == (float)v[i]);
+        }
+    }
+    free(v);
+
+    /* The level, optionally in place (y = x, sum = skip), over two uneven ranges. */
+    krn_norm_args la = args;
+    if (in_place) {
+        la.x = xl;
+        la.y = xl;
+        float *skl = xmalloc(sz * sizeof(float));
+        memcpy(skl, sk, sz * sizeof(float));
+        la.skip = skip ? skl : NULL;
+        la.sum = store_sum ? skl : NULL;
+        krn_norm_fn f = skip ? lv->skip_rmsnorm.fn : lv->rmsnorm.fn;
+        f(&la, 0, rows / 2);
+        f(&la, rows / 2, rows);
+        memcpy(yl, xl, sz * sizeof(float));
+        memcpy(sl, skl, sz * sizeof(float));
+        free(skl);
+    } else {
+        la.y = yl;
+        la.sum = store_sum ? sl : NULL;
+        krn_norm_fn f = skip ? lv->skip_rmsnorm.fn : lv->rmsnorm.fn;
+        f(&la, 0, rows / 2);
+        f(&la, rows / 2, rows);
+    }
+    for (size_t rr = 0; rr < rows; rr++) {
+        size_t off = (rr / group) * ld + (rr % group) * n;
+        for (size_t i = 0; i < n; i++) {
+            CHECK_CLOSE(yl[off + i], yr[off + i], (n + 16) * U * fabs(yr[off + i]) + 1e-37,
+                        "%s rows=%zu n=%zu group=%zu", skip ? lv->skip_rmsnorm.name : lv->rmsnorm.name,
+                        rows, n, group);
+            if (store_sum)
+                ck_assert(sl[off + i] == sr[off + i]);
+        }
+    }
+    if (!in_place) /* gaps between rows untouched */
+        for (size_t line = 0; line < lines; line++)
+            for (size_t i = group * n; i < ld; i++)
+                ck_assert(yl[line * ld + i] == 7.0f);
+    free(x);
+    free(sk);
+    free(gm);
+    free(bs);
+    free(yr);
+    free(sr);
+    free(yl);
+    free(sl);
+    free(xl);
+}
+
+START_TEST(norms)
+{
+    static const size_t ns[] = {1, 7, 8, 31, 128, 1000, 1024};
+    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    tabs[0] = ref_tab();
+    int nl = 1 + simd_levels(tabs + 1);
+    rng r = {5};
+    for (int l = 0; l < nl; l++)
+        for (size_t i = 0; i < 7; i++) {
+            norm_case(&tabs[l], 3, ns[i], 1, false, false, false, false, &r);
+            norm_case(&tabs[l], 5, ns[i], 1, true, false, true, false, &r);
+            norm_case(&tabs[l], 4, ns[i], 1, true, true, true, true, &r);
+            norm_case(&tabs[l], 2, ns[i], 1, true, false, false, true, &r);
+            norm_case(&tabs[l], 6, ns[i], 3, false, false, false, true, &r); /* per-head view */
+            norm_case(&tabs[l], 7, ns[i], 2, true, true, true, false, &r);
+        }
+}
+END_TEST
+
+/* ------------------------------------------------------------------------- */
+/* Rotary                                                                      */
+
+/*
+ * Against the direct formula in double: each output is x0 c - x1 s with fp32
+ * products and difference, |err| <= 2u (|x0 c| + |x1 s|) + u|result|.
+ */
+START_TEST(rotary)
+{
+    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    tabs[0] = ref_tab();
+    int nl = 1 + simd_levels(tabs + 1);
+    rng r = {8};
+    const size_t rows = 50, cache_ld = 70;
+    float *cs = xmalloc(rows * cache_ld * sizeof(float)), *sn = xmalloc(rows * cache_ld * sizeof(float));
+    for (size_t p = 0; p < rows; p++)
+        for (size_t i = 0; i < cache_ld; i++) {
+            cs[p * cache_ld + i] = (float)cos(p * pow(1e4, -2.0 * i / 128));
+            sn[p * cache_ld + i] = (float)sin(p * pow(1e4, -2.0 * i / 128));
+        }
+    static const size_t hds[] = {8, 64, 128, 130};
+    for (int l = 0; l < nl; l++)
+        for (size_t ih = 0; ih < 4; ih++)
+            for (int il = 0; il < 2; il++)
+                for (int inplace = 0; inplace < 2; inplace++) {
+                    size_t hd = hds[ih], rot = ih == 3 ? 96 : hd, nt = 5, nh = 3;
+                    int64_t pos[5] = {0, 1, 17, 49, 3};
+                    size_t xs = nt * nh * hd;
+                    float *x = frand(xs, &r, -2, 2), *xin = xmalloc(xs * sizeof(float));
+                    memcpy(xin, x, xs * sizeof(float));
+                    /* Output into a [heads, tokens, hd] "cache" layout unless in place. */
+                    float *y = inplace ? x : xmalloc(xs * sizeof(float));
+                    krn_rotary_args a = {.x = x, .y = y, .x_tok_stride = nh * hd, .x_head_stride = hd,
+                                         .y_tok_stride = inplace ? nh * hd : hd,
+                                         .y_head_stride = inplace ? hd : nt * hd, .n_tok = nt,
+                                         .n_heads = nh, .head_dim = hd, .rot_dim = rot,
+                                         .cos_cache = cs, .sin_cache = sn, .cache_ld = cache_ld,
+                                         .pos = pos, .interleaved = il};
+                    tabs[l].rotary.fn(&a, 0, 4);
+                    tabs[l].rotary.fn(&a, 4, nt * nh);
+                    for (size_t t = 0; t < nt; t++)
+                        for (size_t h = 0; h < nh; h++) {
+                            const float *xi = xin + t * nh * hd + h * hd;
+                            const float *yo = y + t * a.y_tok_stride + h * a.y_head_stride;
+                            const float *c = cs + pos[t] * cache_ld, *s = sn + pos[t] * cache_ld;
+                            for (size_t j = 0; j < rot / 2; j++) {
+                                size_t i0 = il ? 2 * j : j, i1 = il ? 2 * j + 1 : j + rot / 2;
+                                double o0 = (double)xi[i0] * c[j] - (double)xi[i1] * s[j];
+                                double o1 = (double)xi[i1] * c[j] + (double)xi[i0] * s[j];
+                                double m0 = fabs(xi[i0] * c[j]) + fabs(xi[i1] * s[j]);
+                                double m1 = fabs(xi[i1] * c[j]) + fabs(xi[i0] * s[j]);
+                                CHECK_CLOSE(yo[i0], o0, 3 * U * m0, "%s", tabs[l].rotary.name);
+                                CHECK_CLOSE(yo[i1], o1, 3 * U * m1, "%s", tabs[l].rotary.name);
+                            }
+                            for (size_t j = rot; j < hd; j++)
+                                ck_assert(yo[j] == xi[j]);
+                        }
+                    free(x);
+                    free(xin);
+                    if (!inplace)
+                        free(y);
+                }
+    free(cs);
+    free(sn);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------- */
+/* Attention                                                                   */
+
+typedef struct gqa_case {
+    size_t past, seq, nq, nkv, hd;
+    int64_t window;
+    float softcap;
+    bool token_major; /* cache as [T, Nkv, H] instead of [Nkv, T, H] */
+} gqa_case;
+
+/*
+ * Tolerance, shared by ref-vs-double and level-vs-ref. A score's fp32 dot has
+ * error <= (H + 2) u scale sum|q k| =: delta (tanh soft-capping is 1-Lipschitz
+ * and adds ~2u softcap). A weight p_j = e^(s_j - max) / sum then has relative
+ * error <= 2 delta_max + (L + 8) u (exp ~2 ulp in the vector code, the sum of
+ * L terms, the divide), and the output sum_j p_j v_j adds (L + 2) u max|v|.
+ * So |err| <= max|v| (2 delta_max + 2 (L + H + 8) u + 4u softcap), and twice
+ * that between two implementations.
+ */
+static void gqa_run(const krn_table *lv, const gqa_case *c, rng *r)
+{
+    krn_table ref = ref_tab();
+    size_t T = c->past + c->seq, cap = T + 3, hd = c->hd;
+    size_t q_ld = c->nq * hd + 4, out_ld = c->nq * hd + 1;
+    size_t head_stride = c->token_major ? hd : cap * hd;
+    size_t tok_stride = c->token_major ? c->nkv * hd : hd;
+    size_t cache_sz = c->nkv * cap * hd;
+    float *q = frand(c->seq * q_ld, r, -1, 1);
+    float *kc = frand(cache_sz, r, -1, 1), *vc = frand(cache_sz, r, -2, 2);
+    float *o_ref = xmalloc(c->seq * out_ld * sizeof(float)), *o_l = xmalloc(c->seq * out_ld * sizeof(float));
+    for (size_t i = 0; i < c->seq * out_ld; i++)
+        o_ref[i] = o_l[i] = 3.0f;
+    krn_gqa_args a = {.q = q, .q_ld = q_ld, .k_cache = kc, .v_cache = vc, .kv_head_stride = head_stride,
+                      .kv_tok_stride = tok_stride, .out = o_ref, .out_ld = out_ld, .seq = c->seq,
+                      .past = c->past, .n_heads = c->nq, .n_kv_heads = c->nkv, .head_dim = hd,
+                      .scale = 1.0f / sqrtf((float)hd) * 4.0f, /* sharper than usual: a peaky softmax */
+                      .local_window = c->window, .softcap = c->softcap};
+    ck_assert_int_eq(krn_gqa_check(&a), KRN_OK);
+    size_t items = c->seq * c->nq;
+    ref.gqa.fn(&a, 0, items);
+    a.out = o_l;
+    /* Odd cuts split kv groups across calls. */
+    size_t cut1 = items / 3, cut2 = cut1 + (items - cut1) / 2 + 1;
+    if (cut2 > items)
+        cut2 = items;
+    lv->gqa.fn(&a, 0, cut1);
+    lv->gqa.fn(&a, cut1, cut2);
+    lv->gqa.fn(&a, cut2, items);
+
+    double *sc = xmalloc(T * sizeof(double));
+    double *dl = xmalloc(T * sizeof(double));
+    for (size_t s = 0; s < c->seq; s++)
+        for (size_t h = 0; h < c->nq; h++) {
+            size_t g = h / (c->nq / c->nkv), len = c->past + s + 1, j0 = 0;
+            if (c->window >= 0 && len > (size_t)c->window)
+                j0 = len - (size_t)c->window;
+            const float *qh = q + s * q_ld + h * hd;
+            double mx = -INFINITY, den = 0, vmax = 0, dmax = 0;
+            for (size_t j = j0; j < len; j++) {
+                const float *k = kc + g * head_stride + j * tok_stride;
+                double d = 0, mag = 0;
+                for (size_t e = 0; e < hd; e++) {
+                    d += (double)qh[e] * k[e];
+                    mag += fabs((double)qh[e] * k[e]);
+                }
+                d *= a.scale;
+                if (c->softcap > 0)
+                    d = c->softcap * tanh(d / c->softcap);
+                sc[j] = d;
+                dl[j] = (hd + 2) * U * a.scale * mag;
+                mx = fmax(mx, d);
+                dmax = fmax(dmax, dl[j]);
+            }
+            for (size_t j = j0; j < len; j++)
+                den += exp(sc[j] - mx);
+            for (size_t e = 0; e < hd; e++) {
+                double want = 0;
+                for (size_t j = j0; j < len; j++) {
+                    double v = vc[g * head_stride + j * tok_stride + e];
+                    want += exp(sc[j] - mx) / den * v;
+                    vmax = fmax(vmax, fabs(v));
+                }
+                double tol = vmax * (2 * dmax + 2.0 * (len + hd + 8) * U + 4 * U * c->softcap) + 1e-30;
+                CHECK_CLOSE(o_ref[s * out_ld + h * hd + e], want, tol,
+                            "ref gqa P=%zu S=%zu nq=%zu nkv=%zu hd=%zu w=%lld s=%zu h=%zu e=%zu", c->past,
+                            c->seq, c->nq, c->nkv, hd, (long long)c->window, s, h, e);
+                CHECK_CLOSE(o_l[s * out_ld + h * hd + e], o_ref[s * out_ld + h * hd + e], 2 * tol,
+                            "%s P=%zu S=%zu nq=%zu nkv=%zu hd=%zu w=%lld s=%zu h=%zu e=%zu", lv->gqa.name,
+                            c->past, c->seq, c->nq, c->nkv, hd, (long long)c->window, s, h, e);
+            }
+            ck_assert(o_l[s * out_ld + out_ld - 1] == 3.0f); /* past the last head */
+        }
+    free(sc);
+    free(dl);
+    free(q);
+    free(kc);
+    free(vc);
+    free(o_ref);
+    free(o_l);
+}
+
+START_TEST(gqa)
+{
+    static const gqa_case cases[] = {
+        {0, 1, 2, 1, 8, -1, 0, false},     {0, 7, 4, 2, 64, -1, 0, false},
+        {5, 1, 16, 8, 128, -1, 0, false},  {70, 3, 4, 2, 128, -1, 0, true},
+        {200, 1, 6, 2, 36, -1, 0, false},  {3, 17, 3, 3, 20, -1, 0, false},
+        {40, 5, 4, 1, 64, 4, 0, false},    {10, 3, 2, 2, 32, 0, 0, false},
+        {100, 2, 4, 2, 128, 50, 0, true},  {30, 4, 4, 2, 64, -1, 5.0f, false},
+        {130, 1, 16, 2, 128, -1, 0, false}, /* group of 8 heads, chunk boundaries */
+    };
+    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    tabs[0] = ref_tab();
+    int nl = 1 + simd_levels(tabs + 1);
+    rng r = {4242};
+    for (int l = 0; l < nl; l++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            gqa_run(&tabs[l], &cases[i], &r);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------- */
+/* Elementwise and gather                                                      */
+
+/*
+ * Sigmoid: the reference is 1/(1+e) or e/(1+e) with e = expf(-|x|) (glibc
+ * expf < 1 ulp), so within 4u relative of the exact value; the vector exp is
+ * ~2 ulp, so levels are within 8u relative of ref. SiLU-mul adds two rounded
+ * products: 3u more. Results in the subnormal range carry absolute errors
+ * instead (bounds below). Mul and add are exact copies.
+ */
+START_TEST(elementwise)
+{
+    const size_t n = 1003;
+    rng r = {11};
+    float *a = frand(n, &r, -30, 30), *b = frand(n, &r, -3, 3);
+    static const float specials[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 88.0f, -88.0f, 89.0f, -89.0f,
+                                     100.0f, -100.0f, 1e30f, -1e30f, INFINITY, -INFINITY, 0.5f, -0.5f};
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+        a[i * 7] = specials[i];
+    float *yr = xmalloc(n * sizeof(float)), *yl = xmalloc(n * sizeof(float));
+    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    tabs[0] = ref_tab();
+    int nl = 1 + simd_levels(tabs + 1);
+
+    krn_ew_args ar = {.a = a, .b = b, .y = yr, .n = n};
+    tabs[0].sigmoid.fn(&ar, 0, n);
+    for (size_t i = 0; i < n; i++) {
+        double want = 1.0 / (1.0 + exp(-(double)a[i]));
+        CHECK_CLOSE(yr[i], want, 4 * U * want + 0x1p-147, "ref sigmoid(%g)", a[i]);
+    }
+    tabs[0].silu_mul.fn(&ar, 0, n);
+    for (size_t i = 0; i < n; i++) {
+        double want = a[i] / (1.0 + exp(-(double)a[i])) * b[i];
+        if (isinf(a[i]))
+            continue; /* -inf * 0: NaN in both forms */
+        /* A subnormal sigmoid carries an absolute 2^-147, scaled by |a b| here. */
+        CHECK_CLOSE(yr[i], want, 7 * U * fabs(want) + 0x1p-147 * (1 + fabs(a[i] * b[i])),
+                    "ref silu_mul(%g, %g)", a[i], b[i]);
+    }
+
+    for (int l = 1; l < nl; l++) {
+        struct {
+            krn_ew_fn rf, lf;
+            const char *name;
+            double rel;
+        } ops[] = {{tabs[0].sigmoid.fn, tabs[l].sigmoid.fn, tabs[l].sigmoid.name, 8 * U},
+                   {tabs[0].silu_mul.fn, tabs[l].silu_mul.fn, tabs[l].silu_mul.name, 11 * U},
+                   {tabs[0].mul.fn, tabs[l].mul.fn, tabs[l].mul.name, 0},
+                   {tabs[0].add.fn, tabs[l].add.fn, tabs[l].add.name, 0}};
+        for (size_t o = 0; o < 4; o++) {
+            for (size_t i = 0; i < n; i++)
+                yl[i] = 9.0f;
+            krn_ew_args al = {.a = a, .b = b, .y = yl, .n = n};
+            ar.y = yr;
+            ops[o].rf(&ar, 0, n);
+            /* Ranges with ragged ends; [1000, 1003) is a pure tail. */
+            ops[o].lf(&al, 3, 500);
+            ops[o].lf(&al, 500, 1000);
+            ops[o].lf(&al, 1000, n);
+            for (size_t i = 0; i < 3; i++)
+                ck_assert(yl[i] == 9.0f);
+            for (size_t i = 3; i < n; i++) {
+                if (yl[i] == yr[i]) /* also equal infinities */
+                    continue;
+                if (isnan(yr[i])) {
+                    ck_assert_msg(isnan(yl[i]), "%s(%g)", ops[o].name, a[i]);
+                    continue;
+                }
+                /* Flushing e^x below FLT_MIN costs up to FLT_MIN, times |a b| for silu_mul. */
+                double tol = ops[o].rel * fabs(yr[i]) + (ops[o].rel ? 0x1p-126 * (1 + fabs(a[i] * b[i])) : 0);
+                CHECK_CLOSE(yl[i], yr[i], tol, "%s(%g, %g)", ops[o].name, a[i], b[i]);
+            }
+        }
+        /* In place: y = a. */
+        float *c = xmalloc(n * sizeof(float));
+        memcpy(c, a, n * sizeof(float));
+        krn_ew_args ip = {.a = c, .b = b, .y = c, .n = n};
+        tabs[l].mul.fn(&ip, 0, n);
+        for (size_t i = 0; i < n; i++)
+            ck_assert(c[i] == a[i] * b[i] || (isnan(c[i]) && isnan(a[i] * b[i])));
+        free(c);
+    }
+    free(a);
+    free(b);
+    free(yr);
+    free(yl);
+}
+END_TEST
+
+START_TEST(gather)
+{
+    const size_t rows = 10, cols = 6, ld = 8;
+    float table[80];
+    for (size_t i = 0; i < 80; i++)
+        table[i] = (float)i;
+    int64_t idx[] = {0, 9, -1, -10, 4};
+    float y[5 * 7];
+    for (size_t i = 0; i < 35; i++)
+        y[i] = -1;
+    krn_gather_args a = {.table = table, .table_ld = ld, .n_rows = rows, .n_cols = cols, .idx = idx,
+                         .n_idx = 5, .y = y, .y_ld = 7};
+    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    tabs[0] = ref_tab();
+    int nl = 1 + simd_levels(tabs + 1);
+    for (int l = 0; l < nl; l++) {
+        ck_assert_int_eq(tabs[l].gather.fn(&a, 0, 2), KRN_OK);
+        ck_assert_int_eq(tabs[l].gather.fn(&a, 2, 5), KRN_OK);
+        static const size_t want_row[] = {0, 9, 9, 0, 4};
+        for (size_t i = 0; i < 5; i++) {
+            for (size_t j = 0; j < cols; j++)
+                ck_assert(y[i * 7 + j] == table[want_row[i] * ld + j]);
+            ck_assert(y[i * 7 + 6] == -1);
+        }
+        int64_t bad[] = {3, 10};
+        a.idx = bad;
+        a.n_idx = 2;
+        ck_assert_int_eq(tabs[l].gather.fn(&a, 0, 2), KRN_ERANGE);
+        bad[1] = -11;
+        ck_assert_int_eq(tabs[l].gather.fn(&a, 1, 2), KRN_ERANGE);
+        a.idx = idx;
+        a.n_idx = 5;
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("kernels");
+    TCase *tc = tcase_create("kernels");
+    /* The grids take a few seconds, longer under sanitizers. */
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, levels_and_names);
+    tcase_add_test(tc, plan_checks);
+    tcase_add_test(tc, quant_a8_definition);
+    tcase_add_test(tc, mmnb_f32_ref_vs_double);
+    tcase_add_test(tc, mmnb_i8_vs_f32_ref);
+    tcase_add_test(tc, mmnb_levels_grid);
+    tcase_add_test(tc, mmnb_levels_block_sizes_and_edges);
+    tcase_add_test(tc, norms);
+    tcase_add_test(tc, rotary);
+    tcase_add_test(tc, gqa);
+    tcase_add_test(tc, elementwise);
+    tcase_add_test(tc, gather);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
