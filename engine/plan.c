@@ -1,0 +1,1847 @@
+/*
+ * plan: kernel binding, arena layout and execution of a graph (see plan.h).
+ *
+ * Every supported op has an op_def: prepare() checks the node's attributes
+ * and constant inputs once at plan time and names the kernel; infer() derives
+ * output shapes at run time (reading only integer shape tensors); run()
+ * executes. Ops marked shape_op (Shape, Gather/Cast/Sub/ReduceSum on
+ * integers, ...) also run during the shape pass, so everything a later shape
+ * depends on is known before the arena is laid out.
+ *
+ * Threads: plan building and the driver of an eng_exec run on one thread;
+ * kernels are fanned out through eng_pool_run().
+ */
+#include "engine/plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <time.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/krn.h"
+
+#define MAX_IO 16
+#define ALIGN 64
+
+typedef struct step step;
+typedef struct plan_builder plan_builder;
+
+typedef struct op_def {
+    const char *domain;
+    const char *op;
+    int (*prepare)(plan_builder *b, step *s);
+    int (*infer)(eng_exec *x, const step *s);
+    int (*run)(eng_exec *x, const step *s);
+    bool shape_op;        /* integer op run in the shape pass too */
+    bool places_outputs;  /* the op sets its outputs' storage itself (views) */
+} op_def;
+
+typedef struct mmnb_params {
+    krn_q4_weights w;
+    bool int8;
+} mmnb_params;
+
+typedef struct gqa_params {
+    int index;            /* ordinal among the plan's attention nodes */
+    int64_t heads, kv_heads;
+    float scale;          /* 0: 1/sqrt(head size) at run time */
+    bool rotary;
+    bool packed;          /* key/value absent: query holds Q, K and V */
+} gqa_params;
+
+struct step {
+    const eng_node *node;
+    const op_def *op;
+    char kernel[80];
+    int n_in, n_out;
+    int in[MAX_IO];       /* value index, -1 absent */
+    int out[MAX_IO];
+    union {
+        struct { int64_t axis; bool use_krn; } gather;
+        struct { int64_t start, end; } shape;
+        struct { bool keepdims, noop_empty; } reduce;
+        struct { int32_t to; } cast;
+        struct { bool allowzero; } reshape;
+        struct { int64_t axis, num_outputs; } split;
+        struct { int64_t axis; float eps; } norm;
+        struct { char op; } binary;   /* '+', '-', '*' */
+        mmnb_params mmnb;
+        gqa_params gqa;
+    } p;
+};
+
+typedef enum { PV_CONST, PV_INPUT, PV_NODE } pv_kind;
+
+typedef struct val_plan {
+    pv_kind kind;
+    int def;              /* step index defining it; -1 for const/input */
+    int last;             /* last step reading it (n_steps for graph outputs) */
+    bool graph_output;
+    eng_view cval;        /* PV_CONST: the constant */
+} val_plan;
+
+struct eng_plan {
+    const eng_graph *g;
+    int n_gqa;
+    eng_plan_opts opts;
+    krn_table krn;
+    size_t n_steps;
+    step *steps;          /* one per node, topological order */
+    val_plan *vals;       /* per graph value */
+    void **owned;
+    size_t n_owned;
+    uint64_t prepared_bytes;
+};
+
+struct plan_builder {
+    eng_plan *p;
+    eng_diag *diag;
+};
+
+typedef struct bound_buf {
+    void *buf;
+    uint64_t cap;
+} bound_buf;
+
+typedef struct rt_val {
+    eng_view v;
+    uint64_t nbytes;
+} rt_val;
+
+struct eng_exec {
+    const eng_plan *p;
+    eng_pool *pool;
+    rt_val *vals;
+    bool *input_set;
+    bound_buf *bound;
+    /* arena */
+    uint8_t *arena;
+    uint64_t arena_bytes;
+    uint64_t *slot_off, *slot_cap;
+    uint64_t *need;       /* bytes each value needs this run */
+    /* per-run scratch: quantized activations, rotated queries, positions */
+    uint8_t *scratch;
+    uint64_t scratch_cap, scratch_need;
+    /* bump allocator for integer values during the shape pass */
+    uint8_t *shape_buf;
+    uint64_t shape_cap, shape_used;
+    bool shape_pass;
+    uint64_t kv_bytes_moved;
+    eng_kv_binding *kv;   /* per attention node; k == NULL when unbound */
+    bool profiling;
+    uint64_t prof_ns[32], prof_calls[32]; /* per op_defs entry */
+    eng_diag *diag;       /* of the current run */
+};
+
+/* ---- small helpers --------------------------------------------------------- */
+
+uint64_t eng_view_numel(const eng_view *v)
+{
+    uint64_t n = 1;
+    for (int i = 0; i < v->rank; i++)
+        n *= (uint64_t)v->dims[i];
+    return n;
+}
+
+static uint64_t dims_numel(const int64_t *d, int r)
+{
+    uint64_t n = 1;
+    for (int i = 0; i < r; i++)
+        n *= (uint64_t)d[i];
+    return n;
+}
+
+static const char *node_label(const eng_node *n)
+{
+    return *n->name ? n->name : n->op_type;
+}
+
+#define STEP_FAIL(x, s, ...)                                                      \
+    do {                                                                          \
+        char msg_[512];                                                           \
+        snprintf(msg_, sizeof msg_, __VA_ARGS__);                                 \
+        eng_diag_add((x)->diag, "node '%s' (%s): %s", node_label((s)->node),      \
+                     (s)->node->op_type, msg_);                                   \
+        return -1;                                                                \
+    } while (0)
+
+#define PREP_FAIL(b, s, ...)                                                      \
+    do {                                                                          \
+        char msg_[512];                                                           \
+        snprintf(msg_, sizeof msg_, __VA_ARGS__);                                 \
+        eng_diag_add((b)->diag, "%s: node '%s' (%s): %s", (b)->p->g->dir,         \
+                     node_label((s)->node), (s)->node->op_type, msg_);            \
+        return -1;                                                                \
+    } while (0)
+
+static rt_val *IN(eng_exec *x, const step *s, int i)
+{
+    return i < s->n_in && s->in[i] >= 0 ? &x->vals[s->in[i]] : NULL;
+}
+
+static rt_val *OUT(eng_exec *x, const step *s, int i)
+{
+    return i < s->n_out && s->out[i] >= 0 ? &x->vals[s->out[i]] : NULL;
+}
+
+static void set_shape(rt_val *o, int32_t dtype, int rank, const int64_t *dims)
+{
+    o->v.dtype = dtype;
+    o->v.rank = rank;
+    for (int i = 0; i < rank; i++)
+        o->v.dims[i] = dims[i];
+    o->nbytes = dims_numel(dims, rank) * eng_dtype_size(dtype);
+}
+
+/* Reads element i of an integer tensor as int64. */
+static int64_t int_at(const eng_view *v, uint64_t i)
+{
+    switch (v->dtype) {
+    case ENG_DT_INT64: return ((const int64_t *)v->data)[i];
+    case ENG_DT_INT32: return ((const int32_t *)v->data)[i];
+    case ENG_DT_UINT8: return ((const uint8_t *)v->data)[i];
+    case ENG_DT_INT8: return ((const int8_t *)v->data)[i];
+    case ENG_DT_INT16: return ((const int16_t *)v->data)[i];
+    case ENG_DT_UINT16: return ((const uint16_t *)v->data)[i];
+    case ENG_DT_UINT32: return ((const uint32_t *)v->data)[i];
+    case ENG_DT_UINT64: return (int64_t)((const uint64_t *)v->data)[i];
+    case ENG_DT_BOOL: return ((const uint8_t *)v->data)[i] != 0;
+    default: return 0;
+    }
+}
+
+static bool is_int_dtype(int32_t dt)
+{
+    switch (dt) {
+    case ENG_DT_INT64: case ENG_DT_INT32: case ENG_DT_UINT8: case ENG_DT_INT8: case ENG_DT_INT16:
+    case ENG_DT_UINT16: case ENG_DT_UINT32: case ENG_DT_UINT64: case ENG_DT_BOOL:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Integer shape data must be known when shapes are inferred. */
+static int need_data(eng_exec *x, const step *s, const rt_val *v, const char *what)
+{
+    if (!v || !v->v.data) {
+        if (v && eng_view_numel(&v->v) == 0)
+            return 0;
+        STEP_FAIL(x, s, "%s is not known before execution (computed from float data)", what);
+    }
+    return 0;
+}
+
+static const eng_tensor *const_input(const plan_builder *b, const step *s, int i)
+{
+    if (i >= s->n_in || s->in[i] < 0)
+        return NULL;
+    const eng_value *v = &b->p->g->values[s->in[i]];
+    return v->kind == ENG_VALUE_INITIALIZER ? &b->p->g->inits[v->index] : NULL;
+}
+
+/* ---- parallel helpers ------------------------------------------------------ */
+
+typedef struct par_ctx {
+    const void *args;
+    void (*fn)(const void *args, size_t b, size_t e);
+} par_ctx;
+
+static void par_trampoline(void *ctx, size_t b, size_t e)
+{
+    const par_ctx *c = ctx;
+    c->fn(c->args, b, e);
+}
+
+static void run_par(eng_exec *x, size_t n, size_t grain, void (*fn)(const void *, size_t, size_t), const void *args)
+{
+    par_ctx c = {args, fn};
+    eng_pool_run(x->pool, n, grain, par_trampoline, &c);
+}
+
+typedef struct mmnb_call { const krn_table *t; krn_mmnb_args a; bool int8; } mmnb_call;
+typedef struct quant_call { const krn_table *t; krn_quant_args a; } quant_call;
+typedef struct norm_call { const krn_table *t; krn_norm_args a; bool skip; } norm_call;
+typedef struct rot_call { const krn_table *t; krn_rotary_args a; } rot_call;
+typedef struct gqa_call { const krn_table *t; krn_gqa_args a; } gqa_call;
+typedef struct ew_call { const krn_table *t; krn_ew_args a; krn_ew_fn fn; } ew_call;
+
+static void do_mmnb(const void *c, size_t b, size_t e)
+{
+    const mmnb_call *m = c;
+    (m->int8 ? m->t->mmnb_i8.fn : m->t->mmnb_f32.fn)(&m->a, b, e);
+}
+static void do_quant(const void *c, size_t b, size_t e)
+{
+    const quant_call *q = c;
+    q->t->quant_a8.fn(&q->a, b, e);
+}
+static void do_norm(const void *c, size_t b, size_t e)
+{
+    const norm_call *n = c;
+    (n->skip ? n->t->skip_rmsnorm.fn : n->t->rmsnorm.fn)(&n->a, b, e);
+}
+static void do_rot(const void *c, size_t b, size_t e)
+{
+    const rot_call *r = c;
+    r->t->rotary.fn(&r->a, b, e);
+}
+static void do_gqa(const void *c, size_t b, size_t e)
+{
+    const gqa_call *g = c;
+    g->t->gqa.fn(&g->a, b, e);
+}
+static void do_ew(const void *c, size_t b, size_t e)
+{
+    const ew_call *w = c;
+    w->fn(&w->a, b, e);
+}
+
+/* ---- Constant ---------------------------------------------------------------- */
+
+static int prep_constant(plan_builder *b, step *s)
+{
+    const eng_node *n = s->node;
+    eng_plan *p = b->p;
+    val_plan *vp = &p->vals[s->out[0]];
+    vp->kind = PV_CONST;
+    eng_view *cv = &vp->cval;
+    const eng_attr *a = &n->attrs[0];
+    if (!strcmp(a->name, "value")) {
+        if (!a->t)
+            PREP_FAIL(b, s, "attribute 'value' holds no tensor");
+        cv->dtype = a->t->dtype;
+        cv->rank = a->t->rank;
+        memcpy(cv->dims, a->t->dims, sizeof cv->dims);
+        cv->data = (void *)a->t->data;
+    } else if (!strcmp(a->name, "value_float") || !strcmp(a->name, "value_int")) {
+        bool f = a->name[6] == 'f';
+        void *buf = calloc(1, 8);
+        p->owned[p->n_owned++] = buf;
+        if (f)
+            *(float *)buf = a->f;
+        else
+            *(int64_t *)buf = a->i;
+        cv->dtype = f ? ENG_DT_FLOAT : ENG_DT_INT64;
+        cv->rank = 0;
+        cv->data = buf;
+    } else { /* value_floats / value_ints */
+        bool f = a->name[6] == 'f';
+        size_t cnt = f ? a->n_floats : a->n_ints;
+        void *buf = calloc(cnt + 1, 8);
+        p->owned[p->n_owned++] = buf;
+        if (f)
+            memcpy(buf, a->floats, cnt * sizeof(float));
+        else
+            memcpy(buf, a->ints, cnt * sizeof(int64_t));
+        cv->dtype = f ? ENG_DT_FLOAT : ENG_DT_INT64;
+        cv->rank = 1;
+        cv->dims[0] = (int64_t)cnt;
+        cv->data = buf;
+    }
+    snprintf(s->kernel, sizeof s->kernel, "constant (folded at plan time)");
+    return 0;
+}
+
+/* ---- Shape ----------------------------------------------------------------- */
+
+static int prep_shape(plan_builder *b, step *s)
+{
+    (void)b;
+    s->p.shape.start = eng_node_attr_int(s->node, "start", 0);
+    s->p.shape.end = eng_node_attr_int(s->node, "end", INT64_MAX);
+    snprintf(s->kernel, sizeof s->kernel, "shape (shape pass)");
+    return 0;
+}
+
+static void shape_range(const step *s, int rank, int64_t *b, int64_t *e)
+{
+    int64_t st = s->p.shape.start, en = s->p.shape.end;
+    if (st < 0) st += rank;
+    if (en < 0) en += rank;
+    if (st < 0) st = 0;
+    if (st > rank) st = rank;
+    if (en > rank) en = rank;
+    if (en < st) en = st;
+    *b = st;
+    *e = en;
+}
+
+static int infer_shape(eng_exec *x, const step *s)
+{
+    int64_t b, e;
+    shape_range(s, IN(x, s, 0)->v.rank, &b, &e);
+    int64_t d = e - b;
+    set_shape(OUT(x, s, 0), ENG_DT_INT64, 1, &d);
+    return 0;
+}
+
+static int run_shape(eng_exec *x, const step *s)
+{
+    const rt_val *in = IN(x, s, 0);
+    int64_t b, e;
+    shape_range(s, in->v.rank, &b, &e);
+    int64_t *o = OUT(x, s, 0)->v.data;
+    for (int64_t i = b; i < e; i++)
+        o[i - b] = in->v.dims[i];
+    return 0;
+}
+
+/* ---- Gather ---------------------------------------------------------------- */
+
+static int prep_gather(plan_builder *b, step *s)
+{
+    s->p.gather.axis = eng_node_attr_int(s->node, "axis", 0);
+    const eng_tensor *table = const_input(b, s, 0);
+    s->p.gather.use_krn = table && table->dtype == ENG_DT_FLOAT && table->rank == 2 &&
+                          (s->p.gather.axis == 0 || s->p.gather.axis == -2);
+    if (s->p.gather.use_krn)
+        snprintf(s->kernel, sizeof s->kernel, "%s", b->p->krn.gather.name);
+    else
+        snprintf(s->kernel, sizeof s->kernel, "gather.generic");
+    return 0;
+}
+
+static int infer_gather(eng_exec *x, const step *s)
+{
+    const rt_val *d = IN(x, s, 0), *ix = IN(x, s, 1);
+    int r = d->v.rank;
+    int64_t axis = s->p.gather.axis < 0 ? s->p.gather.axis + r : s->p.gather.axis;
+    if (r < 1 || axis < 0 || axis >= r)
+        STEP_FAIL(x, s, "axis %lld out of range for rank %d", (long long)s->p.gather.axis, r);
+    if (ix->v.dtype != ENG_DT_INT64 && ix->v.dtype != ENG_DT_INT32)
+        STEP_FAIL(x, s, "indices must be INT64 or INT32, not %s", eng_dtype_name(ix->v.dtype));
+    int orank = ix->v.rank + r - 1;
+    if (orank > ENG_MAX_RANK)
+        STEP_FAIL(x, s, "output rank %d too large", orank);
+    int64_t od[ENG_MAX_RANK];
+    int k = 0;
+    for (int i = 0; i < axis; i++)
+        od[k++] = d->v.dims[i];
+    for (int i = 0; i < ix->v.rank; i++)
+        od[k++] = ix->v.dims[i];
+    for (int i = (int)axis + 1; i < r; i++)
+        od[k++] = d->v.dims[i];
+    set_shape(OUT(x, s, 0), d->v.dtype, orank, od);
+    return 0;
+}
+
+static int run_gather(eng_exec *x, const step *s)
+{
+    const rt_val *d = IN(x, s, 0), *ix = IN(x, s, 1);
+    rt_val *o = OUT(x, s, 0);
+    if (x->shape_pass && (!d->v.data || !is_int_dtype(d->v.dtype)))
+        return 0; /* only integer gathers matter for shapes */
+    int r = d->v.rank;
+    int64_t axis = s->p.gather.axis < 0 ? s->p.gather.axis + r : s->p.gather.axis;
+    uint64_t n_idx = eng_view_numel(&ix->v);
+    int64_t dim = d->v.dims[axis];
+    if (s->p.gather.use_krn && ix->v.dtype == ENG_DT_INT64) {
+        krn_gather_args a = {.table = d->v.data, .table_ld = (size_t)d->v.dims[1], .n_rows = (size_t)dim,
+                             .n_cols = (size_t)d->v.dims[1], .idx = ix->v.data, .n_idx = n_idx,
+                             .y = o->v.data, .y_ld = (size_t)d->v.dims[1]};
+        if (x->p->krn.gather.fn(&a, 0, n_idx) != KRN_OK)
+            goto range;
+        return 0;
+    }
+    uint64_t outer = dims_numel(d->v.dims, (int)axis);
+    uint64_t inner = dims_numel(d->v.dims + axis + 1, r - (int)axis - 1) * eng_dtype_size(d->v.dtype);
+    const uint8_t *src = d->v.data;
+    uint8_t *dst = o->v.data;
+    for (uint64_t i = 0; i < n_idx; i++) {
+        int64_t v = int_at(&ix->v, i);
+        if (v < -dim || v >= dim)
+            goto range;
+    }
+    for (uint64_t ob = 0; ob < outer; ob++)
+        for (uint64_t i = 0; i < n_idx; i++) {
+            int64_t v = int_at(&ix->v, i);
+            if (v < 0)
+                v += dim;
+            memcpy(dst + (ob * n_idx + i) * inner, src + (ob * (uint64_t)dim + (uint64_t)v) * inner, inner);
+        }
+    return 0;
+range:
+    for (uint64_t i = 0; i < n_idx; i++) {
+        int64_t v = int_at(&ix->v, i);
+        if (v < -dim || v >= dim)
+            STEP_FAIL(x, s, "index %lld out of range [-%lld, %lld)", (long long)v, (long long)dim, (long long)dim);
+    }
+    STEP_FAIL(x, s, "index out of range");
+}
+
+/* ---- ReduceSum ------------------------------------------------------------- */
+
+static int prep_reduce(plan_builder *b, step *s)
+{
+    (void)b;
+    s->p.reduce.keepdims = eng_node_attr_int(s->node, "keepdims", 1) != 0;
+    s->p.reduce.noop_empty = eng_node_attr_int(s->node, "noop_with_empty_axes", 0) != 0;
+    snprintf(s->kernel, sizeof s->kernel, "reduce_sum.generic");
+    return 0;
+}
+
+/* Marks reduced axes; returns -1 on a bad axis. */
+static int reduce_axes(eng_exec *x, const step *s, bool *red, bool *noop)
+{
+    const rt_val *in = IN(x, s, 0), *ax = IN(x, s, 1);
+    int r = in->v.rank;
+    memset(red, 0, ENG_MAX_RANK * sizeof *red);
+    *noop = false;
+    uint64_t n_axes = ax ? eng_view_numel(&ax->v) : 0;
+    if (ax && n_axes && need_data(x, s, ax, "the axes input") != 0)
+        return -1;
+    if (!n_axes) {
+        if (s->p.reduce.noop_empty)
+            *noop = true;
+        for (int i = 0; i < r; i++)
+            red[i] = true;
+        return 0;
+    }
+    for (uint64_t i = 0; i < n_axes; i++) {
+        int64_t a = int_at(&ax->v, i);
+        if (a < 0)
+            a += r;
+        if (a < 0 || a >= r)
+            STEP_FAIL(x, s, "axis %lld out of range for rank %d", (long long)int_at(&ax->v, i), r);
+        red[a] = true;
+    }
+    return 0;
+}
+
+static int infer_reduce(eng_exec *x, const step *s)
+{
+    const rt_val *in = IN(x, s, 0);
+    bool red[ENG_MAX_RANK], noop;
+    if (reduce_axes(x, s, red, &noop) != 0)
+        return -1;
+    if (in->v.dtype != ENG_DT_INT64 && in->v.dtype != ENG_DT_INT32 && in->v.dtype != ENG_DT_FLOAT)
+        STEP_FAIL(x, s, "unsupported input type %s", eng_dtype_name(in->v.dtype));
+    if (noop) {
+        set_shape(OUT(x, s, 0), in->v.dtype, in->v.rank, in->v.dims);
+        return 0;
+    }
+    int64_t od[ENG_MAX_RANK];
+    int k = 0;
+    for (int i = 0; i < in->v.rank; i++) {
+        if (!red[i])
+            od[k++] = in->v.dims[i];
+        else if (s->p.reduce.keepdims)
+            od[k++] = 1;
+    }
+    set_shape(OUT(x, s, 0), in->v.dtype, k, od);
+    return 0;
+}
+
+static int run_reduce(eng_exec *x, const step *s)
+{
+    const rt_val *in = IN(x, s, 0);
+    rt_val *o = OUT(x, s, 0);
+    if (!in->v.data)
+        return x->shape_pass ? 0 : -1;
+    bool red[ENG_MAX_RANK], noop;
+    if (reduce_axes(x, s, red, &noop) != 0)
+        return -1;
+    uint64_t n_out = eng_view_numel(&o->v), n_in = eng_view_numel(&in->v);
+    size_t es = eng_dtype_size(in->v.dtype);
+    if (noop) {
+        memcpy(o->v.data, in->v.data, n_in * es);
+        return 0;
+    }
+    int64_t *acci = o->v.data;
+    bool isf = in->v.dtype == ENG_DT_FLOAT;
+    if (isf) {
+        memset(o->v.data, 0, n_out * sizeof(float));
+    } else if (in->v.dtype == ENG_DT_INT64) {
+        memset(acci, 0, n_out * sizeof(int64_t));
+    } else {
+        memset(o->v.data, 0, n_out * sizeof(int32_t));
+    }
+    int r = in->v.rank;
+    int64_t idx[ENG_MAX_RANK] = {0};
+    for (uint64_t i = 0; i < n_in; i++) {
+        uint64_t oi = 0;
+        for (int a = 0; a < r; a++)
+            if (!red[a])
+                oi = oi * (uint64_t)in->v.dims[a] + (uint64_t)idx[a];
+        if (isf)
+            ((float *)o->v.data)[oi] += ((const float *)in->v.data)[i];
+        else if (in->v.dtype == ENG_DT_INT64)
+            acci[oi] += ((const int64_t *)in->v.data)[i];
+        else
+            ((int32_t *)o->v.data)[oi] += ((const int32_t *)in->v.data)[i];
+        for (int a = r - 1; a >= 0; a--) {
+            if (++idx[a] < in->v.dims[a])
+                break;
+            idx[a] = 0;
+        }
+    }
+    return 0;
+}
+
+/* ---- binary elementwise with broadcasting ---------------------------------- */
+
+static int prep_binary(plan_builder *b, step *s)
+{
+    const char *op = s->node->op_type;
+    s->p.binary.op = !strcmp(op, "Add") ? '+' : !strcmp(op, "Sub") ? '-' : '*';
+    const char *k = s->p.binary.op == '+' ? b->p->krn.add.name : s->p.binary.op == '*' ? b->p->krn.mul.name : NULL;
+    if (k)
+        snprintf(s->kernel, sizeof s->kernel, "%s (same shape) / broadcast.generic", k);
+    else
+        snprintf(s->kernel, sizeof s->kernel, "sub.generic");
+    return 0;
+}
+
+static int infer_binary(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0), *b = IN(x, s, 1);
+    if (a->v.dtype != b->v.dtype)
+        STEP_FAIL(x, s, "input types differ (%s, %s)", eng_dtype_name(a->v.dtype), eng_dtype_name(b->v.dtype));
+    if (a->v.dtype != ENG_DT_FLOAT && a->v.dtype != ENG_DT_INT64 && a->v.dtype != ENG_DT_INT32)
+        STEP_FAIL(x, s, "unsupported type %s", eng_dtype_name(a->v.dtype));
+    int r = a->v.rank > b->v.rank ? a->v.rank : b->v.rank;
+    int64_t od[ENG_MAX_RANK];
+    for (int i = 0; i < r; i++) {
+        int ia = i - (r - a->v.rank), ib = i - (r - b->v.rank);
+        int64_t da = ia >= 0 ? a->v.dims[ia] : 1, db = ib >= 0 ? b->v.dims[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            STEP_FAIL(x, s, "shapes cannot be broadcast (axis %d: %lld vs %lld)", i, (long long)da, (long long)db);
+        od[i] = da == 1 ? db : da;
+    }
+    set_shape(OUT(x, s, 0), a->v.dtype, r, od);
+    return 0;
+}
+
+static int run_binary(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0), *b = IN(x, s, 1);
+    rt_val *o = OUT(x, s, 0);
+    if (!a->v.data || !b->v.data)
+        return 0; /* float tensors during the shape pass */
+    uint64_t n = eng_view_numel(&o->v);
+    char op = s->p.binary.op;
+    if (a->v.dtype == ENG_DT_FLOAT && op != '-' && eng_view_numel(&a->v) == n && eng_view_numel(&b->v) == n) {
+        ew_call c = {&x->p->krn, {a->v.data, b->v.data, o->v.data, n},
+                     op == '*' ? x->p->krn.mul.fn : x->p->krn.add.fn};
+        run_par(x, n, 4096, do_ew, &c);
+        return 0;
+    }
+    int r = o->v.rank;
+    int64_t sa[ENG_MAX_RANK], sb[ENG_MAX_RANK];
+    int64_t ca = 1, cb = 1;
+    for (int i = r - 1; i >= 0; i--) {
+        int ia = i - (r - a->v.rank), ib = i - (r - b->v.rank);
+        int64_t da = ia >= 0 ? a->v.dims[ia] : 1, db = ib >= 0 ? b->v.dims[ib] : 1;
+        sa[i] = da == 1 ? 0 : ca;
+        sb[i] = db == 1 ? 0 : cb;
+        ca *= da;
+        cb *= db;
+    }
+    int64_t idx[ENG_MAX_RANK] = {0};
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t oa = 0, ob = 0;
+        for (int k = 0; k < r; k++) {
+            oa += idx[k] * sa[k];
+            ob += idx[k] * sb[k];
+        }
+        switch (a->v.dtype) {
+        case ENG_DT_FLOAT: {
+            float u = ((const float *)a->v.data)[oa], v = ((const float *)b->v.data)[ob];
+            ((float *)o->v.data)[i] = op == '+' ? u + v : op == '-' ? u - v : u * v;
+            break;
+        }
+        case ENG_DT_INT64: {
+            int64_t u = ((const int64_t *)a->v.data)[oa], v = ((const int64_t *)b->v.data)[ob];
+            /* wrap like two's complement hardware, without signed overflow UB */
+            uint64_t uu = (uint64_t)u, vv = (uint64_t)v;
+            ((int64_t *)o->v.data)[i] = (int64_t)(op == '+' ? uu + vv : op == '-' ? uu - vv : uu * vv);
+            break;
+        }
+        default: {
+            uint32_t u = (uint32_t)((const int32_t *)a->v.data)[oa], v = (uint32_t)((const int32_t *)b->v.data)[ob];
+            ((int32_t *)o->v.data)[i] = (int32_t)(op == '+' ? u + v : op == '-' ? u - v : u * v);
+        }
+        }
+        for (int k = r - 1; k >= 0; k--) {
+            if (++idx[k] < o->v.dims[k])
+                break;
+            idx[k] = 0;
+        }
+    }
+    return 0;
+}
+
+/* ---- Sigmoid ----------------------------------------------------------------- */
+
+static int prep_sigmoid(plan_builder *b, step *s)
+{
+    snprintf(s->kernel, sizeof s->kernel, "%s", b->p->krn.sigmoid.name);
+    return 0;
+}
+
+static int infer_unary_same(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0);
+    if (a->v.dtype != ENG_DT_FLOAT)
+        STEP_FAIL(x, s, "input must be FLOAT, not %s", eng_dtype_name(a->v.dtype));
+    set_shape(OUT(x, s, 0), a->v.dtype, a->v.rank, a->v.dims);
+    return 0;
+}
+
+static int run_sigmoid(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0);
+    rt_val *o = OUT(x, s, 0);
+    uint64_t n = eng_view_numel(&o->v);
+    ew_call c = {&x->p->krn, {a->v.data, NULL, o->v.data, n}, x->p->krn.sigmoid.fn};
+    run_par(x, n, 4096, do_ew, &c);
+    return 0;
+}
+
+/* ---- Cast ---------------------------------------------------------------------- */
+
+static bool cast_supported(int32_t t)
+{
+    return t == ENG_DT_FLOAT || t == ENG_DT_DOUBLE || is_int_dtype(t);
+}
+
+static int prep_cast(plan_builder *b, step *s)
+{
+    s->p.cast.to = (int32_t)eng_node_attr_int(s->node, "to", 0);
+    if (!cast_supported(s->p.cast.to))
+        PREP_FAIL(b, s, "attribute 'to' = %d (%s) is not supported", (int)s->p.cast.to, eng_dtype_name(s->p.cast.to));
+    snprintf(s->kernel, sizeof s->kernel, "cast.generic");
+    return 0;
+}
+
+static int infer_cast(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0);
+    if (!cast_supported(a->v.dtype))
+        STEP_FAIL(x, s, "input type %s is not supported", eng_dtype_name(a->v.dtype));
+    set_shape(OUT(x, s, 0), s->p.cast.to, a->v.rank, a->v.dims);
+    return 0;
+}
+
+static int run_cast(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0);
+    rt_val *o = OUT(x, s, 0);
+    if (!a->v.data)
+        return 0;
+    uint64_t n = eng_view_numel(&a->v);
+    for (uint64_t i = 0; i < n; i++) {
+        bool src_float = a->v.dtype == ENG_DT_FLOAT || a->v.dtype == ENG_DT_DOUBLE;
+        double d = a->v.dtype == ENG_DT_FLOAT ? ((const float *)a->v.data)[i]
+                   : a->v.dtype == ENG_DT_DOUBLE ? ((const double *)a->v.data)[i] : 0;
+        int64_t v = src_float ? (isfinite(d) && fabs(d) < 9.2e18 ? (int64_t)d : 0) : int_at(&a->v, i);
+        void *dst = o->v.data;
+        switch (o->v.dtype) {
+        case ENG_DT_FLOAT: ((float *)dst)[i] = src_float ? (float)d : (float)v; break;
+        case ENG_DT_DOUBLE: ((double *)dst)[i] = src_float ? d : (double)v; break;
+        case ENG_DT_INT64: ((int64_t *)dst)[i] = v; break;
+        case ENG_DT_UINT64: ((uint64_t *)dst)[i] = (uint64_t)v; break;
+        /* narrowing keeps the low bits, as ONNX specifies for integers */
+        case ENG_DT_INT32: case ENG_DT_UINT32: ((uint32_t *)dst)[i] = (uint32_t)(uint64_t)v; break;
+        case ENG_DT_INT16: case ENG_DT_UINT16: ((uint16_t *)dst)[i] = (uint16_t)(uint64_t)v; break;
+        case ENG_DT_BOOL: ((uint8_t *)dst)[i] = src_float ? d != 0 : v != 0; break;
+        default: ((uint8_t *)dst)[i] = (uint8_t)(uint64_t)v; break;
+        }
+    }
+    return 0;
+}
+
+/* ---- Reshape ------------------------------------------------------------------ */
+
+static int prep_reshape(plan_builder *b, step *s)
+{
+    (void)b;
+    s->p.reshape.allowzero = eng_node_attr_int(s->node, "allowzero", 0) != 0;
+    snprintf(s->kernel, sizeof s->kernel, "view");
+    return 0;
+}
+
+static int infer_reshape(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0), *sh = IN(x, s, 1);
+    if (sh->v.dtype != ENG_DT_INT64 || sh->v.rank != 1)
+        STEP_FAIL(x, s, "shape input must be a 1-D INT64 tensor");
+    if (need_data(x, s, sh, "the target shape") != 0)
+        return -1;
+    int64_t r = sh->v.dims[0];
+    if (r > ENG_MAX_RANK)
+        STEP_FAIL(x, s, "target rank %lld too large", (long long)r);
+    int64_t od[ENG_MAX_RANK];
+    int infer_at = -1;
+    uint64_t known = 1, total = eng_view_numel(&a->v);
+    for (int i = 0; i < r; i++) {
+        int64_t d = ((const int64_t *)sh->v.data)[i];
+        if (d == 0 && !s->p.reshape.allowzero) {
+            if (i >= a->v.rank)
+                STEP_FAIL(x, s, "shape[%d] = 0 copies a dimension the input (rank %d) lacks", i, a->v.rank);
+            d = a->v.dims[i];
+        }
+        if (d == -1) {
+            if (infer_at >= 0)
+                STEP_FAIL(x, s, "more than one -1 in the target shape");
+            infer_at = i;
+            d = 1;
+        } else if (d < 0) {
+            STEP_FAIL(x, s, "invalid target dimension %lld", (long long)d);
+        }
+        od[i] = d;
+        known *= (uint64_t)d;
+    }
+    if (infer_at >= 0) {
+        if (known == 0 || total % known)
+            STEP_FAIL(x, s, "cannot infer -1: %llu elements into blocks of %llu", (unsigned long long)total,
+                      (unsigned long long)known);
+        od[infer_at] = (int64_t)(total / known);
+        known = total;
+    }
+    if (known != total)
+        STEP_FAIL(x, s, "target shape holds %llu elements, input has %llu", (unsigned long long)known,
+                  (unsigned long long)total);
+    set_shape(OUT(x, s, 0), a->v.dtype, (int)r, od);
+    return 0;
+}
+
+static int run_reshape(eng_exec *x, const step *s)
+{
+    OUT(x, s, 0)->v.data = IN(x, s, 0)->v.data;
+    return 0;
+}
+
+/* ---- Split ------------------------------------------------------------------- */
+
+static int prep_split(plan_builder *b, step *s)
+{
+    s->p.split.axis = eng_node_attr_int(s->node, "axis", 0);
+    s->p.split.num_outputs = eng_node_attr_int(s->node, "num_outputs", 0);
+    bool has_split = s->n_in > 1 && s->in[1] >= 0;
+    if (has_split && s->p.split.num_outputs)
+        PREP_FAIL(b, s, "both the 'split' input and attribute 'num_outputs' are given");
+    if (s->p.split.num_outputs && s->p.split.num_outputs != s->n_out)
+        PREP_FAIL(b, s, "attribute 'num_outputs' = %lld but %d outputs", (long long)s->p.split.num_outputs, s->n_out);
+    for (int i = 0; i < s->n_out; i++)
+        if (s->out[i] < 0)
+            PREP_FAIL(b, s, "output %d has no name", i);
+    snprintf(s->kernel, sizeof s->kernel, "split (view for one row, else copy)");
+    return 0;
+}
+
+static int split_sizes(eng_exec *x, const step *s, int64_t axis, int64_t *sizes)
+{
+    const rt_val *a = IN(x, s, 0), *sp = IN(x, s, 1);
+    int64_t dim = a->v.dims[axis];
+    if (sp) {
+        if (need_data(x, s, sp, "the split sizes") != 0)
+            return -1;
+        if ((int64_t)eng_view_numel(&sp->v) != s->n_out)
+            STEP_FAIL(x, s, "%llu split sizes for %d outputs", (unsigned long long)eng_view_numel(&sp->v), s->n_out);
+        int64_t sum = 0;
+        for (int i = 0; i < s->n_out; i++) {
+            sizes[i] = int_at(&sp->v, (uint64_t)i);
+            if (sizes[i] < 0)
+                STEP_FAIL(x, s, "negative split size %lld", (long long)sizes[i]);
+            sum += sizes[i];
+        }
+        if (sum != dim)
+            STEP_FAIL(x, s, "split sizes sum to %lld, axis has %lld", (long long)sum, (long long)dim);
+        return 0;
+    }
+    /* equal parts; with num_outputs the last may be smaller (opset 18) */
+    int64_t n = s->n_out, part = (dim + n - 1) / n;
+    if (!s->p.split.num_outputs && dim % n)
+        STEP_FAIL(x, s, "axis of %lld cannot be split evenly into %lld", (long long)dim, (long long)n);
+    for (int i = 0; i < n; i++) {
+        int64_t rem = dim - part * i;
+        sizes[i] = rem < 0 ? 0 : rem < part ? rem : part;
+    }
+    return 0;
+}
+
+static int infer_split(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0);
+    int r = a->v.rank;
+    int64_t axis = s->p.split.axis < 0 ? s->p.split.axis + r : s->p.split.axis;
+    if (axis < 0 || axis >= r)
+        STEP_FAIL(x, s, "axis %lld out of range for rank %d", (long long)s->p.split.axis, r);
+    int64_t sizes[MAX_IO];
+    if (split_sizes(x, s, axis, sizes) != 0)
+        return -1;
+    for (int i = 0; i < s->n_out; i++) {
+        int64_t d[ENG_MAX_RANK];
+        memcpy(d, a->v.dims, sizeof d);
+        d[axis] = sizes[i];
+        set_shape(OUT(x, s, i), a->v.dtype, r, d);
+    }
+    return 0;
+}
+
+static int run_split(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0);
+    int r = a->v.rank;
+    int64_t axis = s->p.split.axis < 0 ? s->p.split.axis + r : s->p.split.axis;
+    int64_t sizes[MAX_IO];
+    if (split_sizes(x, s, axis, sizes) != 0)
+        return -1;
+    uint64_t outer = dims_numel(a->v.dims, (int)axis);
+    uint64_t inner = dims_numel(a->v.dims + axis + 1, r - (int)axis - 1) * eng_dtype_size(a->v.dtype);
+    uint64_t row = (uint64_t)a->v.dims[axis] * inner;
+    const uint8_t *src = a->v.data;
+    uint64_t off = 0;
+    for (int i = 0; i < s->n_out; i++) {
+        rt_val *o = OUT(x, s, i);
+        uint64_t chunk = (uint64_t)sizes[i] * inner;
+        if (outer == 1 || !src) {
+            o->v.data = src ? (void *)(src + off) : NULL; /* one row: a view is contiguous */
+        } else {
+            uint8_t *dst = x->vals[s->out[i]].v.data;
+            for (uint64_t b = 0; b < outer; b++)
+                memcpy(dst + b * chunk, src + b * row + off, chunk);
+        }
+        off += chunk;
+    }
+    return 0;
+}
+
+/* ---- SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization ---------- */
+
+static int prep_sln(plan_builder *b, step *s)
+{
+    s->p.norm.axis = eng_node_attr_int(s->node, "axis", -1);
+    s->p.norm.eps = eng_node_attr_float(s->node, "epsilon", 1e-5f);
+    int64_t stash = eng_node_attr_int(s->node, "stash_type", 1);
+    if (stash != 1)
+        PREP_FAIL(b, s, "attribute 'stash_type' = %lld is not supported (only 1, fp32 statistics)", (long long)stash);
+    if (s->n_out > 1 && s->out[1] >= 0)
+        PREP_FAIL(b, s, "output 1 (inv_std_var) is not supported");
+    snprintf(s->kernel, sizeof s->kernel, "%s", b->p->krn.rmsnorm.name);
+    return 0;
+}
+
+static int infer_sln(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0), *g = IN(x, s, 1);
+    if (a->v.dtype != ENG_DT_FLOAT || g->v.dtype != ENG_DT_FLOAT)
+        STEP_FAIL(x, s, "inputs must be FLOAT");
+    int r = a->v.rank;
+    int64_t axis = s->p.norm.axis < 0 ? s->p.norm.axis + r : s->p.norm.axis;
+    if (axis < 0 || axis >= r)
+        STEP_FAIL(x, s, "axis %lld out of range for rank %d", (long long)s->p.norm.axis, r);
+    uint64_t n = dims_numel(a->v.dims + axis, r - (int)axis);
+    if (eng_view_numel(&g->v) != n)
+        STEP_FAIL(x, s, "scale has %llu elements, normalized size is %llu", (unsigned long long)eng_view_numel(&g->v),
+                  (unsigned long long)n);
+    set_shape(OUT(x, s, 0), ENG_DT_FLOAT, r, a->v.dims);
+    return 0;
+}
+
+static int run_sln(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0), *g = IN(x, s, 1);
+    rt_val *o = OUT(x, s, 0);
+    int r = a->v.rank;
+    int64_t axis = s->p.norm.axis < 0 ? s->p.norm.axis + r : s->p.norm.axis;
+    uint64_t n = dims_numel(a->v.dims + axis, r - (int)axis);
+    uint64_t rows = n ? eng_view_numel(&a->v) / n : 0;
+    norm_call c = {&x->p->krn, {.x = a->v.data, .x_ld = n, .gamma = g->v.data, .y = o->v.data, .y_ld = n,
+                                .rows = rows, .n = n, .group = 1, .eps = s->p.norm.eps}, false};
+    run_par(x, rows, 1, do_norm, &c);
+    return 0;
+}
+
+static int prep_skip_sln(plan_builder *b, step *s)
+{
+    s->p.norm.eps = eng_node_attr_float(s->node, "epsilon", 1e-12f);
+    for (int i = 1; i <= 2; i++)
+        if (s->n_out > i && s->out[i] >= 0)
+            PREP_FAIL(b, s, "output %d (%s) is not supported", i, i == 1 ? "mean" : "inv_std_var");
+    snprintf(s->kernel, sizeof s->kernel, "%s", b->p->krn.skip_rmsnorm.name);
+    return 0;
+}
+
+static int infer_skip_sln(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0), *sk = IN(x, s, 1), *g = IN(x, s, 2), *bias = IN(x, s, 3);
+    if (a->v.dtype != ENG_DT_FLOAT || sk->v.dtype != ENG_DT_FLOAT || g->v.dtype != ENG_DT_FLOAT ||
+        (bias && bias->v.dtype != ENG_DT_FLOAT))
+        STEP_FAIL(x, s, "inputs must be FLOAT");
+    int r = a->v.rank;
+    if (r < 1)
+        STEP_FAIL(x, s, "input must have rank >= 1");
+    int64_t d = a->v.dims[r - 1];
+    uint64_t na = eng_view_numel(&a->v), ns = eng_view_numel(&sk->v);
+    if (sk->v.rank < 1 || sk->v.dims[sk->v.rank - 1] != d || ns == 0 || na % ns)
+        STEP_FAIL(x, s, "skip shape does not match or broadcast to the input");
+    if ((int64_t)eng_view_numel(&g->v) != d || (bias && (int64_t)eng_view_numel(&bias->v) != d))
+        STEP_FAIL(x, s, "gamma/bias must have %lld elements", (long long)d);
+    set_shape(OUT(x, s, 0), ENG_DT_FLOAT, r, a->v.dims);
+    if (OUT(x, s, 3))
+        set_shape(OUT(x, s, 3), ENG_DT_FLOAT, r, a->v.dims);
+    return 0;
+}
+
+static int run_skip_sln(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0), *sk = IN(x, s, 1), *g = IN(x, s, 2), *bias = IN(x, s, 3);
+    rt_val *o = OUT(x, s, 0), *sum = OUT(x, s, 3);
+    size_t d = (size_t)a->v.dims[a->v.rank - 1];
+    uint64_t rows = eng_view_numel(&a->v) / d, skip_rows = eng_view_numel(&sk->v) / d;
+    /* the skip input repeats over leading (batch) dims when it is smaller */
+    for (uint64_t r0 = 0; r0 < rows; r0 += skip_rows) {
+        norm_call c = {&x->p->krn,
+                       {.x = (const float *)a->v.data + r0 * d, .x_ld = d, .skip = sk->v.data, .skip_ld = d,
+                        .bias = bias ? bias->v.data : NULL, .gamma = g->v.data,
+                        .y = (float *)o->v.data + r0 * d, .y_ld = d,
+                        .sum = sum ? (float *)sum->v.data + r0 * d : NULL, .sum_ld = d,
+                        .rows = skip_rows, .n = d, .group = 1, .eps = s->p.norm.eps},
+                       true};
+        run_par(x, skip_rows, 1, do_norm, &c);
+    }
+    return 0;
+}
+
+/* ---- MatMulNBits ---------------------------------------------------------------- */
+
+static int prep_mmnb(plan_builder *b, step *s)
+{
+    const eng_node *n = s->node;
+    int64_t K = eng_node_attr_int(n, "K", 0), N = eng_node_attr_int(n, "N", 0);
+    int64_t bits = eng_node_attr_int(n, "bits", 4), bs = eng_node_attr_int(n, "block_size", 0);
+    int64_t acc = eng_node_attr_int(n, "accuracy_level", 0);
+    if (bits != 4)
+        PREP_FAIL(b, s, "attribute 'bits' = %lld is not supported (only 4)", (long long)bits);
+    if (bs < 16 || (bs & (bs - 1)))
+        PREP_FAIL(b, s, "attribute 'block_size' = %lld must be a power of two >= 16", (long long)bs);
+    if (K <= 0 || N <= 0)
+        PREP_FAIL(b, s, "attributes 'K' = %lld and 'N' = %lld must be positive", (long long)K, (long long)N);
+    if (acc < 0 || acc > 4)
+        PREP_FAIL(b, s, "attribute 'accuracy_level' = %lld is out of range 0..4", (long long)acc);
+    if (s->n_in > 4 && s->in[4] >= 0)
+        PREP_FAIL(b, s, "input 4 (g_idx) is not supported");
+    const eng_tensor *B = const_input(b, s, 1), *sc = const_input(b, s, 2), *zp = const_input(b, s, 3);
+    const eng_tensor *bias = const_input(b, s, 5);
+    uint64_t kb = (uint64_t)((K + bs - 1) / bs), blob = (uint64_t)bs / 2;
+    if (!B || B->dtype != ENG_DT_UINT8 || B->n_elems != (uint64_t)N * kb * blob)
+        PREP_FAIL(b, s, "input B must be a UINT8 initializer of %lld x %llu x %llu bytes", (long long)N,
+                  (unsigned long long)kb, (unsigned long long)blob);
+    if (!sc || sc->dtype != ENG_DT_FLOAT || sc->n_elems != (uint64_t)N * kb)
+        PREP_FAIL(b, s, "input scales must be a FLOAT initializer of %llu elements", (unsigned long long)((uint64_t)N * kb));
+    if (s->n_in > 3 && s->in[3] >= 0) {
+        if (!zp || zp->dtype != ENG_DT_UINT8)
+            PREP_FAIL(b, s, "input zero_points must be a UINT8 initializer (other types are not supported)");
+        if (zp->n_elems != (uint64_t)N * ((kb + 1) / 2))
+            PREP_FAIL(b, s, "input zero_points has %llu bytes, packed 4-bit zero points need %llu",
+                      (unsigned long long)zp->n_elems, (unsigned long long)((uint64_t)N * ((kb + 1) / 2)));
+    }
+    if (s->n_in > 5 && s->in[5] >= 0 && (!bias || bias->dtype != ENG_DT_FLOAT || bias->n_elems != (uint64_t)N))
+        PREP_FAIL(b, s, "input bias must be a FLOAT initializer of %lld elements", (long long)N);
+    /* the packed weights are used in place from the mapping: resident as they are */
+    b->p->prepared_bytes += B->nbytes + sc->nbytes + (zp ? zp->nbytes : 0) + (bias ? bias->nbytes : 0);
+    mmnb_params *m = &s->p.mmnb;
+    m->w = (krn_q4_weights){.b_data = B->data, .scales = sc->data, .zero_pts = zp ? zp->data : NULL,
+                            .bias = bias ? bias->data : NULL, .n = (size_t)N, .k = (size_t)K,
+                            .block_size = (size_t)bs, .k_blocks = (size_t)kb};
+    /* ONNX Runtime runs accuracy_level 4 with int8 activations where the CPU
+     * has int8 kernels (every x86-64 with AVX2 does); lower levels in fp32. */
+    m->int8 = acc == 4 && !b->p->opts.matmul_fp32;
+    if (m->int8)
+        snprintf(s->kernel, sizeof s->kernel, "%s + %s", b->p->krn.quant_a8.name, b->p->krn.mmnb_i8.name);
+    else
+        snprintf(s->kernel, sizeof s->kernel, "%s", b->p->krn.mmnb_f32.name);
+    return 0;
+}
+
+static int infer_mmnb(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0);
+    const krn_q4_weights *w = &s->p.mmnb.w;
+    if (a->v.dtype != ENG_DT_FLOAT)
+        STEP_FAIL(x, s, "input A must be FLOAT");
+    if (a->v.rank < 1 || a->v.dims[a->v.rank - 1] != (int64_t)w->k)
+        STEP_FAIL(x, s, "input A's last dimension must be K = %zu", w->k);
+    int64_t d[ENG_MAX_RANK];
+    memcpy(d, a->v.dims, sizeof d);
+    d[a->v.rank - 1] = (int64_t)w->n;
+    set_shape(OUT(x, s, 0), ENG_DT_FLOAT, a->v.rank, d);
+    if (s->p.mmnb.int8) {
+        uint64_t m = eng_view_numel(&a->v) / w->k;
+        uint64_t need = krn_quant_a8_size(m, w->k, w->block_size);
+        if (need > x->scratch_need)
+            x->scratch_need = need;
+    }
+    return 0;
+}
+
+static int run_mmnb(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0);
+    rt_val *o = OUT(x, s, 0);
+    const mmnb_params *m = &s->p.mmnb;
+    size_t rows = eng_view_numel(&a->v) / m->w.k;
+    if (!rows)
+        return 0;
+    mmnb_call c = {&x->p->krn, {.w = m->w, .m = rows, .a = a->v.data, .a_ld = m->w.k, .y = o->v.data,
+                                .y_ld = m->w.n}, m->int8};
+    if (m->int8) {
+        quant_call q = {&x->p->krn, {.a = a->v.data, .a_ld = m->w.k, .m = rows, .k = m->w.k,
+                                     .block_size = m->w.block_size, .qa = x->scratch}};
+        run_par(x, rows, 1, do_quant, &q);
+        c.a.qa = x->scratch;
+    }
+    run_par(x, m->w.n, 16, do_mmnb, &c);
+    return 0;
+}
+
+/* ---- GroupQueryAttention ------------------------------------------------------- */
+
+static int prep_gqa(plan_builder *b, step *s)
+{
+    const eng_node *n = s->node;
+    gqa_params *g = &s->p.gqa;
+    g->heads = eng_node_attr_int(n, "num_heads", 0);
+    g->kv_heads = eng_node_attr_int(n, "kv_num_heads", 0);
+    g->scale = eng_node_attr_float(n, "scale", 0.0f);
+    g->rotary = eng_node_attr_int(n, "do_rotary", 0) != 0;
+    if (g->heads <= 0 || g->kv_heads <= 0 || g->heads % g->kv_heads)
+        PREP_FAIL(b, s, "num_heads = %lld must be a positive multiple of kv_num_heads = %lld", (long long)g->heads,
+                  (long long)g->kv_heads);
+    if (eng_node_attr_float(n, "softcap", 0.0f) != 0.0f)
+        PREP_FAIL(b, s, "attribute 'softcap' is not supported");
+    if (eng_node_attr_int(n, "local_window_size", -1) != -1)
+        PREP_FAIL(b, s, "attribute 'local_window_size' (sliding window) is not supported");
+    if (eng_node_attr_int(n, "rotary_interleaved", 0) != 0)
+        PREP_FAIL(b, s, "attribute 'rotary_interleaved' = 1 is not supported");
+    if (eng_node_attr_int(n, "smooth_softmax", -1) == 1)
+        PREP_FAIL(b, s, "attribute 'smooth_softmax' = 1 is not supported");
+    if (eng_node_attr_int(n, "qk_output", 0) != 0)
+        PREP_FAIL(b, s, "attribute 'qk_output' is not supported");
+    if (eng_node_attr_int(n, "kv_cache_bit_width", 0) != 0)
+        PREP_FAIL(b, s, "attribute 'kv_cache_bit_width' (quantized KV cache) is not supported");
+    const char *qt[] = {"k_quant_type", "v_quant_type"};
+    for (int i = 0; i < 2; i++) {
+        const eng_attr *a = eng_node_attr(n, qt[i]);
+        if (a && strcmp(a->s, "NONE"))
+            PREP_FAIL(b, s, "attribute '%s' = '%s' is not supported", qt[i], a->s);
+    }
+    bool has_k = s->n_in > 1 && s->in[1] >= 0, has_v = s->n_in > 2 && s->in[2] >= 0;
+    if (has_k != has_v)
+        PREP_FAIL(b, s, "key and value must both be given or both be absent");
+    g->packed = !has_k;
+    g->index = b->p->n_gqa++;
+    if (s->n_in < 7 || s->in[5] < 0 || s->in[6] < 0)
+        PREP_FAIL(b, s, "inputs seqlens_k and total_sequence_length are required");
+    bool has_pk = s->n_in > 3 && s->in[3] >= 0, has_pv = s->n_in > 4 && s->in[4] >= 0;
+    if (has_pk != has_pv)
+        PREP_FAIL(b, s, "past_key and past_value must both be given or both be absent");
+    if (g->rotary && (s->n_in < 9 || s->in[7] < 0 || s->in[8] < 0))
+        PREP_FAIL(b, s, "do_rotary = 1 needs inputs cos_cache and sin_cache");
+    static const char *unsupported[] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                        "position_ids", "attention_bias", "head_sink", "k_scale",
+                                        "v_scale", "q_norm_weight", "k_norm_weight"};
+    for (int i = 9; i < s->n_in && i < 16; i++)
+        if (s->in[i] >= 0)
+            PREP_FAIL(b, s, "input %d (%s) is not supported", i, unsupported[i]);
+    if (s->n_out < 3 || s->out[1] < 0 || s->out[2] < 0)
+        PREP_FAIL(b, s, "outputs present_key and present_value are required");
+    if (s->n_out > 3 && s->out[3] >= 0)
+        PREP_FAIL(b, s, "output 3 (output_qk) is not supported");
+    if (g->rotary)
+        snprintf(s->kernel, sizeof s->kernel, "%s + %s", b->p->krn.rotary.name, b->p->krn.gqa.name);
+    else
+        snprintf(s->kernel, sizeof s->kernel, "%s", b->p->krn.gqa.name);
+    return 0;
+}
+
+typedef struct gqa_dims {
+    int64_t S, H, W, T, P, present;
+} gqa_dims;
+
+static int gqa_shapes(eng_exec *x, const step *s, gqa_dims *d)
+{
+    const gqa_params *g = &s->p.gqa;
+    const rt_val *q = IN(x, s, 0), *k = IN(x, s, 1), *pk = IN(x, s, 3), *pv = IN(x, s, 4);
+    const rt_val *seq = IN(x, s, 5), *tot = IN(x, s, 6);
+    if (q->v.dtype != ENG_DT_FLOAT || q->v.rank != 3)
+        STEP_FAIL(x, s, "query must be FLOAT [batch, sequence, hidden]");
+    if (q->v.dims[0] != 1)
+        STEP_FAIL(x, s, "batch size %lld is not supported (only 1)", (long long)q->v.dims[0]);
+    d->S = q->v.dims[1];
+    d->W = q->v.dims[2];
+    int64_t heads_total = g->packed ? g->heads + 2 * g->kv_heads : g->heads;
+    if (d->W % heads_total)
+        STEP_FAIL(x, s, "query width %lld is not a multiple of %lld heads", (long long)d->W, (long long)heads_total);
+    d->H = d->W / heads_total;
+    if (d->H > KRN_MAX_HEAD_DIM || d->H % 8)
+        STEP_FAIL(x, s, "head size %lld must be a multiple of 8 up to %d", (long long)d->H, KRN_MAX_HEAD_DIM);
+    if (!g->packed) {
+        const rt_val *v = IN(x, s, 2);
+        for (int i = 0; i < 2; i++) {
+            const rt_val *t = i ? v : k;
+            if (t->v.dtype != ENG_DT_FLOAT || t->v.rank != 3 || t->v.dims[0] != 1 || t->v.dims[1] != d->S ||
+                t->v.dims[2] != g->kv_heads * d->H)
+                STEP_FAIL(x, s, "%s must be FLOAT [1, %lld, %lld]", i ? "value" : "key", (long long)d->S,
+                          (long long)(g->kv_heads * d->H));
+        }
+    }
+    d->P = 0;
+    if (pk) {
+        for (int i = 0; i < 2; i++) {
+            const rt_val *t = i ? pv : pk;
+            if (t->v.dtype != ENG_DT_FLOAT || t->v.rank != 4 || t->v.dims[0] != 1 || t->v.dims[1] != g->kv_heads ||
+                t->v.dims[3] != d->H || t->v.dims[2] != pk->v.dims[2])
+                STEP_FAIL(x, s, "%s must be FLOAT [1, %lld, past, %lld]", i ? "past_value" : "past_key",
+                          (long long)g->kv_heads, (long long)d->H);
+        }
+        d->P = pk->v.dims[2];
+    }
+    if (seq->v.dtype != ENG_DT_INT32 || eng_view_numel(&seq->v) != 1)
+        STEP_FAIL(x, s, "seqlens_k must be INT32 [1]");
+    if (tot->v.dtype != ENG_DT_INT32 || eng_view_numel(&tot->v) != 1)
+        STEP_FAIL(x, s, "total_sequence_length must be one INT32");
+    if (need_data(x, s, tot, "total_sequence_length") != 0)
+        return -1;
+    d->T = ((const int32_t *)tot->v.data)[0];
+    if (d->T < d->S)
+        STEP_FAIL(x, s, "total_sequence_length %lld is less than the %lld new tokens", (long long)d->T, (long long)d->S);
+    d->present = d->T > d->P ? d->T : d->P;
+    return 0;
+}
+
+static int krn_unsupported_f16(eng_exec *x, const step *s)
+{
+    STEP_FAIL(x, s, "an fp16 KV cache is not supported by the attention kernels of this build");
+}
+
+static int infer_gqa(eng_exec *x, const step *s)
+{
+    gqa_dims d;
+    if (gqa_shapes(x, s, &d) != 0)
+        return -1;
+    const gqa_params *g = &s->p.gqa;
+    int64_t od[3] = {1, d.S, g->heads * d.H};
+    set_shape(OUT(x, s, 0), ENG_DT_FLOAT, 3, od);
+    /* with a session cache bound, the cache is the state and present is empty */
+    int64_t pd[4] = {1, g->kv_heads, x->kv[g->index].k ? 0 : d.present, d.H};
+    set_shape(OUT(x, s, 1), ENG_DT_FLOAT, 4, pd);
+    set_shape(OUT(x, s, 2), ENG_DT_FLOAT, 4, pd);
+    /* scratch: rotated queries, then positions */
+    uint64_t need = (uint64_t)(d.S * g->heads * d.H) * sizeof(float) + (uint64_t)d.S * sizeof(int64_t) + ALIGN;
+    if (x->kv[g->index].k && x->kv[g->index].dtype == ENG_DT_FLOAT16)
+        return krn_unsupported_f16(x, s);
+    if (need > x->scratch_need)
+        x->scratch_need = need;
+    return 0;
+}
+
+static int run_gqa(eng_exec *x, const step *s)
+{
+    const gqa_params *g = &s->p.gqa;
+    gqa_dims d;
+    if (gqa_shapes(x, s, &d) != 0)
+        return -1;
+    const rt_val *q = IN(x, s, 0), *kin = IN(x, s, 1), *vin = IN(x, s, 2), *pk = IN(x, s, 3), *pv = IN(x, s, 4);
+    const rt_val *seq = IN(x, s, 5), *cos = IN(x, s, 7), *sin = IN(x, s, 8);
+    rt_val *out = OUT(x, s, 0), *prk = OUT(x, s, 1), *prv = OUT(x, s, 2);
+    int64_t S = d.S, H = d.H, Nq = g->heads, Nkv = g->kv_heads;
+    int64_t total = (int64_t)((const int32_t *)seq->v.data)[0] + 1;
+    bool first = S == d.T;
+    int64_t past = first ? 0 : total - S;
+    if (first && total != S)
+        STEP_FAIL(x, s, "seqlens_k + 1 = %lld does not match the %lld prompt tokens (padding is not supported)",
+                  (long long)total, (long long)S);
+    if (!first && S > 1 && total != d.T)
+        STEP_FAIL(x, s, "seqlens_k + 1 = %lld must equal total_sequence_length %lld", (long long)total, (long long)d.T);
+    const eng_kv_binding *kvb = &x->kv[g->index];
+    if (past < 0 || (!kvb->k && (past > d.P || past + S > d.present)))
+        STEP_FAIL(x, s, "%lld cached tokens + %lld new do not fit past length %lld / present length %lld",
+                  (long long)past, (long long)S, (long long)d.P, (long long)d.present);
+    if (g->rotary) {
+        if (cos->v.rank != 2 || sin->v.rank != 2 || cos->v.dims[1] != sin->v.dims[1] || cos->v.dims[1] * 2 > H ||
+            cos->v.dims[1] % 8 || cos->v.dtype != ENG_DT_FLOAT || sin->v.dtype != ENG_DT_FLOAT)
+            STEP_FAIL(x, s, "cos_cache/sin_cache must be FLOAT [positions, rotary_dim/2] with rotary_dim <= head size");
+        if (past + S > cos->v.dims[0] || sin->v.dims[0] < cos->v.dims[0])
+            STEP_FAIL(x, s, "position %lld is beyond the rotary cache (%lld rows)", (long long)(past + S - 1),
+                      (long long)cos->v.dims[0]);
+    }
+    uint64_t row = (uint64_t)H * sizeof(float);
+    /* Session cache: rows are [token, kv_head, head]; otherwise the present
+     * tensor [kv_head, token, head]. Both are just strides to the kernels. */
+    size_t tok_stride = kvb->k ? (size_t)(Nkv * H) : (size_t)H;
+    size_t head_stride = kvb->k ? (size_t)H : (size_t)(d.present * H);
+    if (kvb->k && past + S > kvb->capacity)
+        STEP_FAIL(x, s, "%lld cached + %lld new tokens exceed the KV cache of %lld", (long long)past, (long long)S,
+                  (long long)kvb->capacity);
+    float *kc = kvb->k ? kvb->k : prk->v.data, *vc = kvb->k ? kvb->v : prv->v.data;
+    const float *pkd = pk ? pk->v.data : NULL, *pvd = pv ? pv->v.data : NULL;
+    /* Separate past and present buffers: copy the cached rows over (the
+     * tensor contract; a shared buffer already holds them). */
+    for (int64_t h = 0; h < Nkv && !kvb->k; h++) {
+        for (int c = 0; c < 2; c++) {
+            float *dst = (c ? vc : kc) + h * d.present * H;
+            const float *src = c ? pvd : pkd;
+            if (src && src + h * d.P * H != dst && past) {
+                memcpy(dst, src + h * d.P * H, (uint64_t)past * row);
+                x->kv_bytes_moved += (uint64_t)past * row;
+            }
+            if (src != (c ? vc : kc) && past + S < d.present)
+                memset(dst + (past + S) * H, 0, (uint64_t)(d.present - past - S) * row);
+        }
+    }
+    int64_t qw = d.W;
+    const float *qd = q->v.data;
+    const float *kd = g->packed ? qd + Nq * H : kin->v.data;
+    const float *vd = g->packed ? qd + (Nq + Nkv) * H : vin->v.data;
+    int64_t kv_ld = g->packed ? qw : Nkv * H;
+
+    float *qrot = (float *)x->scratch;
+    int64_t *pos = (int64_t *)(x->scratch + (((uint64_t)(S * Nq * H) * sizeof(float) + ALIGN - 1) / ALIGN) * ALIGN);
+    for (int64_t t = 0; t < S; t++)
+        pos[t] = past + t;
+    /* new values */
+    for (int64_t h = 0; h < Nkv; h++)
+        for (int64_t t = 0; t < S; t++)
+            memcpy(vc + (size_t)(past + t) * tok_stride + (size_t)h * head_stride, vd + t * kv_ld + h * H, row);
+    x->kv_bytes_moved += 2 * (uint64_t)(S * Nkv) * row;
+    if (g->rotary) {
+        rot_call rk = {&x->p->krn, {.x = kd, .y = kc + (size_t)past * tok_stride, .x_tok_stride = (size_t)kv_ld,
+                                    .x_head_stride = (size_t)H, .y_tok_stride = tok_stride,
+                                    .y_head_stride = head_stride, .n_tok = (size_t)S,
+                                    .n_heads = (size_t)Nkv, .head_dim = (size_t)H,
+                                    .rot_dim = (size_t)(2 * cos->v.dims[1]), .cos_cache = cos->v.data,
+                                    .sin_cache = sin->v.data, .cache_ld = (size_t)cos->v.dims[1], .pos = pos}};
+        run_par(x, (size_t)(S * Nkv), 1, do_rot, &rk);
+        rot_call rq = rk;
+        rq.a.x = qd;
+        rq.a.y = qrot;
+        rq.a.x_tok_stride = (size_t)qw;
+        rq.a.y_tok_stride = (size_t)(Nq * H);
+        rq.a.y_head_stride = (size_t)H;
+        rq.a.n_heads = (size_t)Nq;
+        run_par(x, (size_t)(S * Nq), 1, do_rot, &rq);
+    } else {
+        for (int64_t h = 0; h < Nkv; h++)
+            for (int64_t t = 0; t < S; t++)
+                memcpy(kc + (size_t)(past + t) * tok_stride + (size_t)h * head_stride, kd + t * kv_ld + h * H, row);
+        for (int64_t t = 0; t < S; t++)
+            memcpy(qrot + t * Nq * H, qd + t * qw, (uint64_t)(Nq * H) * sizeof(float));
+    }
+    gqa_call ga = {&x->p->krn, {.q = qrot, .q_ld = (size_t)(Nq * H), .k_cache = kc, .v_cache = vc,
+                                .kv_head_stride = head_stride, .kv_tok_stride = tok_stride,
+                                .out = out->v.data, .out_ld = (size_t)(Nq * H), .seq = (size_t)S,
+                                .past = (size_t)past, .n_heads = (size_t)Nq, .n_kv_heads = (size_t)Nkv,
+                                .head_dim = (size_t)H,
+                                .scale = g->scale != 0.0f ? g->scale : 1.0f / sqrtf((float)H),
+                                .local_window = -1, .softcap = 0.0f}};
+    run_par(x, (size_t)(S * Nq), (size_t)(Nq / Nkv), do_gqa, &ga);
+    return 0;
+}
+
+/* ---- registry ------------------------------------------------------------------- */
+
+static const op_def op_defs[] = {
+    {"", "Constant", prep_constant, NULL, NULL, false, false},
+    {"", "Shape", prep_shape, infer_shape, run_shape, true, false},
+    {"", "Gather", prep_gather, infer_gather, run_gather, true, false},
+    {"", "ReduceSum", prep_reduce, infer_reduce, run_reduce, true, false},
+    {"", "Sub", prep_binary, infer_binary, run_binary, true, false},
+    {"", "Add", prep_binary, infer_binary, run_binary, true, false},
+    {"", "Mul", prep_binary, infer_binary, run_binary, true, false},
+    {"", "Cast", prep_cast, infer_cast, run_cast, true, false},
+    {"", "Sigmoid", prep_sigmoid, infer_unary_same, run_sigmoid, false, false},
+    {"", "Reshape", prep_reshape, infer_reshape, run_reshape, false, true},
+    {"", "Split", prep_split, infer_split, run_split, true, true},
+    {"", "SimplifiedLayerNormalization", prep_sln, infer_sln, run_sln, false, false},
+    {"com.microsoft", "SkipSimplifiedLayerNormalization", prep_skip_sln, infer_skip_sln, run_skip_sln, false, false},
+    {"com.microsoft", "MatMulNBits", prep_mmnb, infer_mmnb, run_mmnb, false, false},
+    {"com.microsoft", "GroupQueryAttention", prep_gqa, infer_gqa, run_gqa, false, false},
+};
+
+static const op_def *find_def(const eng_node *n)
+{
+    for (size_t i = 0; i < sizeof op_defs / sizeof op_defs[0]; i++)
+        if (!strcmp(op_defs[i].domain, n->domain) && !strcmp(op_defs[i].op, n->op_type))
+            return &op_defs[i];
+    return NULL;
+}
+
+/* ---- plan ----------------------------------------------------------------------- */
+
+int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, eng_diag *diag)
+{
+    *out = NULL;
+    eng_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        goto oom;
+    p->g = g;
+    if (opts)
+        p->opts = *opts;
+    p->krn = *krn_active();
+    p->n_steps = g->n_nodes;
+    p->steps = calloc(g->n_nodes + 1, sizeof *p->steps);
+    p->vals = calloc(g->n_values + 1, sizeof *p->vals);
+    p->owned = calloc(g->n_nodes + 1, sizeof *p->owned);
+    if (!p->steps || !p->vals || !p->owned)
+        goto oom;
+    size_t before = diag->n_total;
+    for (size_t v = 0; v < g->n_values; v++) {
+        val_plan *vp = &p->vals[v];
+        vp->def = -1;
+        vp->last = -1;
+        const eng_value *gv = &g->values[v];
+        if (gv->kind == ENG_VALUE_INITIALIZER) {
+            const eng_tensor *t = &g->inits[gv->index];
+            vp->kind = PV_CONST;
+            vp->cval = (eng_view){.dtype = t->dtype, .rank = t->rank, .data = (void *)t->data};
+            memcpy(vp->cval.dims, t->dims, sizeof vp->cval.dims);
+        } else if (gv->kind == ENG_VALUE_INPUT) {
+            vp->kind = PV_INPUT;
+        } else {
+            vp->kind = PV_NODE;
+            vp->def = (int)gv->index;
+        }
+    }
+    for (size_t o = 0; o < g->n_outputs; o++) {
+        int v = eng_graph_value(g, g->outputs[o].name);
+        if (v >= 0) {
+            p->vals[v].graph_output = true;
+            p->vals[v].last = (int)g->n_nodes;
+        }
+    }
+    plan_builder b = {p, diag};
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        step *s = &p->steps[i];
+        const eng_node *n = &g->nodes[i];
+        s->node = n;
+        s->op = find_def(n);
+        if (n->n_inputs > MAX_IO || n->n_outputs > MAX_IO) {
+            eng_diag_add(diag, "%s: node '%s' (%s): too many inputs or outputs", g->dir, node_label(n), n->op_type);
+            continue;
+        }
+        s->n_in = (int)n->n_inputs;
+        s->n_out = (int)n->n_outputs;
+        for (int k = 0; k < s->n_in; k++) {
+            s->in[k] = n->input_values[k];
+            if (s->in[k] >= 0 && (int)i > p->vals[s->in[k]].last && !p->vals[s->in[k]].graph_output)
+                p->vals[s->in[k]].last = (int)i;
+        }
+        for (int k = 0; k < s->n_out; k++)
+            s->out[k] = n->output_values[k];
+        if (!s->op) {
+            eng_diag_add(diag, "%s: node '%s': no kernel for %s::%s", g->dir, node_label(n),
+                         *n->domain ? n->domain : "ai.onnx", n->op_type);
+            continue;
+        }
+        s->op->prepare(&b, s);
+    }
+    /* A view keeps the storage it points into alive: extend lifetimes
+     * backwards through Reshape and Split (reverse order handles chains). */
+    for (size_t i = g->n_nodes; i-- > 0;) {
+        step *s = &p->steps[i];
+        if (!s->op || !s->op->places_outputs || s->in[0] < 0)
+            continue;
+        for (int k = 0; k < s->n_out; k++)
+            if (s->out[k] >= 0 && p->vals[s->out[k]].last > p->vals[s->in[0]].last)
+                p->vals[s->in[0]].last = p->vals[s->out[k]].last;
+    }
+    if (diag->n_total > before) {
+        eng_plan_free(p);
+        return -1;
+    }
+    *out = p;
+    return 0;
+oom:
+    eng_diag_add(diag, "%s: out of memory building the plan", g->dir);
+    eng_plan_free(p);
+    return -1;
+}
+
+void eng_plan_free(eng_plan *p)
+{
+    if (!p)
+        return;
+    for (size_t i = 0; i < p->n_owned; i++)
+        free(p->owned[i]);
+    free(p->owned);
+    free(p->steps);
+    free(p->vals);
+    free(p);
+}
+
+const eng_graph *eng_plan_graph(const eng_plan *p)
+{
+    return p->g;
+}
+
+const char *eng_plan_kernel(const eng_plan *p, size_t node)
+{
+    return node < p->n_steps && p->steps[node].kernel[0] ? p->steps[node].kernel : "unassigned";
+}
+
+uint64_t eng_plan_prepared_bytes(const eng_plan *p)
+{
+    return p->prepared_bytes;
+}
+
+/* ---- exec ----------------------------------------------------------------------- */
+
+eng_exec *eng_exec_new(const eng_plan *p, eng_pool *pool)
+{
+    eng_exec *x = calloc(1, sizeof *x);
+    if (!x)
+        return NULL;
+    size_t nv = p->g->n_values + 1;
+    x->p = p;
+    x->pool = pool;
+    x->vals = calloc(nv, sizeof *x->vals);
+    x->input_set = calloc(nv, sizeof *x->input_set);
+    x->bound = calloc(nv, sizeof *x->bound);
+    x->slot_off = calloc(nv, sizeof *x->slot_off);
+    x->slot_cap = calloc(nv, sizeof *x->slot_cap);
+    x->need = calloc(nv, sizeof *x->need);
+    x->kv = calloc((size_t)p->n_gqa + 1, sizeof *x->kv);
+    if (!x->vals || !x->input_set || !x->bound || !x->slot_off || !x->slot_cap || !x->need || !x->kv) {
+        eng_exec_free(x);
+        return NULL;
+    }
+    for (size_t v = 0; v < p->g->n_values; v++)
+        if (p->vals[v].kind == PV_CONST) {
+            x->vals[v].v = p->vals[v].cval;
+            x->vals[v].nbytes = eng_view_numel(&p->vals[v].cval) * eng_dtype_size(p->vals[v].cval.dtype);
+        }
+    return x;
+}
+
+void eng_exec_free(eng_exec *x)
+{
+    if (!x)
+        return;
+    free(x->vals);
+    free(x->input_set);
+    free(x->bound);
+    free(x->slot_off);
+    free(x->slot_cap);
+    free(x->need);
+    free(x->kv);
+    free(x->arena);
+    free(x->scratch);
+    free(x->shape_buf);
+    free(x);
+}
+
+int eng_exec_set_input(eng_exec *x, const char *name, int32_t dtype, int rank, const int64_t *dims,
+                       const void *data, eng_diag *diag)
+{
+    const eng_graph *g = x->p->g;
+    int v = eng_graph_value(g, name);
+    if (v < 0 || g->values[v].kind != ENG_VALUE_INPUT) {
+        eng_diag_add(diag, "'%s' is not an input of the graph", name);
+        return -1;
+    }
+    const eng_value_info *vi = &g->inputs[g->values[v].index];
+    if (dtype != vi->dtype) {
+        eng_diag_add(diag, "input '%s' must be %s, not %s", name, eng_dtype_name(vi->dtype), eng_dtype_name(dtype));
+        return -1;
+    }
+    if (rank < 0 || rank > ENG_MAX_RANK || (vi->rank >= 0 && rank != vi->rank)) {
+        eng_diag_add(diag, "input '%s' must have rank %d, not %d", name, vi->rank, rank);
+        return -1;
+    }
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] < 0 || (vi->rank >= 0 && vi->dims[i].value >= 0 && vi->dims[i].value != dims[i])) {
+            eng_diag_add(diag, "input '%s': dimension %d is %lld, the graph fixes %lld", name, i, (long long)dims[i],
+                         (long long)vi->dims[i].value);
+            return -1;
+        }
+    }
+    set_shape(&x->vals[v], dtype, rank, dims);
+    x->vals[v].v.data = (void *)data;
+    x->input_set[v] = true;
+    return 0;
+}
+
+int eng_exec_bind_output(eng_exec *x, const char *name, void *buf, uint64_t cap, eng_diag *diag)
+{
+    int v = eng_graph_value(x->p->g, name);
+    if (v < 0 || !x->p->vals[v].graph_output || x->p->vals[v].kind != PV_NODE) {
+        eng_diag_add(diag, "'%s' is not a computed output of the graph", name);
+        return -1;
+    }
+    x->bound[v] = (bound_buf){buf, buf ? cap : 0};
+    return 0;
+}
+
+int eng_exec_bind_kv(eng_exec *x, const char *past_key_input, const eng_kv_binding *b, eng_diag *diag)
+{
+    const eng_plan *p = x->p;
+    int v = eng_graph_value(p->g, past_key_input);
+    for (size_t i = 0; v >= 0 && i < p->n_steps; i++) {
+        const step *s = &p->steps[i];
+        if (s->op->run != run_gqa || s->n_in < 4 || s->in[3] != v)
+            continue;
+        if (b && (!b->k || !b->v || b->capacity <= 0 ||
+                  (b->dtype != ENG_DT_FLOAT && b->dtype != ENG_DT_FLOAT16))) {
+            eng_diag_add(diag, "invalid KV binding for '%s'", past_key_input);
+            return -1;
+        }
+        x->kv[s->p.gqa.index] = b ? *b : (eng_kv_binding){0};
+        return 0;
+    }
+    eng_diag_add(diag, "no GroupQueryAttention node reads past key '%s'", past_key_input);
+    return -1;
+}
+
+/* Values that need arena storage this run. */
+static bool in_arena(const eng_exec *x, size_t v)
+{
+    const val_plan *vp = &x->p->vals[v];
+    return vp->kind == PV_NODE && !x->bound[v].buf;
+}
+
+typedef struct slot_order {
+    size_t v;
+    uint64_t cap;
+} slot_order;
+
+static int cmp_slot(const void *a, const void *b)
+{
+    const slot_order *x = a, *y = b;
+    if (x->cap != y->cap)
+        return x->cap > y->cap ? -1 : 1;
+    return x->v < y->v ? -1 : 1;
+}
+
+/* Lays out every arena value by first fit, largest first, so that values
+ * whose lifetimes [def, last] intersect never share bytes. */
+static int layout_arena(eng_exec *x)
+{
+    const eng_plan *p = x->p;
+    size_t nv = p->g->n_values, n = 0;
+    slot_order *ord = malloc((nv + 1) * sizeof *ord);
+    size_t *placed = malloc((nv + 1) * sizeof *placed);
+    if (!ord || !placed) {
+        free(ord);
+        free(placed);
+        return -1;
+    }
+    for (size_t v = 0; v < nv; v++) {
+        if (!in_arena(x, v))
+            continue;
+        uint64_t cap = (x->need[v] > x->slot_cap[v] ? x->need[v] : x->slot_cap[v]);
+        cap = (cap + ALIGN - 1) / ALIGN * ALIGN;
+        x->slot_cap[v] = cap;
+        if (cap)
+            ord[n++] = (slot_order){v, cap};
+    }
+    qsort(ord, n, sizeof *ord, cmp_slot);
+    uint64_t total = 0;
+    size_t n_placed = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t v = ord[i].v;
+        int d0 = p->vals[v].def, l0 = p->vals[v].last < d0 ? d0 : p->vals[v].last;
+        uint64_t off = 0;
+        for (bool moved = true; moved;) {
+            moved = false;
+            for (size_t j = 0; j < n_placed; j++) {
+                size_t u = placed[j];
+                int d1 = p->vals[u].def, l1 = p->vals[u].last < d1 ? d1 : p->vals[u].last;
+                if (l0 < d1 || l1 < d0)
+                    continue; /* never alive together */
+                uint64_t ub = x->slot_off[u], ue = ub + x->slot_cap[u];
+                if (off < ue && ub < off + ord[i].cap) {
+                    off = ue;
+                    moved = true;
+                }
+            }
+        }
+        x->slot_off[v] = off;
+        placed[n_placed++] = v;
+        if (off + ord[i].cap > total)
+            total = off + ord[i].cap;
+    }
+    free(ord);
+    free(placed);
+    if (total > x->arena_bytes) {
+        void *na = aligned_alloc(ALIGN, total);
+        if (!na)
+            return -1;
+        free(x->arena);
+        x->arena = na;
+        x->arena_bytes = total;
+    }
+    return 0;
+}
+
+static void *shape_alloc(eng_exec *x, uint64_t n)
+{
+    n = (n + 15) / 16 * 16;
+    if (x->shape_used + n > x->shape_cap)
+        return NULL;
+    void *r = x->shape_buf + x->shape_used;
+    x->shape_used += n;
+    return r;
+}
+
+/* Gives the outputs of step s their storage for this pass. */
+static int place_outputs(eng_exec *x, const step *s)
+{
+    for (int k = 0; k < s->n_out; k++) {
+        int v = s->out[k];
+        if (v < 0)
+            continue;
+        rt_val *o = &x->vals[v];
+        if (x->shape_pass) {
+            /* a Reshape output is always a view and needs no storage of its own */
+            x->need[v] = s->op->run == run_reshape ? 0 : o->nbytes;
+            o->v.data = NULL;
+            if (s->op->shape_op && is_int_dtype(o->v.dtype)) {
+                o->v.data = shape_alloc(x, o->nbytes);
+                if (!o->v.data && o->nbytes) {
+                    /* grow the shape buffer and redo this run's shape pass */
+                    return 1;
+                }
+            }
+            continue;
+        }
+        if (x->bound[v].buf) {
+            if (o->nbytes > x->bound[v].cap)
+                STEP_FAIL(x, s, "output '%s' needs %llu bytes, its buffer holds %llu", x->p->g->values[v].name,
+                          (unsigned long long)o->nbytes, (unsigned long long)x->bound[v].cap);
+            o->v.data = x->bound[v].buf;
+        } else {
+            o->v.data = x->arena + x->slot_off[v];
+        }
+    }
+    return 0;
+}
+
+static bool outputs_are_int(const eng_exec *x, const step *s)
+{
+    if (!s->op->shape_op && !s->op->places_outputs)
+        return false;
+    for (int k = 0; k < s->n_out; k++)
+        if (s->out[k] >= 0 && !is_int_dtype(x->vals[s->out[k]].v.dtype))
+            return false;
+    return true;
+}
+
+static int pass(eng_exec *x, bool shape_pass)
+{
+    const eng_plan *p = x->p;
+    x->shape_pass = shape_pass;
+    x->shape_used = 0;
+    for (size_t i = 0; i < p->n_steps; i++) {
+        const step *s = &p->steps[i];
+        if (!s->op->infer)
+            continue; /* folded constant */
+        if (s->op->infer(x, s) != 0)
+            return -1;
+        int r = place_outputs(x, s);
+        if (r)
+            return r;
+        /* The shape pass computes integer values only: float data is never
+         * needed to know a shape, and has no storage yet. */
+        if (shape_pass && !outputs_are_int(x, s))
+            continue;
+        struct timespec t0, t1;
+        bool timed = x->profiling && !shape_pass;
+        if (timed)
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (s->op->run(x, s) != 0)
+            return -1;
+        if (timed) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            size_t k = (size_t)(s->op - op_defs);
+            x->prof_ns[k] += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
+            x->prof_calls[k]++;
+        }
+    }
+    return 0;
+}
+
+int eng_exec_run(eng_exec *x, eng_diag *diag)
+{
+    const eng_plan *p = x->p;
+    const eng_graph *g = p->g;
+    x->diag = diag;
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        int v = eng_graph_value(g, g->inputs[i].name);
+        if (v >= 0 && !x->input_set[v]) {
+            eng_diag_add(diag, "graph input '%s' is not set", g->inputs[i].name);
+            return -1;
+        }
+    }
+    /* shape pass: every shape, and every byte count, of this run */
+    x->scratch_need = 0;
+    int r;
+    while ((r = pass(x, true)) == 1) {
+        uint64_t cap = x->shape_cap ? x->shape_cap * 2 : 4096;
+        uint8_t *nb = realloc(x->shape_buf, cap);
+        if (!nb) {
+            eng_diag_add(diag, "out of memory for shape values");
+            return -1;
+        }
+        x->shape_buf = nb;
+        x->shape_cap = cap;
+    }
+    if (r != 0)
+        return -1;
+    bool grow = false;
+    for (size_t v = 0; v < g->n_values; v++)
+        if (in_arena(x, v) && x->need[v] > x->slot_cap[v])
+            grow = true;
+    if (grow && layout_arena(x) != 0) {
+        eng_diag_add(diag, "out of memory for the activation arena");
+        return -1;
+    }
+    if (x->scratch_need > x->scratch_cap) {
+        free(x->scratch);
+        uint64_t cap = (x->scratch_need + ALIGN - 1) / ALIGN * ALIGN;
+        x->scratch = aligned_alloc(ALIGN, cap);
+        x->scratch_cap = x->scratch ? cap : 0;
+        if (!x->scratch) {
+            eng_diag_add(diag, "out of memory for kernel scratch");
+            return -1;
+        }
+    }
+    return pass(x, false) == 0 ? 0 : -1;
+}
+
+int eng_exec_value(const eng_exec *x, const char *name, eng_view *out)
+{
+    int v = eng_graph_value(x->p->g, name);
+    if (v < 0)
+        return -1;
+    *out = x->vals[v].v;
+    return 0;
+}
+
+void eng_exec_set_profiling(eng_exec *x, bool on)
+{
+    x->profiling = on;
+}
+
+size_t eng_exec_profile(const eng_exec *x, eng_prof_entry *out, size_t cap)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < sizeof op_defs / sizeof op_defs[0] && n < cap; k++)
+        if (x->prof_calls[k])
+            out[n++] = (eng_prof_entry){op_defs[k].op, x->prof_ns[k], x->prof_calls[k]};
+    return n;
+}
+
+uint64_t eng_exec_arena_bytes(const eng_exec *x)
+{
+    return x->arena_bytes;
+}
+
+uint64_t eng_exec_kv_bytes_moved(const eng_exec *x)
+{
+    return x->kv_bytes_moved;
+}

@@ -1,0 +1,114 @@
+/*
+ * plan: the execution plan of a loaded graph and the executor that runs it.
+ *
+ * eng_plan_new() walks the graph once: every node is bound to a kernel from
+ * the registry keyed by (domain, op, dtypes, attributes), its attributes are
+ * checked (an unsupported variant is rejected naming node and attribute), and
+ * Constant values are folded. The plan is immutable and shared by every
+ * eng_exec (one per session).
+ *
+ * An eng_exec holds the runtime tensors of one run: graph inputs bound by the
+ * caller (never copied), optional caller buffers for outputs (e.g. KV caches),
+ * and one arena for everything else, laid out from tensor lifetimes so values
+ * that are never alive together share memory. Each run first infers every
+ * shape (running only the small integer shape ops), grows the arena if this
+ * run needs more than any before, then executes the steps in order; a step
+ * does no allocation, locking or I/O. Reshape is always a view; Split is a
+ * view when only one row is split, a copy otherwise.
+ *
+ * Threads: a plan may be read from any thread. An eng_exec is driven by one
+ * thread at a time; its kernels fan out over the eng_pool it was given.
+ */
+#ifndef QWEN3D_ENGINE_PLAN_H
+#define QWEN3D_ENGINE_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/diag.h"
+#include "engine/model.h"
+#include "engine/pool.h"
+
+typedef struct eng_plan eng_plan;
+typedef struct eng_exec eng_exec;
+
+typedef struct eng_plan_opts {
+    /* Compute MatMulNBits with fp32 activations even where accuracy_level
+     * asks for int8 (the accuracy_level 0 numerics). */
+    bool matmul_fp32;
+} eng_plan_opts;
+
+int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, eng_diag *diag);
+void eng_plan_free(eng_plan *p);
+
+const eng_graph *eng_plan_graph(const eng_plan *p);
+/* Name of what executes node i (topological index), e.g. "mmnb_i8.avx2". */
+const char *eng_plan_kernel(const eng_plan *p, size_t node);
+/* Weight bytes the plan keeps resident beyond the mapped file (repacked
+ * copies); weights used in place from the mapping count as their file bytes. */
+uint64_t eng_plan_prepared_bytes(const eng_plan *p);
+
+/* A runtime tensor: contiguous, row-major. */
+typedef struct eng_view {
+    int32_t dtype;
+    int rank;
+    int64_t dims[ENG_MAX_RANK];
+    void *data;
+} eng_view;
+
+eng_exec *eng_exec_new(const eng_plan *p, eng_pool *pool);
+void eng_exec_free(eng_exec *x);
+
+/* Binds graph input NAME to caller memory for the following runs. */
+int eng_exec_set_input(eng_exec *x, const char *name, int32_t dtype, int rank, const int64_t *dims,
+                       const void *data, eng_diag *diag);
+/*
+ * Makes graph output NAME be written into caller memory of CAP bytes instead
+ * of the arena (NULL unbinds). A run whose output would not fit fails. An
+ * output bound to the same memory as an input of the node producing it is
+ * updated in place (GroupQueryAttention's shared past/present buffer).
+ */
+int eng_exec_bind_output(eng_exec *x, const char *name, void *buf, uint64_t cap, eng_diag *diag);
+
+/*
+ * A session-owned KV cache for one GroupQueryAttention node. When bound, the
+ * node appends the new tokens' rotated keys and values to it and attends in
+ * place; its past inputs must then be empty ([1, kv_heads, 0, head]) and its
+ * present outputs are empty too. Element (t, h, d) of keys or values is at
+ * base + (t * kv_heads + h) * head_dim + d.
+ */
+typedef struct eng_kv_binding {
+    void *k, *v;
+    int32_t dtype;         /* ENG_DT_FLOAT or ENG_DT_FLOAT16 */
+    int64_t capacity;      /* tokens the storage holds */
+} eng_kv_binding;
+
+/* Binds (or with b == NULL unbinds) the cache of the GroupQueryAttention
+ * node whose past_key input is the graph input PAST_KEY_INPUT. */
+int eng_exec_bind_kv(eng_exec *x, const char *past_key_input, const eng_kv_binding *b, eng_diag *diag);
+
+/* Runs the graph once. On failure the diag names the node. */
+int eng_exec_run(eng_exec *x, eng_diag *diag);
+
+/* The value NAME after the last run (pointer valid until the next run). */
+int eng_exec_value(const eng_exec *x, const char *name, eng_view *out);
+
+uint64_t eng_exec_arena_bytes(const eng_exec *x);
+/* Bytes GroupQueryAttention nodes wrote or moved in KV caches, since creation. */
+uint64_t eng_exec_kv_bytes_moved(const eng_exec *x);
+
+/* Per-op-kind time of the runs made while profiling was on. */
+typedef struct eng_prof_entry {
+    const char *op;        /* op_type */
+    uint64_t ns;
+    uint64_t calls;
+} eng_prof_entry;
+
+void eng_exec_set_profiling(eng_exec *x, bool on);
+/* Fills up to cap entries (op kinds with calls > 0); returns how many. */
+size_t eng_exec_profile(const eng_exec *x, eng_prof_entry *out, size_t cap);
+
+/* Element count of a view. */
+uint64_t eng_view_numel(const eng_view *v);
+
+#endif

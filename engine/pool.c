@@ -1,0 +1,219 @@
+/*
+ * pool: persistent compute workers (see pool.h). Placement uses hwloc: one
+ * participant per physical core, in core order, the caller included.
+ *
+ * Synchronisation: the driver publishes a job under the mutex and bumps the
+ * generation counter; workers spin on the counter for a short while and then
+ * sleep on `wake`. Each participant increments `done` when its slice is
+ * finished; the driver spins/sleeps until done == participants - 1.
+ */
+#include "engine/pool.h"
+
+#include <hwloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How long a waiting thread spins before it sleeps: long enough to cover the
+ * gap between two plan steps, short enough not to burn a core when idle. */
+#define SPIN_ITERS 20000
+
+typedef struct worker {
+    eng_pool *pool;
+    int index;
+    pthread_t thread;
+} worker;
+
+struct eng_pool {
+    int n;                       /* participants, caller included */
+    worker *workers;             /* n - 1 */
+    pthread_mutex_t mu;
+    pthread_cond_t wake, finished;
+    atomic_uint generation;
+    atomic_int done;
+    atomic_bool stop;
+    /* current job, written by the driver before the generation bump */
+    eng_pool_fn fn;
+    void *ctx;
+    size_t n_items, grain;
+    hwloc_topology_t topo;
+    int pinned;                  /* participants actually bound */
+    char placement[256];
+};
+
+static void slice(const eng_pool *p, int index, size_t *b, size_t *e)
+{
+    size_t units = (p->n_items + p->grain - 1) / p->grain;
+    size_t per = units / (size_t)p->n, extra = units % (size_t)p->n;
+    size_t ub = (size_t)index * per + ((size_t)index < extra ? (size_t)index : extra);
+    size_t ue = ub + per + ((size_t)index < extra ? 1 : 0);
+    *b = ub * p->grain;
+    *e = ue * p->grain;
+    if (*b > p->n_items)
+        *b = p->n_items;
+    if (*e > p->n_items)
+        *e = p->n_items;
+}
+
+static void work(eng_pool *p, int index)
+{
+    size_t b, e;
+    slice(p, index, &b, &e);
+    if (b < e)
+        p->fn(p->ctx, b, e);
+}
+
+static void bind_to_core(eng_pool *p, int index)
+{
+    if (!p->topo)
+        return;
+    int cores = hwloc_get_nbobjs_by_type(p->topo, HWLOC_OBJ_CORE);
+    if (cores <= 0 || index >= cores)
+        return;
+    hwloc_obj_t core = hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_CORE, (unsigned)index);
+    if (!core || !core->cpuset)
+        return;
+    hwloc_bitmap_t set = hwloc_bitmap_dup(core->cpuset);
+    hwloc_bitmap_singlify(set); /* one hardware thread of the core */
+    if (hwloc_set_cpubind(p->topo, set, HWLOC_CPUBIND_THREAD) == 0)
+        __atomic_fetch_add(&p->pinned, 1, __ATOMIC_RELAXED);
+    hwloc_bitmap_free(set);
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    eng_pool *p = w->pool;
+    bind_to_core(p, w->index);
+    unsigned seen = 0;
+    for (;;) {
+        unsigned gen;
+        int spins = 0;
+        while ((gen = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
+               !atomic_load(&p->stop) && spins < SPIN_ITERS)
+            spins++;
+        if (gen == seen && !atomic_load(&p->stop)) {
+            pthread_mutex_lock(&p->mu);
+            while ((gen = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->wake, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stop))
+            return NULL;
+        seen = gen;
+        work(p, w->index);
+        if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == p->n - 1) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->finished);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+}
+
+eng_pool *eng_pool_new(int n_threads, int pin)
+{
+    if (n_threads < 1)
+        n_threads = 1;
+    eng_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->n = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->finished, NULL);
+    if (pin) {
+        if (hwloc_topology_init(&p->topo) != 0 || hwloc_topology_load(p->topo) != 0) {
+            if (p->topo)
+                hwloc_topology_destroy(p->topo);
+            p->topo = NULL;
+        }
+    }
+    p->workers = calloc((size_t)n_threads, sizeof *p->workers);
+    if (!p->workers)
+        goto fail;
+    bind_to_core(p, 0);
+    for (int i = 1; i < n_threads; i++) {
+        worker *w = &p->workers[i - 1];
+        w->pool = p;
+        w->index = i;
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            p->n = i; /* the ones started so far */
+            goto fail;
+        }
+    }
+    return p;
+fail:
+    eng_pool_free(p);
+    return NULL;
+}
+
+void eng_pool_free(eng_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->stop, true);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n && p->workers; i++)
+        pthread_join(p->workers[i - 1].thread, NULL);
+    free(p->workers);
+    if (p->topo)
+        hwloc_topology_destroy(p->topo);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->wake);
+    pthread_cond_destroy(&p->finished);
+    free(p);
+}
+
+int eng_pool_threads(const eng_pool *p)
+{
+    return p ? p->n : 1;
+}
+
+void eng_pool_run(eng_pool *p, size_t n_items, size_t grain, eng_pool_fn fn, void *ctx)
+{
+    if (!n_items)
+        return;
+    if (!grain)
+        grain = 1;
+    if (!p || p->n == 1 || n_items <= grain) {
+        fn(ctx, 0, n_items);
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n_items = n_items;
+    p->grain = grain;
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+
+    work(p, 0);
+
+    int spins = 0;
+    while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n - 1 && spins < SPIN_ITERS)
+        spins++;
+    if (atomic_load(&p->done) < p->n - 1) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load(&p->done) < p->n - 1)
+            pthread_cond_wait(&p->finished, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+void eng_pool_describe(const eng_pool *p, char *buf, size_t len)
+{
+    if (!p) {
+        snprintf(buf, len, "1 thread (caller only)");
+        return;
+    }
+    int cores = p->topo ? hwloc_get_nbobjs_by_type(p->topo, HWLOC_OBJ_CORE) : 0;
+    snprintf(buf, len, "%d threads, %d pinned one per physical core (%d cores found)", p->n,
+             __atomic_load_n(&p->pinned, __ATOMIC_RELAXED), cores);
+}

@@ -1,0 +1,37 @@
+/*
+ * pool: the compute pool. Persistent worker threads created once; each
+ * parallel step hands every participant a contiguous slice of the step's work
+ * items, and the calling thread works as participant 0, so a pool of N
+ * threads starts N-1 workers. Workers spin briefly for the next step and then
+ * sleep on a condition variable.
+ *
+ * Threads: eng_pool_run() is called by one thread at a time (the thread that
+ * drives the plan); workers touch nothing but the slice they are given.
+ */
+#ifndef QWEN3D_ENGINE_POOL_H
+#define QWEN3D_ENGINE_POOL_H
+
+#include <stddef.h>
+
+typedef struct eng_pool eng_pool;
+
+/* fn processes items [begin, end) of one step; ctx is the step's arguments. */
+typedef void (*eng_pool_fn)(void *ctx, size_t begin, size_t end);
+
+/* A pool of n_threads participants (>= 1). pin: bind each thread to its own
+ * core where the platform allows. NULL on failure. */
+eng_pool *eng_pool_new(int n_threads, int pin);
+void eng_pool_free(eng_pool *p);
+int eng_pool_threads(const eng_pool *p);
+
+/*
+ * Splits [0, n_items) into one contiguous slice per participant, each slice a
+ * multiple of `grain` items except the last, and returns when all are done.
+ * With p == NULL the caller does all the work.
+ */
+void eng_pool_run(eng_pool *p, size_t n_items, size_t grain, eng_pool_fn fn, void *ctx);
+
+/* One line describing where the threads run, for logs and `inspect`. */
+void eng_pool_describe(const eng_pool *p, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,446 @@
+/*
+ * runner: model loading and per-sequence sessions (see runner.h).
+ *
+ * Persistent mode (default): the session owns a kv_cache and binds each
+ * layer's region to the attention node reading past_key_values.N.key; the
+ * graph's past inputs are empty tensors and nothing stored is ever copied.
+ *
+ * Tensor mode (reference): each layer's past_key/value is an input of shape
+ * [1, kv_heads, L, head] and present an output of shape [1, kv_heads, L + n,
+ * head]. The session keeps two buffers per tensor and alternates them, so
+ * present of one run is past of the next; the contract copies the past every
+ * step and the copy is counted. Buffers are reserved with mmap and committed
+ * by the kernel as they are touched.
+ *
+ * Threads: see runner.h.
+ */
+#include "engine/runner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "kernels/krn.h"
+
+struct eng_model {
+    eng_model_opts opts;
+    eng_graph *g;
+    eng_genai_config cfg;
+    eng_geometry geo;
+    eng_plan *plan;
+    eng_pool *pool;
+    /* graph I/O names, resolved from genai_config.json */
+    char **past_k, **past_v, **present_k, **present_v;
+    const char *input_ids, *attention_mask, *logits;
+};
+
+typedef struct kv_pair {
+    float *buf[2];       /* alternating past / present */
+} kv_pair;
+
+struct eng_session {
+    eng_model *m;
+    eng_exec *x;
+    kv_cache *kv;        /* persistent mode */
+    int64_t cap;         /* tokens */
+    int64_t len;
+    int cur;             /* which buffer holds the past */
+    kv_pair *k, *v;      /* per layer */
+    uint64_t kv_bytes;   /* bytes of one buffer */
+    int64_t *mask;       /* [cap] ones */
+};
+
+static char *format_name(const char *pattern, int64_t layer)
+{
+    char *s = NULL;
+    /* genai_config names carry one %d for the layer */
+    if (asprintf(&s, pattern, (int)layer) < 0)
+        return NULL;
+    return s;
+}
+
+/* exactly one conversion, and it is %d: the pattern is passed to asprintf */
+static bool pattern_ok(const char *p)
+{
+    const char *pct = strchr(p, '%');
+    return pct && pct[1] == 'd' && !strchr(pct + 1, '%');
+}
+
+static int check_io(eng_model *m, const char *name, bool input, int32_t dtype, eng_diag *diag)
+{
+    const eng_graph *g = m->g;
+    const eng_value_info *list = input ? g->inputs : g->outputs;
+    size_t n = input ? g->n_inputs : g->n_outputs;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(list[i].name, name)) {
+            if (list[i].dtype != dtype) {
+                eng_diag_add(diag, "%s: graph %s '%s' is %s, expected %s", g->dir, input ? "input" : "output", name,
+                             eng_dtype_name(list[i].dtype), eng_dtype_name(dtype));
+                return -1;
+            }
+            return 0;
+        }
+    eng_diag_add(diag, "%s: the graph has no %s '%s' (named by genai_config.json or its defaults)", g->dir,
+                 input ? "input" : "output", name);
+    return -1;
+}
+
+int eng_model_open(const char *dir, const eng_model_opts *opts, eng_model **out, eng_diag *diag)
+{
+    *out = NULL;
+    eng_model_opts o = opts ? *opts : (eng_model_opts){0};
+    eng_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        eng_diag_add(diag, "%s: out of memory", dir);
+        return -1;
+    }
+    m->opts = o;
+    size_t before = diag->n_total;
+    krn_init();
+    if (eng_graph_load(dir, &m->g, diag) != 0)
+        goto fail;
+    if (eng_genai_config_load(m->g->dir, &m->cfg, diag) != 0)
+        goto fail;
+    if (eng_graph_geometry(m->g, &m->geo, diag) != 0)
+        goto fail;
+    eng_plan_opts po = {.matmul_fp32 = o.matmul_fp32};
+    if (eng_plan_new(m->g, &po, &m->plan, diag) != 0)
+        goto fail;
+
+    const eng_genai_config *c = &m->cfg;
+    m->input_ids = c->input_ids;
+    m->attention_mask = c->attention_mask;
+    m->logits = c->logits;
+    const char *pats[4] = {c->past_key_names, c->past_value_names, c->present_key_names, c->present_value_names};
+    for (int i = 0; i < 4; i++)
+        if (!pattern_ok(pats[i])) {
+            eng_diag_add(diag, "%s: genai_config.json name pattern '%s' must contain one %%d", m->g->dir, pats[i]);
+            goto fail;
+        }
+    int64_t L = m->geo.layers;
+    char ***lists[4] = {&m->past_k, &m->past_v, &m->present_k, &m->present_v};
+    for (int i = 0; i < 4; i++) {
+        *lists[i] = calloc((size_t)L + 1, sizeof(char *));
+        if (!*lists[i])
+            goto fail;
+        for (int64_t l = 0; l < L; l++)
+            (*lists[i])[l] = format_name(pats[i], l);
+    }
+    check_io(m, m->input_ids, true, ENG_DT_INT64, diag);
+    check_io(m, m->attention_mask, true, ENG_DT_INT64, diag);
+    check_io(m, m->logits, false, ENG_DT_FLOAT, diag);
+    for (int64_t l = 0; l < L; l++) {
+        check_io(m, m->past_k[l], true, ENG_DT_FLOAT, diag);
+        check_io(m, m->past_v[l], true, ENG_DT_FLOAT, diag);
+        check_io(m, m->present_k[l], false, ENG_DT_FLOAT, diag);
+        check_io(m, m->present_v[l], false, ENG_DT_FLOAT, diag);
+    }
+    if (m->g->n_inputs != (size_t)(2 + 2 * L))
+        eng_diag_add(diag, "%s: the graph has %zu inputs; a decoder with %lld layers has %lld "
+                     "(input_ids, attention_mask, past keys and values)", m->g->dir, m->g->n_inputs,
+                     (long long)L, (long long)(2 + 2 * L));
+    if (diag->n_total > before)
+        goto fail;
+    m->pool = eng_pool_new(o.threads > 0 ? o.threads : 1, 1);
+    if (!m->pool) {
+        eng_diag_add(diag, "cannot start %d compute threads", o.threads);
+        goto fail;
+    }
+    *out = m;
+    return 0;
+fail:
+    if (diag->n_total == before)
+        eng_diag_add(diag, "%s: out of memory", dir);
+    eng_model_free(m);
+    return -1;
+}
+
+static void free_names(char **names, int64_t n)
+{
+    if (!names)
+        return;
+    for (int64_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+void eng_model_free(eng_model *m)
+{
+    if (!m)
+        return;
+    eng_pool_free(m->pool);
+    eng_plan_free(m->plan);
+    free_names(m->past_k, m->geo.layers);
+    free_names(m->past_v, m->geo.layers);
+    free_names(m->present_k, m->geo.layers);
+    free_names(m->present_v, m->geo.layers);
+    eng_graph_free(m->g);
+    free(m);
+}
+
+const eng_graph *eng_model_graph(const eng_model *m) { return m->g; }
+const eng_plan *eng_model_plan(const eng_model *m) { return m->plan; }
+const eng_geometry *eng_model_geometry(const eng_model *m) { return &m->geo; }
+const eng_genai_config *eng_model_config(const eng_model *m) { return &m->cfg; }
+eng_pool *eng_model_pool(eng_model *m) { return m->pool; }
+
+int64_t eng_model_max_context(const eng_model *m)
+{
+    int64_t c = m->cfg.context_length > 0 ? m->cfg.context_length : m->geo.max_positions;
+    if (m->geo.max_positions > 0 && c > m->geo.max_positions)
+        c = m->geo.max_positions;
+    return c;
+}
+
+bool eng_model_is_eos(const eng_model *m, int64_t id)
+{
+    for (int i = 0; i < m->cfg.n_eos; i++)
+        if (m->cfg.eos_token_id[i] == id)
+            return true;
+    return false;
+}
+
+const char *eng_kv_mode_name(eng_kv_mode mode)
+{
+    return mode == ENG_KV_TENSOR ? "tensor" : "persistent";
+}
+
+int eng_kv_mode_parse(const char *s, eng_kv_mode *out)
+{
+    if (!strcmp(s, "persistent"))
+        *out = ENG_KV_PERSISTENT;
+    else if (!strcmp(s, "tensor"))
+        *out = ENG_KV_TENSOR;
+    else
+        return -1;
+    return 0;
+}
+
+/* ---- sessions ---------------------------------------------------------------- */
+
+static float *reserve(uint64_t bytes)
+{
+    /* Reserved, not committed: pages appear as the cache grows. */
+    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag)
+{
+    int64_t limit = eng_model_max_context(m);
+    if (max_ctx <= 0 || max_ctx > limit) {
+        eng_diag_add(diag, "context of %lld tokens is outside 1..%lld", (long long)max_ctx, (long long)limit);
+        return NULL;
+    }
+    eng_session *s = calloc(1, sizeof *s);
+    if (!s)
+        goto oom;
+    s->m = m;
+    s->cap = max_ctx;
+    int64_t L = m->geo.layers;
+    if (m->opts.kv_mode == ENG_KV_PERSISTENT) {
+        kv_geometry kg = {.layers = L, .kv_heads = m->geo.kv_heads, .head_dim = m->geo.head_size,
+                          .capacity = max_ctx, .type = m->opts.kv_type};
+        s->kv = kv_new(&kg);
+        s->x = eng_exec_new(m->plan, m->pool);
+        s->mask = malloc((size_t)max_ctx * sizeof *s->mask);
+        if (!s->kv || !s->x || !s->mask)
+            goto oom;
+        for (int64_t i = 0; i < max_ctx; i++)
+            s->mask[i] = 1;
+        int32_t dt = m->opts.kv_type == KV_F16 ? ENG_DT_FLOAT16 : ENG_DT_FLOAT;
+        for (int64_t l = 0; l < L; l++) {
+            eng_kv_binding b = {kv_keys(s->kv, l), kv_values(s->kv, l), dt, max_ctx};
+            if (eng_exec_bind_kv(s->x, m->past_k[l], &b, diag) != 0) {
+                eng_session_free(s);
+                return NULL;
+            }
+        }
+        return s;
+    }
+    s->kv_bytes = (uint64_t)(m->geo.kv_heads * max_ctx * m->geo.head_size) * sizeof(float);
+    s->k = calloc((size_t)L, sizeof *s->k);
+    s->v = calloc((size_t)L, sizeof *s->v);
+    s->mask = malloc((size_t)max_ctx * sizeof *s->mask);
+    s->x = eng_exec_new(m->plan, m->pool);
+    if (!s->k || !s->v || !s->mask || !s->x)
+        goto oom;
+    for (int64_t i = 0; i < max_ctx; i++)
+        s->mask[i] = 1;
+    for (int64_t l = 0; l < L; l++)
+        for (int b = 0; b < 2; b++) {
+            s->k[l].buf[b] = reserve(s->kv_bytes);
+            s->v[l].buf[b] = reserve(s->kv_bytes);
+            if (!s->k[l].buf[b] || !s->v[l].buf[b])
+                goto oom;
+        }
+    return s;
+oom:
+    eng_diag_add(diag, "out of memory for a session of %lld tokens", (long long)max_ctx);
+    eng_session_free(s);
+    return NULL;
+}
+
+void eng_session_free(eng_session *s)
+{
+    if (!s)
+        return;
+    kv_free(s->kv);
+    for (int64_t l = 0; s->k && l < s->m->geo.layers; l++)
+        for (int b = 0; b < 2; b++)
+            if (s->k[l].buf[b])
+                munmap(s->k[l].buf[b], s->kv_bytes);
+    for (int64_t l = 0; s->v && l < s->m->geo.layers; l++)
+        for (int b = 0; b < 2; b++)
+            if (s->v[l].buf[b])
+                munmap(s->v[l].buf[b], s->kv_bytes);
+    free(s->k);
+    free(s->v);
+    free(s->mask);
+    eng_exec_free(s->x);
+    free(s);
+}
+
+void eng_session_reset(eng_session *s)
+{
+    s->len = 0;
+    s->cur = 0;
+    if (s->kv)
+        kv_reset(s->kv);
+}
+
+int64_t eng_session_length(const eng_session *s) { return s->len; }
+int64_t eng_session_capacity(const eng_session *s) { return s->cap; }
+uint64_t eng_session_kv_bytes_moved(const eng_session *s) { return eng_exec_kv_bytes_moved(s->x); }
+
+eng_exec *eng_session_exec(eng_session *s)
+{
+    return s->x;
+}
+
+static void fill_random(float *dst, uint64_t n, uint64_t *state)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+        dst[i] = (float)((int32_t)(*state >> 40) & 0xffff) / 65536.0f - 0.5f;
+    }
+}
+
+int eng_session_fill_synthetic(eng_session *s, int64_t length, eng_diag *diag)
+{
+    eng_model *m = s->m;
+    if (length < 0 || length >= s->cap) {
+        eng_diag_add(diag, "synthetic context of %lld tokens does not fit the session's %lld", (long long)length,
+                     (long long)s->cap);
+        return -1;
+    }
+    uint64_t state = 12345;
+    uint64_t per_layer = (uint64_t)(m->geo.kv_heads * length * m->geo.head_size);
+    if (s->kv) {
+        if (kv_geo(s->kv)->type != KV_F32) {
+            eng_diag_add(diag, "synthetic fill supports the f32 cache only");
+            return -1;
+        }
+        if (kv_reserve_tokens(s->kv, length) != 0) {
+            eng_diag_add(diag, "cannot commit KV cache memory for %lld tokens", (long long)length);
+            return -1;
+        }
+        for (int64_t l = 0; l < m->geo.layers; l++) {
+            fill_random(kv_keys(s->kv, l), per_layer, &state);
+            fill_random(kv_values(s->kv, l), per_layer, &state);
+        }
+        kv_set_length(s->kv, length);
+    } else {
+        for (int64_t l = 0; l < m->geo.layers; l++) {
+            fill_random(s->k[l].buf[s->cur], per_layer, &state);
+            fill_random(s->v[l].buf[s->cur], per_layer, &state);
+        }
+    }
+    s->len = length;
+    return 0;
+}
+
+uint64_t eng_session_kv_bytes_reserved(const eng_session *s)
+{
+    return s->kv ? kv_bytes_reserved(s->kv) : 4 * s->kv_bytes * (uint64_t)s->m->geo.layers;
+}
+
+uint64_t eng_session_kv_bytes_committed(const eng_session *s)
+{
+    if (s->kv)
+        return kv_bytes_committed(s->kv);
+    /* both alternating buffers hold up to the current length */
+    return 4 * (uint64_t)(s->m->geo.kv_heads * s->len * s->m->geo.head_size) * sizeof(float) *
+           (uint64_t)s->m->geo.layers;
+}
+
+/* Runs the bound graph and takes the last logits row. */
+static int finish_feed(eng_session *s, size_t n, int64_t total, const float **logits, eng_diag *diag)
+{
+    eng_model *m = s->m;
+    int64_t V = m->geo.vocab;
+    if (eng_exec_run(s->x, diag) != 0)
+        return -1;
+    eng_view lv;
+    if (eng_exec_value(s->x, m->logits, &lv) != 0 || lv.rank != 3 || lv.dims[1] != (int64_t)n || lv.dims[2] != V) {
+        eng_diag_add(diag, "output '%s' does not have shape [1, %zu, %lld]", m->logits, n, (long long)V);
+        return -1;
+    }
+    *logits = (const float *)lv.data + (n - 1) * (size_t)V;
+    s->len = total;
+    if (s->kv)
+        kv_set_length(s->kv, total);
+    return 0;
+}
+
+int eng_session_feed(eng_session *s, const int64_t *ids, size_t n, const float **logits, eng_diag *diag)
+{
+    eng_model *m = s->m;
+    if (n == 0) {
+        eng_diag_add(diag, "no ids to feed");
+        return -1;
+    }
+    if (s->len + (int64_t)n > s->cap) {
+        eng_diag_add(diag, "%lld cached + %zu new tokens exceed the session's context of %lld", (long long)s->len, n,
+                     (long long)s->cap);
+        return -1;
+    }
+    int64_t V = m->geo.vocab;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V) {
+            eng_diag_add(diag, "token id %lld is outside the vocabulary [0, %lld)", (long long)ids[i], (long long)V);
+            return -1;
+        }
+    int64_t total = s->len + (int64_t)n;
+    int64_t d_ids[2] = {1, (int64_t)n}, d_mask[2] = {1, total};
+    int64_t d_past[4] = {1, m->geo.kv_heads, s->len, m->geo.head_size};
+    if (eng_exec_set_input(s->x, m->input_ids, ENG_DT_INT64, 2, d_ids, ids, diag) != 0 ||
+        eng_exec_set_input(s->x, m->attention_mask, ENG_DT_INT64, 2, d_mask, s->mask, diag) != 0)
+        return -1;
+    if (s->kv) {
+        if (kv_reserve_tokens(s->kv, total) != 0) {
+            eng_diag_add(diag, "cannot commit KV cache memory for %lld tokens", (long long)total);
+            return -1;
+        }
+        /* the cache is bound to the attention nodes: the past inputs are empty */
+        int64_t d_empty[4] = {1, m->geo.kv_heads, 0, m->geo.head_size};
+        for (int64_t l = 0; l < m->geo.layers; l++)
+            if (eng_exec_set_input(s->x, m->past_k[l], ENG_DT_FLOAT, 4, d_empty, s->mask, diag) != 0 ||
+                eng_exec_set_input(s->x, m->past_v[l], ENG_DT_FLOAT, 4, d_empty, s->mask, diag) != 0)
+                return -1;
+        return finish_feed(s, n, total, logits, diag);
+    }
+    int past = s->cur, pres = 1 - s->cur;
+    for (int64_t l = 0; l < m->geo.layers; l++) {
+        if (eng_exec_set_input(s->x, m->past_k[l], ENG_DT_FLOAT, 4, d_past, s->k[l].buf[past], diag) != 0 ||
+            eng_exec_set_input(s->x, m->past_v[l], ENG_DT_FLOAT, 4, d_past, s->v[l].buf[past], diag) != 0 ||
+            eng_exec_bind_output(s->x, m->present_k[l], s->k[l].buf[pres], s->kv_bytes, diag) != 0 ||
+            eng_exec_bind_output(s->x, m->present_v[l], s->v[l].buf[pres], s->kv_bytes, diag) != 0)
+            return -1;
+    }
+    if (finish_feed(s, n, total, logits, diag) != 0)
+        return -1;
+    s->cur = pres;
+    return 0;
+}

@@ -1,0 +1,93 @@
+/*
+ * runner: a loaded model (graph, genai_config.json, geometry, plan, compute
+ * pool) and the sessions that generate with it.
+ *
+ * eng_model is loaded once and shared read-only by every session. An
+ * eng_session owns the KV state of one sequence and its executor; feeding it
+ * ids runs the graph once with the graph's own contract: input_ids,
+ * attention_mask, past_key_values.N.* in, logits and present.N.* out.
+ *
+ * Threads: a model may be used by several threads; one session is driven by
+ * one thread at a time (the compute pool is shared, so sessions of one model
+ * must not run at the same moment; the server's scheduler serializes them).
+ */
+#ifndef QWEN3D_ENGINE_RUNNER_H
+#define QWEN3D_ENGINE_RUNNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/diag.h"
+#include "engine/genai_config.h"
+#include "engine/geometry.h"
+#include "engine/plan.h"
+#include "kvcache/kv.h"
+
+typedef struct eng_model eng_model;
+typedef struct eng_session eng_session;
+
+/*
+ * How sessions hold their KV state:
+ *   persistent: a session-owned cache (kvcache/) bound to every attention
+ *     node; each step appends only the new tokens' rows (the default);
+ *   tensor: the graph's own contract, past in and present out as tensors,
+ *     which copies the whole past every step (the reference).
+ */
+typedef enum eng_kv_mode { ENG_KV_PERSISTENT = 0, ENG_KV_TENSOR = 1 } eng_kv_mode;
+
+typedef struct eng_model_opts {
+    int threads;           /* compute participants; 0 = one per physical core */
+    bool matmul_fp32;      /* fp32 activations in MatMulNBits (accuracy_level 0 numerics) */
+    eng_kv_mode kv_mode;
+    kv_type kv_type;       /* persistent mode only */
+} eng_model_opts;
+
+const char *eng_kv_mode_name(eng_kv_mode m);
+int eng_kv_mode_parse(const char *s, eng_kv_mode *out);
+
+int eng_model_open(const char *dir, const eng_model_opts *opts, eng_model **out, eng_diag *diag);
+void eng_model_free(eng_model *m);
+
+const eng_graph *eng_model_graph(const eng_model *m);
+const eng_plan *eng_model_plan(const eng_model *m);
+const eng_geometry *eng_model_geometry(const eng_model *m);
+const eng_genai_config *eng_model_config(const eng_model *m);
+eng_pool *eng_model_pool(eng_model *m);
+/* Maximum sequence length: context_length from genai_config.json, else the rotary cache rows. */
+int64_t eng_model_max_context(const eng_model *m);
+/* True if ID is one of the end-of-sequence ids. */
+bool eng_model_is_eos(const eng_model *m, int64_t id);
+
+/* A session for up to max_ctx tokens (<= eng_model_max_context). */
+eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag);
+void eng_session_free(eng_session *s);
+/* Forgets the sequence; storage is kept for reuse. */
+void eng_session_reset(eng_session *s);
+int64_t eng_session_length(const eng_session *s);
+int64_t eng_session_capacity(const eng_session *s);
+
+/*
+ * Appends N ids (one graph run). On success *logits points at the vocabulary
+ * row of the last position, valid until the next call. A run that would pass
+ * the session's capacity fails without changing the session.
+ */
+int eng_session_feed(eng_session *s, const int64_t *ids, size_t n, const float **logits, eng_diag *diag);
+
+/* The session's executor (profiling, arena figures). */
+eng_exec *eng_session_exec(eng_session *s);
+
+/*
+ * Benchmarks only: makes the session hold LENGTH tokens of deterministic
+ * pseudo-random keys and values without running the model, so decode speed
+ * can be measured at long contexts without a long prefill first.
+ */
+int eng_session_fill_synthetic(eng_session *s, int64_t length, eng_diag *diag);
+
+/* Bytes the KV path wrote or moved since the session was created. */
+uint64_t eng_session_kv_bytes_moved(const eng_session *s);
+/* Address space reserved and memory committed for the session's KV state. */
+uint64_t eng_session_kv_bytes_reserved(const eng_session *s);
+uint64_t eng_session_kv_bytes_committed(const eng_session *s);
+
+#endif

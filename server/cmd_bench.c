@@ -1,0 +1,366 @@
+/*
+ * bench: `qwen3d bench`. Measures load, time to first token, prefill and
+ * decode speed for each prompt length, and decode speed at fixed context
+ * lengths (the cache filled synthetically, so no long prefill is needed),
+ * with the KV bytes the engine moved per decoded token and the memory held.
+ * Prints one JSON object per case with --json. Never asserts on speed.
+ * Runs on the main thread; kernels fan out over the model's compute pool.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/runner.h"
+#include "server/cli.h"
+
+#define CMD "bench"
+#define MAX_LIST 16
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, resident = 0;
+    if (f) {
+        if (fscanf(f, "%llu %llu", &size, &resident) != 2)
+            resident = 0;
+        fclose(f);
+    }
+    return resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Percentile by nearest rank of a sorted array. */
+static double pct(const double *sorted, size_t n, double p)
+{
+    if (!n)
+        return 0;
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return sorted[i < n ? i : n - 1];
+}
+
+static int parse_list(const char *opt, const char *s, int64_t *out, size_t *n, int64_t lo, int64_t hi)
+{
+    *n = 0;
+    char *dup = strdup(s), *save = NULL;
+    for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (*n == MAX_LIST || !cli_parse_i64(t, lo, hi, &out[*n])) {
+            free(dup);
+            return cli_fail(CMD, "--%s: '%s' must be up to %d integers in %lld..%lld, comma separated", opt, s,
+                            MAX_LIST, (long long)lo, (long long)hi);
+        }
+        (*n)++;
+    }
+    free(dup);
+    if (!*n)
+        return cli_fail(CMD, "--%s needs at least one value", opt);
+    return 0;
+}
+
+typedef struct bench_opts {
+    const char *model;
+    int64_t prompts[MAX_LIST], contexts[MAX_LIST];
+    size_t n_prompts, n_contexts;
+    int64_t gen, threads, repeat, context_steps;
+    bool json, profile;
+    eng_kv_mode kv_mode;
+    kv_type kv_type;
+} bench_opts;
+
+static int64_t argmax(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+static void prompt_ids(int64_t *ids, int64_t n, int64_t vocab)
+{
+    /* deterministic ids spread over the ordinary vocabulary */
+    uint64_t x = 88172645463325252ull;
+    int64_t span = vocab > 151643 ? 151643 : vocab;
+    for (int64_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ids[i] = (int64_t)(x % (uint64_t)span);
+    }
+}
+
+typedef struct case_result {
+    double ttft_ms, prefill_ms, decode_median, decode_p90;
+    double kv_per_token;
+    uint64_t kv_committed;
+} case_result;
+
+/* Decodes `steps` tokens (greedy) after the current state; times each step. */
+static int decode_steps(eng_session *s, int64_t first, int64_t steps, int64_t vocab, double *times, eng_diag *d)
+{
+    int64_t next = first;
+    for (int64_t i = 0; i < steps; i++) {
+        const float *logits;
+        double t0 = now_ms();
+        if (eng_session_feed(s, &next, 1, &logits, d) != 0)
+            return -1;
+        next = argmax(logits, vocab);
+        times[i] = now_ms() - t0;
+    }
+    return 0;
+}
+
+static void print_profile(json_t *obj, eng_exec *x, int64_t tokens, bool json)
+{
+    eng_prof_entry e[32];
+    size_t n = eng_exec_profile(x, e, 32);
+    double total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += (double)e[i].ns;
+    json_t *p = json_object();
+    if (!json)
+        printf("  profile (ms per token, share):\n");
+    for (size_t i = 0; i < n; i++) {
+        double ms = (double)e[i].ns / 1e6 / (double)tokens;
+        if (json)
+            json_object_set_new(p, e[i].op, json_real(ms));
+        else
+            printf("    %-34s %8.3f  %5.1f%%\n", e[i].op, ms, 100.0 * (double)e[i].ns / (total > 0 ? total : 1));
+    }
+    if (json)
+        json_object_set_new(obj, "profile_ms_per_token", p);
+    else
+        json_decref(p);
+}
+
+static int usage(FILE *f)
+{
+    fprintf(f, "usage: qwen3d bench --model DIR [--prompt-len 32,512] [--gen 128] [--threads N] [--repeat R]\n"
+               "                    [--contexts 128,1024,4096] [--context-steps N] [--kv-mode persistent|tensor]\n"
+               "                    [--kv-type f32|f16] [--profile] [--json]\n");
+    return 2;
+}
+
+static int parse_args(int argc, char **argv, bench_opts *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int r = 0;
+        if ((r = cli_opt(CMD, argc, argv, &i, "model", &v)) > 0) {
+            o->model = v;
+        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "prompt-len", &v)) > 0) {
+            if (parse_list("prompt-len", v, o->prompts, &o->n_prompts, 1, 1 << 20))
+                return 2;
+        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "contexts", &v)) > 0) {
+            if (!strcmp(v, "none"))
+                o->n_contexts = 0;
+            else if (parse_list("contexts", v, o->contexts, &o->n_contexts, 1, 1 << 20))
+                return 2;
+        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "gen", &v)) > 0) {
+            if (!cli_parse_i64(v, 1, 1 << 20, &o->gen))
+                return cli_fail(CMD, "--gen must be an integer in 1..1048576, not '%s'", v);
+        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "threads", &v)) > 0) {
+            if (!cli_parse_i64(v, 1, 1024, &o->threads))
+                return cli_fail(CMD, "--threads must be an integer in 1..1024, not '%s'", v);
+        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "repeat", &v)) > 0) {
+            if (!cli_parse_i64(v, 1, 1000, &o->repeat))
+                return cli_fail(CMD, "--repeat must be an integer in 1..1000, not '%s'", v);
+        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "context-steps", &v)) > 0) {
+            if (!cli_parse_i64(v, 1, 100000, &o->context_steps))
+                return cli_fail(CMD, "--context-steps must be an integer in 1..100000, not '%s'", v);
+        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "kv-mode", &v)) > 0) {
+            if (eng_kv_mode_parse(v, &o->kv_mode) != 0)
+                return cli_fail(CMD, "--kv-mode must be persistent or tensor, not '%s'", v);
+        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "kv-type", &v)) > 0) {
+            if (kv_type_parse(v, &o->kv_type) != 0)
+                return cli_fail(CMD, "--kv-type must be f32 or f16, not '%s'", v);
+        } else if (r < 0) {
+            return 2;
+        } else if (cli_flag(argv, i, "json")) {
+            o->json = true;
+        } else if (cli_flag(argv, i, "profile")) {
+            o->profile = true;
+        } else if (cli_flag(argv, i, "help")) {
+            usage(stdout);
+            return 1;
+        } else {
+            return cli_fail(CMD, "unknown argument '%s'", argv[i]);
+        }
+    }
+    if (!o->model)
+        return cli_fail(CMD, "--model DIR is required");
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_opts o = {.prompts = {32, 512}, .n_prompts = 2, .contexts = {128, 1024, 4096}, .n_contexts = 3,
+                    .gen = 128, .threads = 1, .repeat = 3, .context_steps = 32};
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    rc = 1;
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_model *m = NULL;
+    eng_session *s = NULL;
+    double *times = NULL;
+    int64_t *ids = NULL;
+
+    double t0 = now_ms();
+    eng_model_opts mo = {.threads = (int)o.threads, .kv_mode = o.kv_mode, .kv_type = o.kv_type};
+    if (eng_model_open(o.model, &mo, &m, &d) != 0)
+        goto out;
+    double load_ms = now_ms() - t0;
+    int64_t V = eng_model_geometry(m)->vocab, limit = eng_model_max_context(m);
+    uint64_t prepared = eng_plan_prepared_bytes(eng_model_plan(m));
+    size_t max_steps = (size_t)(o.gen * o.repeat > o.context_steps ? o.gen * o.repeat : o.context_steps);
+    times = malloc(max_steps * sizeof *times);
+    int64_t max_prompt = 1;
+    for (size_t i = 0; i < o.n_prompts; i++)
+        if (o.prompts[i] > max_prompt)
+            max_prompt = o.prompts[i];
+    ids = malloc((size_t)max_prompt * sizeof *ids);
+    if (!times || !ids) {
+        eng_diag_add(&d, "out of memory");
+        goto out;
+    }
+    prompt_ids(ids, max_prompt, V);
+    if (!o.json)
+        printf("model %s: load %.1f ms, prepared weights %llu bytes, %lld threads, kv %s/%s\n", o.model, load_ms,
+               (unsigned long long)prepared, (long long)o.threads, eng_kv_mode_name(o.kv_mode),
+               kv_type_name(o.kv_type));
+
+    for (size_t pi = 0; pi < o.n_prompts; pi++) {
+        int64_t P = o.prompts[pi];
+        if (P + o.gen > limit) {
+            eng_diag_add(&d, "--prompt-len %lld + --gen %lld exceeds the model's context of %lld", (long long)P,
+                         (long long)o.gen, (long long)limit);
+            goto out;
+        }
+        double ttft[1000], prefill[1000];
+        size_t n_times = 0;
+        uint64_t moved = 0, committed = 0;
+        json_t *row = json_object();
+        for (int64_t r = 0; r < o.repeat; r++) {
+            s = eng_session_new(m, P + o.gen, &d);
+            if (!s)
+                goto out;
+            eng_exec_set_profiling(eng_session_exec(s), o.profile && r == o.repeat - 1);
+            const float *logits;
+            double a = now_ms();
+            if (eng_session_feed(s, ids, (size_t)P, &logits, &d) != 0)
+                goto out;
+            prefill[r] = now_ms() - a;
+            int64_t first = argmax(logits, V);
+            ttft[r] = now_ms() - a;
+            uint64_t before = eng_session_kv_bytes_moved(s);
+            if (decode_steps(s, first, o.gen - 1 > 0 ? o.gen - 1 : 0, V, times + n_times, &d) != 0)
+                goto out;
+            n_times += (size_t)(o.gen - 1);
+            moved += eng_session_kv_bytes_moved(s) - before;
+            committed = eng_session_kv_bytes_committed(s);
+            if (o.profile && r == o.repeat - 1)
+                print_profile(row, eng_session_exec(s), P + o.gen - 1, o.json);
+            eng_session_free(s);
+            s = NULL;
+        }
+        qsort(times, n_times, sizeof *times, cmp_double);
+        qsort(ttft, (size_t)o.repeat, sizeof(double), cmp_double);
+        qsort(prefill, (size_t)o.repeat, sizeof(double), cmp_double);
+        double med = pct(times, n_times, 0.5), p90 = pct(times, n_times, 0.9);
+        double ttft_med = pct(ttft, (size_t)o.repeat, 0.5), pre_med = pct(prefill, (size_t)o.repeat, 0.5);
+        double per_token = n_times ? (double)moved / (double)n_times : 0;
+        if (o.json) {
+            json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:f, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I}",
+                                    "case", "prompt", "prompt_len", (json_int_t)P, "gen", (json_int_t)o.gen,
+                                    "threads", (json_int_t)o.threads, "kv_mode", eng_kv_mode_name(o.kv_mode),
+                                    "kv_type", kv_type_name(o.kv_type), "load_ms", load_ms, "prepared_bytes",
+                                    (json_int_t)prepared, "rss_bytes", (json_int_t)rss_bytes(), "ttft_ms", ttft_med,
+                                    "prefill_tokens_per_s", pre_med > 0 ? (double)P * 1000.0 / pre_med : 0.0,
+                                    "decode_ms_median", med, "decode_ms_p90", p90, "decode_tokens_per_s",
+                                    med > 0 ? 1000.0 / med : 0.0, "kv_bytes_copied_per_token", per_token,
+                                    "kv_bytes_committed", (json_int_t)committed);
+            json_object_update(obj, row);
+            json_object_set_new(obj, "repeat", json_integer(o.repeat));
+            json_dumpf(obj, stdout, JSON_COMPACT);
+            putchar('\n');
+            json_decref(obj);
+        } else {
+            printf("prompt %5lld: ttft %8.2f ms, prefill %8.1f tok/s, decode median %7.3f ms (p90 %7.3f) = %7.1f tok/s, "
+                   "kv bytes/token %.0f, kv committed %llu, rss %llu\n",
+                   (long long)P, ttft_med, pre_med > 0 ? (double)P * 1000.0 / pre_med : 0.0, med, p90,
+                   med > 0 ? 1000.0 / med : 0.0, per_token, (unsigned long long)committed,
+                   (unsigned long long)rss_bytes());
+        }
+        json_decref(row);
+        fflush(stdout);
+    }
+
+    for (size_t ci = 0; ci < o.n_contexts; ci++) {
+        int64_t C = o.contexts[ci];
+        if (C + o.context_steps + 1 > limit) {
+            eng_diag_add(&d, "context %lld + %lld steps exceeds the model's context of %lld", (long long)C,
+                         (long long)o.context_steps, (long long)limit);
+            goto out;
+        }
+        if (o.kv_type != KV_F32) {
+            if (!o.json)
+                printf("context %5lld: skipped (synthetic fill needs the f32 cache)\n", (long long)C);
+            continue;
+        }
+        s = eng_session_new(m, C + o.context_steps + 1, &d);
+        if (!s || eng_session_fill_synthetic(s, C, &d) != 0)
+            goto out;
+        uint64_t before = eng_session_kv_bytes_moved(s);
+        if (decode_steps(s, ids[0], o.context_steps, V, times, &d) != 0)
+            goto out;
+        uint64_t moved = eng_session_kv_bytes_moved(s) - before;
+        uint64_t committed = eng_session_kv_bytes_committed(s);
+        eng_session_free(s);
+        s = NULL;
+        qsort(times, (size_t)o.context_steps, sizeof *times, cmp_double);
+        double med = pct(times, (size_t)o.context_steps, 0.5), p90 = pct(times, (size_t)o.context_steps, 0.9);
+        double per_token = (double)moved / (double)o.context_steps;
+        if (o.json) {
+            json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:f, s:f, s:f, s:f, s:I, s:I}", "case", "context",
+                                    "context", (json_int_t)C, "steps", (json_int_t)o.context_steps, "threads",
+                                    (json_int_t)o.threads, "kv_mode", eng_kv_mode_name(o.kv_mode), "kv_type",
+                                    kv_type_name(o.kv_type), "decode_ms_median", med, "decode_ms_p90", p90,
+                                    "decode_tokens_per_s", med > 0 ? 1000.0 / med : 0.0, "kv_bytes_copied_per_token",
+                                    per_token, "kv_bytes_committed", (json_int_t)committed, "rss_bytes",
+                                    (json_int_t)rss_bytes());
+            json_dumpf(obj, stdout, JSON_COMPACT);
+            putchar('\n');
+            json_decref(obj);
+        } else {
+            printf("context %5lld: decode median %7.3f ms (p90 %7.3f) = %7.1f tok/s, kv bytes/token %.0f, "
+                   "kv committed %llu\n",
+                   (long long)C, med, p90, med > 0 ? 1000.0 / med : 0.0, per_token, (unsigned long long)committed);
+        }
+        fflush(stdout);
+    }
+    rc = 0;
+out:
+    eng_diag_print(&d, stderr, "qwen3d: " CMD);
+    eng_diag_clear(&d);
+    eng_session_free(s);
+    eng_model_free(m);
+    free(times);
+    free(ids);
+    return rc;
+}

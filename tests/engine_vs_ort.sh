@@ -1,0 +1,58 @@
+#!/bin/sh
+# Model-level: qwen3d's teacher-forced logits against ONNX Runtime's on the
+# same folder, for the tiny preset and a 0.6b-width model with 4 layers, and
+# on each written again by another ONNX writer. A 7-id prompt, then 32
+# teacher-forced decode steps: 33 logits rows per run. The tolerance comes
+# from ONNX Runtime itself (accuracy_level 4 against 0), see compare-logits.js.
+# Greedy output must also be identical for 1 and 2 threads and across runs.
+. "$QD_SRCDIR/tests/ort/common.sh"
+ort_init engine_vs_ort
+
+PROMPT=9707,11,1879,0,151643,3555,30
+# 32 teacher ids spread over the vocabulary, both ends included
+TEACHER=$("$NODE" -e 'const a=[];let x=12345;for(let i=0;i<32;i++){x=(x*1103515245+12345)%2147483648;a.push(i==0?0:i==1?151935:x%151936);}console.log(a.join(","))')
+
+compare() { # NAME MODEL_DIR ORT_DIR
+  name=$1 model=$2 ortm=$3
+  vocab=$(ort_json "$ortm/genai_config.json" j.model.vocab_size)
+  "$QWEN3D" generate --model "$model" --prompt-ids "$PROMPT" --teacher-ids "$TEACHER" --max-tokens 33 \
+    --dump-logits "$work/$name.ours.bin" --json >"$work/$name.ours.json" ||
+    ort_fail "qwen3d generate failed on $name"
+  if [ ! -f "$work/$(basename "$ortm").ort.bin" ]; then
+    ort_node rewrite-model.js --in "$ortm" --out "$ortm-acc0" --keep-layout --set-accuracy-level 0 ||
+      ort_fail "could not write the accuracy_level 0 copy of $ortm"
+    ort_node run-ort.js --model "$ortm" --prompt-ids "$PROMPT" --teacher-ids "$TEACHER" \
+      --dump-logits "$work/$(basename "$ortm").ort.bin" >/dev/null || ort_fail "ONNX Runtime failed on $ortm"
+    ort_node run-ort.js --model "$ortm-acc0" --prompt-ids "$PROMPT" --teacher-ids "$TEACHER" \
+      --dump-logits "$work/$(basename "$ortm").ort0.bin" >/dev/null || ort_fail "ONNX Runtime failed on $ortm-acc0"
+  fi
+  ort_node compare-logits.js --label "$name" --ours "$work/$name.ours.bin" \
+    --ort "$work/$(basename "$ortm").ort.bin" --ort-fp32 "$work/$(basename "$ortm").ort0.bin" --vocab "$vocab" ||
+    ort_fail "$name: qwen3d and ONNX Runtime disagree"
+}
+
+ort_synth_tiny "$work/tiny"
+"$QWEN3D" synth --preset 0.6b --layers 4 --out "$work/w06l4" >"$work/synth06.log" 2>&1 ||
+  ort_fail "qwen3d synth --preset 0.6b --layers 4: $(tail -n 3 "$work/synth06.log")"
+
+for m in tiny w06l4; do
+  compare "$m" "$work/$m" "$work/$m"
+  ort_node rewrite-model.js --in "$work/$m" --out "$work/$m-rewritten" --seed 11 ||
+    ort_fail "rewrite-model.js failed on $m"
+  compare "$m-rewritten" "$work/$m-rewritten" "$work/$m"
+  rm -rf "$work/$m-rewritten" "$work/$m-acc0"
+done
+
+# Greedy decoding: the same ids and bit-identical logits at 1 and 2 threads, twice.
+for t in 1 2; do
+  for r in a b; do
+    "$QWEN3D" generate --model "$work/tiny" --prompt-ids "$PROMPT" --max-tokens 24 --threads $t \
+      --dump-logits "$work/greedy.$t$r.bin" >"$work/greedy.$t$r.txt" || ort_fail "greedy run $t$r failed"
+  done
+done
+for f in 1b 2a 2b; do
+  cmp -s "$work/greedy.1a.txt" "$work/greedy.$f.txt" || ort_fail "greedy ids differ between runs 1a and $f"
+  cmp -s "$work/greedy.1a.bin" "$work/greedy.$f.bin" || ort_fail "greedy logits differ between runs 1a and $f"
+done
+echo "greedy ids (1 and 2 threads, repeated): $(cat "$work/greedy.1a.txt")"
+rm -rf "$work"

@@ -1,0 +1,801 @@
+/*
+ * test_ops_ort: every op the engine executes, one node at a time, against
+ * ONNX Runtime.
+ *
+ * Each case is a single-node ONNX model written with the project's own
+ * writer (engine/onnx_write.h) plus random inputs. All cases are run through
+ * onnxruntime-node in one process (tests/ort/run-graph.js), then through the
+ * engine's plan and executor, and every output is compared: integers
+ * exactly, floats within a tolerance relative to the largest reference value
+ * (stated per case). Cases ONNX Runtime rejects must be rejected by the
+ * engine too.
+ */
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "engine/model.h"
+#include "engine/onnx_write.h"
+#include "engine/plan.h"
+#include "kernels/krn.h"
+
+#define MAX_CASES 96
+#define MAX_IN 16
+#define MAX_OUT 4
+
+typedef struct tin {
+    char name[64];
+    int32_t dtype;
+    int rank;
+    int64_t dims[ENG_MAX_RANK];
+    void *data;
+    size_t nbytes;
+} tin;
+
+typedef struct opcase {
+    char name[96];
+    char dir[1024];
+    eng_ow *w;
+    tin in[MAX_IN];
+    int n_in;
+    char out[MAX_OUT][64];
+    int n_out;
+    double tol;          /* max |ours - ort| / max(1, max |ort|) for float outputs */
+    bool expect_reject;  /* ONNX Runtime and the engine must both refuse the run */
+} opcase;
+
+/* Setup runs before the check suite starts, so it cannot use ck_assert. */
+#define REQUIRE(cond, ...)                                                       \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            fprintf(stderr, "test_ops_ort setup: " __VA_ARGS__);                 \
+            fputc('\n', stderr);                                                 \
+            exit(1);                                                             \
+        }                                                                        \
+    } while (0)
+
+static opcase cases[MAX_CASES];
+static int n_cases;
+static char root[512];
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rnd(void)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng >> 33);
+}
+
+static float rndf(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(rnd() & 0xffffff) / (float)0x1000000;
+}
+
+static size_t dtsize(int32_t dt)
+{
+    return eng_dtype_size(dt);
+}
+
+static opcase *new_case(const char *name, double tol)
+{
+    REQUIRE(n_cases < MAX_CASES, "too many cases");
+    opcase *c = &cases[n_cases++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    snprintf(c->dir, sizeof c->dir, "%s/%s", root, name);
+    mkdir(c->dir, 0755);
+    c->tol = tol;
+    c->w = eng_ow_new("op_test");
+    eng_ow_opset(c->w, "", 21);
+    eng_ow_opset(c->w, "com.microsoft", 1);
+    char data[1200];
+    snprintf(data, sizeof data, "%s/model.onnx.data", c->dir);
+    eng_ow_data_open(c->w, data, "model.onnx.data");
+    return c;
+}
+
+static eng_ow_dim *fixed_dims(int rank, const int64_t *d)
+{
+    static eng_ow_dim dims[ENG_MAX_RANK];
+    for (int i = 0; i < rank; i++)
+        dims[i] = ENG_OW_FIXED(d[i]);
+    return dims;
+}
+
+/* A graph input with the given data (copied). */
+static void input(opcase *c, const char *name, int32_t dt, int rank, const int64_t *dims, const void *data)
+{
+    tin *t = &c->in[c->n_in++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->dtype = dt;
+    t->rank = rank;
+    uint64_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        t->dims[i] = dims[i];
+        n *= (uint64_t)dims[i];
+    }
+    t->nbytes = n * dtsize(dt);
+    t->data = malloc(t->nbytes + 1);
+    if (t->nbytes)
+        memcpy(t->data, data, t->nbytes);
+    eng_ow_input(c->w, name, dt, (size_t)rank, fixed_dims(rank, dims));
+}
+
+static float *rand_floats(uint64_t n, float lo, float hi)
+{
+    float *f = malloc((n + 1) * sizeof *f);
+    for (uint64_t i = 0; i < n; i++)
+        f[i] = rndf(lo, hi);
+    return f;
+}
+
+static uint64_t numel(int rank, const int64_t *d)
+{
+    uint64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= (uint64_t)d[i];
+    return n;
+}
+
+static void input_rand(opcase *c, const char *name, int rank, const int64_t *dims, float lo, float hi)
+{
+    float *f = rand_floats(numel(rank, dims), lo, hi);
+    input(c, name, ENG_DT_FLOAT, rank, dims, f);
+    free(f);
+}
+
+static void init_rand(opcase *c, const char *name, int rank, const int64_t *dims, float lo, float hi)
+{
+    uint64_t n = numel(rank, dims);
+    float *f = rand_floats(n, lo, hi);
+    eng_ow_init_external(c->w, name, ENG_DT_FLOAT, (size_t)rank, dims, f, n * sizeof(float));
+    free(f);
+}
+
+/* A graph output of the given element type and rank, dimensions left symbolic. */
+static void output(opcase *c, const char *name, int32_t dt, int rank)
+{
+    static const char *syms[] = {"o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7"};
+    eng_ow_dim dims[ENG_MAX_RANK];
+    for (int i = 0; i < rank; i++)
+        dims[i] = ENG_OW_SYM(syms[i]);
+    eng_ow_output(c->w, name, dt, (size_t)rank, dims);
+    snprintf(c->out[c->n_out++], 64, "%s", name);
+}
+
+static void i64_const(opcase *c, const char *out, int rank, const int64_t *dims, const int64_t *vals)
+{
+    char node[80];
+    snprintf(node, sizeof node, "const_%s", out);
+    eng_ow_constant(c->w, node, out, ENG_DT_INT64, (size_t)rank, dims, vals, numel(rank, dims) * 8);
+}
+
+static const char *dtname(int32_t dt)
+{
+    switch (dt) {
+    case ENG_DT_FLOAT: return "float32";
+    case ENG_DT_INT64: return "int64";
+    case ENG_DT_INT32: return "int32";
+    case ENG_DT_UINT8: return "uint8";
+    default: return "unknown";
+    }
+}
+
+static void finish_case(opcase *c)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.onnx", c->dir);
+    int rc = eng_ow_save(c->w, path);
+    REQUIRE(rc == 0, "case %s: writer: %s", c->name, eng_ow_error(c->w));
+    json_t *ins = json_array(), *outs = json_array();
+    for (int i = 0; i < c->n_in; i++) {
+        tin *t = &c->in[i];
+        char file[96];
+        snprintf(file, sizeof file, "in_%d.bin", i);
+        snprintf(path, sizeof path, "%s/%s", c->dir, file);
+        FILE *f = fopen(path, "wb");
+        REQUIRE(f && fwrite(t->data, 1, t->nbytes, f) == t->nbytes, "cannot write %s", path);
+        fclose(f);
+        json_t *dims = json_array();
+        for (int k = 0; k < t->rank; k++)
+            json_array_append_new(dims, json_integer(t->dims[k]));
+        json_array_append_new(ins, json_pack("{s:s, s:s, s:o, s:s}", "name", t->name, "dtype", dtname(t->dtype),
+                                             "dims", dims, "file", file));
+    }
+    for (int i = 0; i < c->n_out; i++)
+        json_array_append_new(outs, json_string(c->out[i]));
+    json_t *spec = json_pack("{s:o, s:o}", "inputs", ins, "outputs", outs);
+    snprintf(path, sizeof path, "%s/case.json", c->dir);
+    REQUIRE(json_dump_file(spec, path, 0) == 0, "cannot write %s", path);
+    json_decref(spec);
+    eng_ow_free(c->w);
+    c->w = NULL;
+}
+
+/* ---- the cases -------------------------------------------------------------- */
+
+typedef struct mmnb_spec {
+    int64_t m, n, k, bs, acc;
+    bool zp, bias, rank3;
+} mmnb_spec;
+
+static void case_mmnb(const mmnb_spec *sp)
+{
+    char name[96];
+    snprintf(name, sizeof name, "mmnb_m%lld_n%lld_k%lld_b%lld_acc%lld%s%s%s", (long long)sp->m, (long long)sp->n,
+             (long long)sp->k, (long long)sp->bs, (long long)sp->acc, sp->zp ? "_zp" : "", sp->bias ? "_bias" : "",
+             sp->rank3 ? "_r3" : "");
+    /* int8 activations match ONNX Runtime's own int8 path closely; fp32
+     * accumulation differs only in summation order */
+    opcase *c = new_case(name, sp->acc == 4 ? 2e-4 : 2e-5);
+    int64_t kb = (sp->k + sp->bs - 1) / sp->bs, blob = sp->bs / 2;
+    if (sp->rank3) {
+        int64_t d[3] = {1, sp->m, sp->k};
+        input_rand(c, "A", 3, d, -2, 2);
+    } else {
+        int64_t d[2] = {sp->m, sp->k};
+        input_rand(c, "A", 2, d, -2, 2);
+    }
+    int64_t bd[3] = {sp->n, kb, blob};
+    uint64_t nb = (uint64_t)(sp->n * kb * blob);
+    uint8_t *b = malloc(nb);
+    for (uint64_t i = 0; i < nb; i++)
+        b[i] = (uint8_t)rnd(); /* includes the padding past K: it must be ignored */
+    eng_ow_init_external(c->w, "B", ENG_DT_UINT8, 3, bd, b, nb);
+    free(b);
+    uint64_t ns = (uint64_t)(sp->n * kb);
+    float *sc = malloc(ns * sizeof *sc);
+    for (uint64_t i = 0; i < ns; i++)
+        sc[i] = rndf(0.01f, 0.1f) * ((rnd() & 1) ? -1.0f : 1.0f);
+    int64_t sd[1] = {(int64_t)ns};
+    eng_ow_init_external(c->w, "scales", ENG_DT_FLOAT, 1, sd, sc, ns * sizeof(float));
+    free(sc);
+    const char *ins[6] = {"A", "B", "scales", "", "", ""};
+    int n_in = 3;
+    if (sp->zp) {
+        int64_t zd[1] = {sp->n * ((kb + 1) / 2)};
+        uint8_t *zp = malloc((size_t)zd[0]);
+        for (int64_t i = 0; i < zd[0]; i++)
+            zp[i] = (uint8_t)rnd();
+        eng_ow_init_external(c->w, "zp", ENG_DT_UINT8, 1, zd, zp, (size_t)zd[0]);
+        free(zp);
+        ins[3] = "zp";
+        n_in = 4;
+    }
+    if (sp->bias) {
+        int64_t bdim[1] = {sp->n};
+        init_rand(c, "bias", 1, bdim, -1, 1);
+        ins[5] = "bias";
+        n_in = 6;
+    }
+    eng_ow_node(c->w, "MatMulNBits", "com.microsoft", "mm", (size_t)n_in, ins, ENG_OW_LIST("Y"));
+    eng_ow_attr_int(c->w, "K", sp->k);
+    eng_ow_attr_int(c->w, "N", sp->n);
+    eng_ow_attr_int(c->w, "bits", 4);
+    eng_ow_attr_int(c->w, "block_size", sp->bs);
+    eng_ow_attr_int(c->w, "accuracy_level", sp->acc);
+    output(c, "Y", ENG_DT_FLOAT, sp->rank3 ? 3 : 2);
+    finish_case(c);
+}
+
+typedef struct gqa_spec {
+    const char *tag;
+    int64_t nq, nkv, h, s, past, max_pos;
+    bool rotary, packed, no_past;
+} gqa_spec;
+
+static void case_gqa(const gqa_spec *g)
+{
+    char name[96];
+    snprintf(name, sizeof name, "gqa_%s", g->tag);
+    opcase *c = new_case(name, 1e-5);
+    int64_t S = g->s, P = g->past, T = P + S, H = g->h;
+    if (g->packed) {
+        int64_t d[3] = {1, S, (g->nq + 2 * g->nkv) * H};
+        input_rand(c, "q", 3, d, -1, 1);
+    } else {
+        int64_t dq[3] = {1, S, g->nq * H}, dk[3] = {1, S, g->nkv * H};
+        input_rand(c, "q", 3, dq, -1, 1);
+        input_rand(c, "k", 3, dk, -1, 1);
+        input_rand(c, "v", 3, dk, -1, 1);
+    }
+    if (!g->no_past) {
+        int64_t dp[4] = {1, g->nkv, P, H};
+        input_rand(c, "past_k", 4, dp, -1, 1);
+        input_rand(c, "past_v", 4, dp, -1, 1);
+    }
+    int32_t seqlens = (int32_t)(T - 1), total = (int32_t)T;
+    int64_t d1[1] = {1};
+    input(c, "seqlens_k", ENG_DT_INT32, 1, d1, &seqlens);
+    input(c, "total_len", ENG_DT_INT32, 0, NULL, &total);
+    if (g->rotary) {
+        int64_t cd[2] = {g->max_pos, H / 2};
+        uint64_t n = (uint64_t)(g->max_pos * H / 2);
+        float *cs = malloc(n * sizeof *cs), *sn = malloc(n * sizeof *sn);
+        for (int64_t p = 0; p < g->max_pos; p++)
+            for (int64_t i = 0; i < H / 2; i++) {
+                float inv = 1.0f / powf(10000.0f, (float)(2 * i) / (float)H);
+                cs[p * H / 2 + i] = cosf((float)p * inv);
+                sn[p * H / 2 + i] = sinf((float)p * inv);
+            }
+        eng_ow_init_external(c->w, "cos", ENG_DT_FLOAT, 2, cd, cs, n * sizeof(float));
+        eng_ow_init_external(c->w, "sin", ENG_DT_FLOAT, 2, cd, sn, n * sizeof(float));
+        free(cs);
+        free(sn);
+    }
+    const char *ins[9] = {"q", g->packed ? "" : "k", g->packed ? "" : "v", g->no_past ? "" : "past_k",
+                          g->no_past ? "" : "past_v", "seqlens_k", "total_len", g->rotary ? "cos" : "",
+                          g->rotary ? "sin" : ""};
+    eng_ow_node(c->w, "GroupQueryAttention", "com.microsoft", "gqa", g->rotary ? 9 : 7, ins,
+                ENG_OW_LIST("out", "present_k", "present_v"));
+    eng_ow_attr_int(c->w, "num_heads", g->nq);
+    eng_ow_attr_int(c->w, "kv_num_heads", g->nkv);
+    eng_ow_attr_int(c->w, "do_rotary", g->rotary);
+    eng_ow_attr_int(c->w, "rotary_interleaved", 0);
+    output(c, "out", ENG_DT_FLOAT, 3);
+    output(c, "present_k", ENG_DT_FLOAT, 4);
+    output(c, "present_v", ENG_DT_FLOAT, 4);
+    finish_case(c);
+}
+
+static void case_norms(void)
+{
+    opcase *c = new_case("sln_last_axis", 1e-5);
+    int64_t d[3] = {2, 3, 64}, g[1] = {64};
+    input_rand(c, "X", 3, d, -3, 3);
+    init_rand(c, "gamma", 1, g, 0.5f, 1.5f);
+    eng_ow_node(c->w, "SimplifiedLayerNormalization", "", "n", ENG_OW_LIST("X", "gamma"), ENG_OW_LIST("Y"));
+    eng_ow_attr_int(c->w, "axis", -1);
+    eng_ow_attr_float(c->w, "epsilon", 1e-6f);
+    eng_ow_attr_int(c->w, "stash_type", 1);
+    output(c, "Y", ENG_DT_FLOAT, 3);
+    finish_case(c);
+
+    c = new_case("sln_axis1_odd", 1e-5);
+    int64_t d2[3] = {3, 5, 7}, g2[2] = {5, 7};
+    input_rand(c, "X", 3, d2, -3, 3);
+    init_rand(c, "gamma", 2, g2, 0.5f, 1.5f);
+    eng_ow_node(c->w, "SimplifiedLayerNormalization", "", "n", ENG_OW_LIST("X", "gamma"), ENG_OW_LIST("Y"));
+    eng_ow_attr_int(c->w, "axis", 1);
+    eng_ow_attr_float(c->w, "epsilon", 1e-5f);
+    output(c, "Y", ENG_DT_FLOAT, 3);
+    finish_case(c);
+
+    /* the three output layouts of SkipSimplifiedLayerNormalization the graph uses */
+    for (int layout = 0; layout < 4; layout++) {
+        static const char *names[] = {"skip_sln_out0", "skip_sln_out0_sum", "skip_sln_bias_sum", "skip_sln_bcast"};
+        opcase *k = new_case(names[layout], 1e-5);
+        int64_t dd[3] = {2, 3, 96}, ds[2] = {3, 96}, gg[1] = {96};
+        input_rand(k, "X", 3, dd, -2, 2);
+        if (layout == 3)
+            input_rand(k, "skip", 2, ds, -2, 2);
+        else
+            input_rand(k, "skip", 3, dd, -2, 2);
+        init_rand(k, "gamma", 1, gg, 0.5f, 1.5f);
+        const char *ins[4] = {"X", "skip", "gamma", "bias"};
+        if (layout == 2)
+            init_rand(k, "bias", 1, gg, -0.5f, 0.5f);
+        if (layout == 0) {
+            eng_ow_node(k->w, "SkipSimplifiedLayerNormalization", "com.microsoft", "n", 3, ins, ENG_OW_LIST("Y"));
+            eng_ow_attr_float(k->w, "epsilon", 1e-6f);
+            output(k, "Y", ENG_DT_FLOAT, 3);
+        } else {
+            eng_ow_node(k->w, "SkipSimplifiedLayerNormalization", "com.microsoft", "n", layout == 2 ? 4 : 3, ins,
+                        ENG_OW_LIST("Y", "", "", "S"));
+            eng_ow_attr_float(k->w, "epsilon", 1e-6f);
+            output(k, "Y", ENG_DT_FLOAT, 3);
+            output(k, "S", ENG_DT_FLOAT, 3);
+        }
+        finish_case(k);
+    }
+}
+
+static void case_gather(void)
+{
+    opcase *c = new_case("gather_rows_negative", 0);
+    int64_t td[2] = {10, 8};
+    init_rand(c, "table", 2, td, -1, 1);
+    int64_t idx[6] = {0, 9, -1, -10, 3, 3}, id[2] = {2, 3};
+    input(c, "idx", ENG_DT_INT64, 2, id, idx);
+    eng_ow_node(c->w, "Gather", "", "g", ENG_OW_LIST("table", "idx"), ENG_OW_LIST("Y"));
+    output(c, "Y", ENG_DT_FLOAT, 3);
+    finish_case(c);
+
+    c = new_case("gather_axis1_int32_idx", 0);
+    int64_t dd[3] = {4, 5, 6};
+    input_rand(c, "X", 3, dd, -1, 1);
+    int32_t idx32[3] = {4, -5, 2};
+    int64_t d3[1] = {3};
+    input(c, "idx", ENG_DT_INT32, 1, d3, idx32);
+    eng_ow_node(c->w, "Gather", "", "g", ENG_OW_LIST("X", "idx"), ENG_OW_LIST("Y"));
+    eng_ow_attr_int(c->w, "axis", 1);
+    output(c, "Y", ENG_DT_FLOAT, 3);
+    finish_case(c);
+
+    c = new_case("gather_scalar_of_shape", 0);
+    int64_t md[2] = {1, 7};
+    int64_t ones[7] = {1, 1, 1, 1, 1, 1, 1};
+    input(c, "mask", ENG_DT_INT64, 2, md, ones);
+    int64_t one = 1;
+    i64_const(c, "one", 0, NULL, &one);
+    eng_ow_node(c->w, "Shape", "", "sh", ENG_OW_LIST("mask"), ENG_OW_LIST("shape"));
+    eng_ow_node(c->w, "Gather", "", "g", ENG_OW_LIST("shape", "one"), ENG_OW_LIST("Y"));
+    eng_ow_attr_int(c->w, "axis", 0);
+    output(c, "Y", ENG_DT_INT64, 0);
+    finish_case(c);
+
+    c = new_case("gather_out_of_range", 0);
+    c->expect_reject = true;
+    init_rand(c, "table", 2, td, -1, 1);
+    int64_t bad[2] = {2, 10}, bd[1] = {2};
+    input(c, "idx", ENG_DT_INT64, 1, bd, bad);
+    eng_ow_node(c->w, "Gather", "", "g", ENG_OW_LIST("table", "idx"), ENG_OW_LIST("Y"));
+    output(c, "Y", ENG_DT_FLOAT, 2);
+    finish_case(c);
+}
+
+static void case_small_ops(void)
+{
+    /* the attention-mask prelude, node for node */
+    opcase *c = new_case("mask_prelude", 0);
+    int64_t md[2] = {1, 9};
+    int64_t ones[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    input(c, "mask", ENG_DT_INT64, 2, md, ones);
+    int64_t axes[1] = {1}, d1[1] = {1}, one = 1;
+    i64_const(c, "axes", 1, d1, axes);
+    i64_const(c, "one_vec", 1, d1, axes);
+    i64_const(c, "one", 0, NULL, &one);
+    eng_ow_node(c->w, "ReduceSum", "", "rs", ENG_OW_LIST("mask", "axes"), ENG_OW_LIST("sum"));
+    eng_ow_attr_int(c->w, "keepdims", 0);
+    eng_ow_node(c->w, "Sub", "", "sub", ENG_OW_LIST("sum", "one_vec"), ENG_OW_LIST("sub"));
+    eng_ow_node(c->w, "Cast", "", "c1", ENG_OW_LIST("sub"), ENG_OW_LIST("seqlens"));
+    eng_ow_attr_int(c->w, "to", ENG_DT_INT32);
+    eng_ow_node(c->w, "Shape", "", "sh", ENG_OW_LIST("mask"), ENG_OW_LIST("shape"));
+    eng_ow_node(c->w, "Gather", "", "g", ENG_OW_LIST("shape", "one"), ENG_OW_LIST("tot64"));
+    eng_ow_node(c->w, "Cast", "", "c2", ENG_OW_LIST("tot64"), ENG_OW_LIST("total"));
+    eng_ow_attr_int(c->w, "to", ENG_DT_INT32);
+    output(c, "seqlens", ENG_DT_INT32, 1);
+    output(c, "total", ENG_DT_INT32, 0);
+    finish_case(c);
+
+    c = new_case("reduce_sum_float_axes02_keep", 1e-6);
+    int64_t fd[3] = {3, 4, 5}, ax2[2] = {0, -1}, d2[1] = {2};
+    input_rand(c, "X", 3, fd, -1, 1);
+    i64_const(c, "axes", 1, d2, ax2);
+    eng_ow_node(c->w, "ReduceSum", "", "rs", ENG_OW_LIST("X", "axes"), ENG_OW_LIST("Y"));
+    output(c, "Y", ENG_DT_FLOAT, 3);
+    finish_case(c);
+
+    c = new_case("reduce_sum_all", 1e-6);
+    input_rand(c, "X", 3, fd, -1, 1);
+    eng_ow_node(c->w, "ReduceSum", "", "rs", ENG_OW_LIST("X"), ENG_OW_LIST("Y"));
+    eng_ow_attr_int(c->w, "keepdims", 0);
+    output(c, "Y", ENG_DT_FLOAT, 0);
+    finish_case(c);
+
+    c = new_case("reduce_sum_noop_empty", 0);
+    input_rand(c, "X", 3, fd, -1, 1);
+    eng_ow_node(c->w, "ReduceSum", "", "rs", ENG_OW_LIST("X"), ENG_OW_LIST("Y"));
+    eng_ow_attr_int(c->w, "noop_with_empty_axes", 1);
+    output(c, "Y", ENG_DT_FLOAT, 3);
+    finish_case(c);
+
+    c = new_case("cast_float_to_int64_and_back", 0);
+    float fv[6] = {-2.75f, -0.5f, 0.0f, 0.99f, 3.5f, 1e6f};
+    int64_t d6[1] = {6};
+    input(c, "X", ENG_DT_FLOAT, 1, d6, fv);
+    eng_ow_node(c->w, "Cast", "", "c", ENG_OW_LIST("X"), ENG_OW_LIST("I"));
+    eng_ow_attr_int(c->w, "to", ENG_DT_INT64);
+    eng_ow_node(c->w, "Cast", "", "c2", ENG_OW_LIST("I"), ENG_OW_LIST("F"));
+    eng_ow_attr_int(c->w, "to", ENG_DT_FLOAT);
+    output(c, "I", ENG_DT_INT64, 1);
+    output(c, "F", ENG_DT_FLOAT, 1);
+    finish_case(c);
+
+    c = new_case("shape_start_end", 0);
+    int64_t sd[4] = {2, 3, 4, 5};
+    input_rand(c, "X", 4, sd, -1, 1);
+    eng_ow_node(c->w, "Shape", "", "s1", ENG_OW_LIST("X"), ENG_OW_LIST("all"));
+    eng_ow_node(c->w, "Shape", "", "s2", ENG_OW_LIST("X"), ENG_OW_LIST("mid"));
+    eng_ow_attr_int(c->w, "start", 1);
+    eng_ow_attr_int(c->w, "end", -1);
+    output(c, "all", ENG_DT_INT64, 1);
+    output(c, "mid", ENG_DT_INT64, 1);
+    finish_case(c);
+
+    c = new_case("reshape_zero_and_minus_one", 1e-6);
+    int64_t rd[3] = {2, 6, 4}, shp[3] = {0, -1, 8}, d3[1] = {3};
+    input_rand(c, "X", 3, rd, -1, 1);
+    i64_const(c, "shape", 1, d3, shp);
+    eng_ow_node(c->w, "Reshape", "", "r", ENG_OW_LIST("X", "shape"), ENG_OW_LIST("Y"));
+    eng_ow_node(c->w, "Sigmoid", "", "s", ENG_OW_LIST("Y"), ENG_OW_LIST("Z"));
+    output(c, "Z", ENG_DT_FLOAT, 3);
+    finish_case(c);
+
+    for (int rows = 1; rows <= 3; rows += 2) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "split_last_axis_%d_rows", rows);
+        c = new_case(nm, 0);
+        int64_t xd[3] = {1, rows, 40}, sizes[3] = {24, 8, 8};
+        input_rand(c, "X", 3, xd, -1, 1);
+        i64_const(c, "split", 1, d3, sizes);
+        eng_ow_node(c->w, "Split", "", "sp", ENG_OW_LIST("X", "split"), ENG_OW_LIST("A", "B", "C"));
+        eng_ow_attr_int(c->w, "axis", -1);
+        output(c, "A", ENG_DT_FLOAT, 3);
+        output(c, "B", ENG_DT_FLOAT, 3);
+        output(c, "C", ENG_DT_FLOAT, 3);
+        finish_case(c);
+    }
+
+    c = new_case("split_num_outputs_uneven", 0);
+    int64_t ud[2] = {2, 7};
+    input_rand(c, "X", 2, ud, -1, 1);
+    eng_ow_node(c->w, "Split", "", "sp", ENG_OW_LIST("X"), ENG_OW_LIST("A", "B", "C"));
+    eng_ow_attr_int(c->w, "axis", 1);
+    eng_ow_attr_int(c->w, "num_outputs", 3);
+    output(c, "A", ENG_DT_FLOAT, 2);
+    output(c, "B", ENG_DT_FLOAT, 2);
+    output(c, "C", ENG_DT_FLOAT, 2);
+    finish_case(c);
+
+    c = new_case("sigmoid_extremes", 1e-6);
+    float ex[9] = {-1000.0f, -100.0f, -20.0f, -1e-3f, 0.0f, 1e-3f, 20.0f, 100.0f, 1000.0f};
+    int64_t d9[1] = {9};
+    input(c, "X", ENG_DT_FLOAT, 1, d9, ex);
+    eng_ow_node(c->w, "Sigmoid", "", "s", ENG_OW_LIST("X"), ENG_OW_LIST("Y"));
+    output(c, "Y", ENG_DT_FLOAT, 1);
+    finish_case(c);
+
+    c = new_case("swiglu_chain_odd", 1e-6);
+    int64_t gd[2] = {3, 77};
+    input_rand(c, "g", 2, gd, -6, 6);
+    input_rand(c, "u", 2, gd, -3, 3);
+    eng_ow_node(c->w, "Sigmoid", "", "s", ENG_OW_LIST("g"), ENG_OW_LIST("sg"));
+    eng_ow_node(c->w, "Mul", "", "m1", ENG_OW_LIST("g", "sg"), ENG_OW_LIST("silu"));
+    eng_ow_node(c->w, "Mul", "", "m2", ENG_OW_LIST("silu", "u"), ENG_OW_LIST("Y"));
+    output(c, "Y", ENG_DT_FLOAT, 2);
+    finish_case(c);
+
+    c = new_case("mul_sub_broadcast", 1e-6);
+    int64_t ad[3] = {2, 1, 4}, bd2[3] = {1, 3, 1};
+    input_rand(c, "A", 3, ad, -2, 2);
+    input_rand(c, "B", 3, bd2, -2, 2);
+    eng_ow_node(c->w, "Mul", "", "m", ENG_OW_LIST("A", "B"), ENG_OW_LIST("M"));
+    eng_ow_node(c->w, "Sub", "", "s", ENG_OW_LIST("M", "A"), ENG_OW_LIST("D"));
+    output(c, "M", ENG_DT_FLOAT, 3);
+    output(c, "D", ENG_DT_FLOAT, 3);
+    finish_case(c);
+
+    c = new_case("constant_value_ints", 0);
+    int64_t cd[2] = {2, 3}, cv[6] = {5, -4, 3, 0, 1, 2};
+    i64_const(c, "K", 2, cd, cv);
+    int64_t xd2[2] = {2, 3}, xv[6] = {1, 2, 3, 4, 5, 6};
+    input(c, "X", ENG_DT_INT64, 2, xd2, xv);
+    eng_ow_node(c->w, "Sub", "", "s", ENG_OW_LIST("X", "K"), ENG_OW_LIST("Y"));
+    output(c, "Y", ENG_DT_INT64, 2);
+    finish_case(c);
+}
+
+static void build_cases(void)
+{
+    static const mmnb_spec mm[] = {
+        {1, 7, 32, 32, 4, false, false, false},     {3, 33, 64, 32, 4, false, false, true},
+        {5, 31, 40, 32, 4, false, false, false},    {2, 129, 100, 32, 0, false, false, false},
+        {1, 17, 96, 16, 0, true, false, false},     {4, 64, 128, 64, 4, false, true, false},
+        {1, 1, 1024, 32, 4, false, false, true},    {7, 127, 1024, 32, 4, true, false, false},
+        {16, 33, 256, 32, 1, false, true, false},   {1, 129, 33, 32, 4, true, true, false},
+        {33, 16, 64, 32, 4, false, false, true},    {2, 48, 136, 128, 0, true, false, false},
+    };
+    for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++)
+        case_mmnb(&mm[i]);
+    static const gqa_spec gq[] = {
+        {"prefill_s5_rotary", 4, 2, 64, 5, 0, 32, true, false, false},
+        {"prefill_nopast_input", 4, 2, 64, 5, 0, 32, true, false, true},
+        {"decode_past6", 4, 2, 64, 1, 6, 32, true, false, false},
+        {"continue_s3_past4", 8, 2, 32, 3, 4, 16, true, false, false},
+        {"decode_mha_no_rotary", 2, 2, 16, 1, 9, 0, false, false, false},
+        {"packed_qkv_decode", 4, 1, 128, 1, 3, 8, true, true, false},
+        {"prefill_s17_h128", 2, 1, 128, 17, 0, 40, true, false, false},
+    };
+    for (size_t i = 0; i < sizeof gq / sizeof gq[0]; i++)
+        case_gqa(&gq[i]);
+    case_norms();
+    case_gather();
+    case_small_ops();
+}
+
+/* ---- comparing ----------------------------------------------------------------- */
+
+static void *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *b = malloc((size_t)n + 1);
+    if (fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static int32_t dtype_of(const char *s)
+{
+    return !strcmp(s, "float32") ? ENG_DT_FLOAT : !strcmp(s, "int64") ? ENG_DT_INT64
+         : !strcmp(s, "int32") ? ENG_DT_INT32 : !strcmp(s, "uint8") ? ENG_DT_UINT8 : ENG_DT_UNDEFINED;
+}
+
+START_TEST(op_matches_onnx_runtime)
+{
+    const opcase *c = &cases[_i];
+    char path[1200];
+    snprintf(path, sizeof path, "%s/ort.json", c->dir);
+    json_error_t je;
+    json_t *ort = json_load_file(path, 0, &je);
+    ck_assert_msg(ort != NULL, "case %s: no ONNX Runtime result (%s)", c->name, je.text);
+    json_t *err = json_object_get(ort, "error");
+
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_graph *g = NULL;
+    eng_plan *p = NULL;
+    eng_exec *x = NULL;
+    ck_assert_msg(eng_graph_load(c->dir, &g, &d) == 0, "case %s: load failed: %s", c->name,
+                  d.n_kept ? d.lines[0] : "");
+    ck_assert_msg(eng_plan_new(g, NULL, &p, &d) == 0, "case %s: plan failed: %s", c->name,
+                  d.n_kept ? d.lines[0] : "");
+    x = eng_exec_new(p, NULL);
+    ck_assert_ptr_nonnull(x);
+    for (int i = 0; i < c->n_in; i++)
+        ck_assert(eng_exec_set_input(x, c->in[i].name, c->in[i].dtype, c->in[i].rank, c->in[i].dims,
+                                     c->in[i].data, &d) == 0);
+    int rc = eng_exec_run(x, &d);
+    if (c->expect_reject) {
+        ck_assert_msg(err != NULL, "case %s: ONNX Runtime accepted a run expected to fail", c->name);
+        ck_assert_msg(rc != 0, "case %s: the engine accepted what ONNX Runtime rejects (%s)", c->name,
+                      json_string_value(err));
+        ck_assert_uint_ge(d.n_kept, 1);
+        goto done;
+    }
+    ck_assert_msg(err == NULL, "case %s: ONNX Runtime failed: %s", c->name, err ? json_string_value(err) : "");
+    ck_assert_msg(rc == 0, "case %s: run failed: %s", c->name, d.n_kept ? d.lines[0] : "");
+
+    json_t *outs = json_object_get(ort, "outputs");
+    for (int o = 0; o < c->n_out; o++) {
+        json_t *oj = json_array_get(outs, (size_t)o);
+        int32_t dt = dtype_of(json_string_value(json_object_get(oj, "dtype")));
+        json_t *dims = json_object_get(oj, "dims");
+        eng_view v;
+        ck_assert(eng_exec_value(x, c->out[o], &v) == 0);
+        ck_assert_msg(v.dtype == dt, "case %s output %s: dtype %s vs %s", c->name, c->out[o],
+                      eng_dtype_name(v.dtype), eng_dtype_name(dt));
+        ck_assert_msg((size_t)v.rank == json_array_size(dims), "case %s output %s: rank %d vs %zu", c->name,
+                      c->out[o], v.rank, json_array_size(dims));
+        for (int k = 0; k < v.rank; k++)
+            ck_assert_msg(v.dims[k] == json_integer_value(json_array_get(dims, (size_t)k)),
+                          "case %s output %s: dim %d is %lld vs %lld", c->name, c->out[o], k, (long long)v.dims[k],
+                          (long long)json_integer_value(json_array_get(dims, (size_t)k)));
+        snprintf(path, sizeof path, "%s/ort_out_%d.bin", c->dir, o);
+        size_t len;
+        uint8_t *ref = read_file(path, &len);
+        uint64_t n = eng_view_numel(&v);
+        ck_assert_uint_eq(len, n * eng_dtype_size(dt));
+        if (dt != ENG_DT_FLOAT) {
+            ck_assert_msg(memcmp(ref, v.data, len) == 0, "case %s output %s: integers differ", c->name, c->out[o]);
+        } else {
+            const float *r = (const float *)ref, *q = v.data;
+            double maxref = 1.0, maxdiff = 0.0;
+            for (uint64_t i = 0; i < n; i++) {
+                ck_assert_msg(isfinite(q[i]), "case %s output %s[%llu] is not finite", c->name, c->out[o],
+                              (unsigned long long)i);
+                if (fabs(r[i]) > maxref)
+                    maxref = fabs(r[i]);
+                if (fabs((double)r[i] - q[i]) > maxdiff)
+                    maxdiff = fabs((double)r[i] - q[i]);
+            }
+            ck_assert_msg(maxdiff <= c->tol * maxref, "case %s output %s: max difference %g > %g (max |ref| %g)",
+                          c->name, c->out[o], maxdiff, c->tol * maxref, maxref);
+        }
+        free(ref);
+    }
+done:
+    json_decref(ort);
+    eng_exec_free(x);
+    eng_plan_free(p);
+    eng_graph_free(g);
+    eng_diag_clear(&d);
+}
+END_TEST
+
+/* Variants the engine must refuse at plan time, naming node and attribute. */
+START_TEST(unsupported_variants_rejected)
+{
+    static const struct { const char *attr; int64_t v; const char *expect; } bad[] = {
+        {"bits", 8, "'bits' = 8"},
+        {"block_size", 24, "'block_size' = 24"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char dir[1100];
+        snprintf(dir, sizeof dir, "%s/reject_%s", root, bad[i].attr);
+        mkdir(dir, 0755);
+        eng_ow *w = eng_ow_new("reject");
+        eng_ow_opset(w, "", 21);
+        eng_ow_opset(w, "com.microsoft", 1);
+        char data[1200];
+        snprintf(data, sizeof data, "%s/model.onnx.data", dir);
+        eng_ow_data_open(w, data, "model.onnx.data");
+        int64_t ad[2] = {1, 64};
+        eng_ow_input(w, "A", ENG_DT_FLOAT, 2, fixed_dims(2, ad));
+        uint8_t b[8 * 2 * 16] = {0};
+        float sc[16] = {0};
+        int64_t bd[3] = {8, 2, 16}, sd[1] = {16};
+        eng_ow_init_external(w, "B", ENG_DT_UINT8, 3, bd, b, sizeof b);
+        eng_ow_init_external(w, "S", ENG_DT_FLOAT, 1, sd, sc, sizeof sc);
+        eng_ow_node(w, "MatMulNBits", "com.microsoft", "mm_bad", ENG_OW_LIST("A", "B", "S"), ENG_OW_LIST("Y"));
+        eng_ow_attr_int(w, "K", 64);
+        eng_ow_attr_int(w, "N", 8);
+        eng_ow_attr_int(w, "bits", !strcmp(bad[i].attr, "bits") ? bad[i].v : 4);
+        eng_ow_attr_int(w, "block_size", !strcmp(bad[i].attr, "block_size") ? bad[i].v : 32);
+        eng_ow_output(w, "Y", ENG_DT_FLOAT, 2, fixed_dims(2, (int64_t[]){1, 8}));
+        char path[1200];
+        snprintf(path, sizeof path, "%s/model.onnx", dir);
+        ck_assert_int_eq(eng_ow_save(w, path), 0);
+        eng_ow_free(w);
+
+        eng_diag d;
+        eng_diag_init(&d);
+        eng_graph *g = NULL;
+        eng_plan *p = NULL;
+        ck_assert_int_eq(eng_graph_load(dir, &g, &d), 0);
+        ck_assert_int_eq(eng_plan_new(g, NULL, &p, &d), -1);
+        ck_assert_ptr_null(p);
+        ck_assert_msg(d.n_kept == 1 && strstr(d.lines[0], "mm_bad") && strstr(d.lines[0], bad[i].expect),
+                      "unexpected diag: %s", d.n_kept ? d.lines[0] : "(none)");
+        eng_diag_clear(&d);
+        eng_graph_free(g);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    const char *bd = getenv("QD_BUILDDIR"), *src = getenv("QD_SRCDIR"), *node = getenv("NODE");
+    if (!bd || !src) {
+        fprintf(stderr, "QD_BUILDDIR and QD_SRCDIR must be set (run through make check)\n");
+        return 1;
+    }
+    krn_init();
+    snprintf(root, sizeof root, "%s/tests/tmp/ops", bd);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", root, root);
+    if (system(cmd) != 0)
+        return 1;
+    build_cases();
+    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/ort/run-graph.js' '%s'", node ? node : "node", src, root);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "running the cases through ONNX Runtime failed\n");
+        return 1;
+    }
+    Suite *s = suite_create("ops_vs_onnxruntime");
+    TCase *tc = tcase_create("ops");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, op_matches_onnx_runtime, 0, n_cases);
+    tcase_add_test(tc, unsupported_variants_rejected);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    for (int i = 0; i < n_cases; i++)
+        for (int k = 0; k < cases[i].n_in; k++)
+            free(cases[i].in[k].data);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
