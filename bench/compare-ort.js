@@ -1,0 +1,95 @@
+#!/usr/bin/env node
+// Side-by-side: qwen3d and ONNX Runtime on the same model folder, the same
+// thread count and the same token ids, alternating runs so that both see the
+// same machine conditions; reports medians over the runs and their ratios
+// (above 1 means qwen3d is faster). Never asserts on speed.
+//
+// Usage: compare-ort.js --qwen3d BIN --model DIR [--runs N] [--threads N]
+//                       [--prompt-len 32] [--gen 128] [--contexts 1024,4096]
+//                       [--context-steps N] [--kv-mode M] [--kv-type T] [--json]
+// NODE_PATH must reach onnxruntime-node (tests/npm/node_modules of a build tree).
+'use strict';
+
+const { spawnSync } = require('child_process');
+const path = require('path');
+
+function fail(msg) {
+  process.stderr.write(`compare-ort: ${msg}\n`);
+  process.exit(1);
+}
+
+const o = { runs: 5, threads: '1', prompt: '32', gen: '128', contexts: '1024,4096', steps: '16',
+  kvMode: 'persistent', kvType: 'f32', json: false };
+const argv = process.argv.slice(2);
+for (let i = 0; i < argv.length; i++) {
+  const v = () => (i + 1 < argv.length ? argv[++i] : fail(`${argv[i]} needs a value`));
+  switch (argv[i]) {
+    case '--qwen3d': o.bin = v(); break;
+    case '--model': o.model = v(); break;
+    case '--runs': o.runs = Number(v()); break;
+    case '--threads': o.threads = v(); break;
+    case '--prompt-len': o.prompt = v(); break;
+    case '--gen': o.gen = v(); break;
+    case '--contexts': o.contexts = v(); break;
+    case '--context-steps': o.steps = v(); break;
+    case '--kv-mode': o.kvMode = v(); break;
+    case '--kv-type': o.kvType = v(); break;
+    case '--json': o.json = true; break;
+    default: fail(`unknown argument "${argv[i]}"`);
+  }
+}
+if (!o.bin || !o.model) fail('--qwen3d BIN and --model DIR are required');
+
+const common = ['--model', o.model, '--prompt-len', o.prompt, '--gen', o.gen, '--threads', o.threads,
+  '--repeat', '1', '--contexts', o.contexts, '--context-steps', o.steps];
+
+function run(cmd, args) {
+  const r = spawnSync(cmd, args, { encoding: 'utf8', maxBuffer: 1 << 26 });
+  if (r.status !== 0) fail(`${path.basename(cmd)} ${args.join(' ')} failed: ${(r.stderr || '').trim().split('\n').pop()}`);
+  return r.stdout.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l));
+}
+
+const key = (c) => (c.case === 'prompt' ? `prompt ${c.prompt_len}` : `context ${c.context}`);
+const samples = {}; // key -> runtime -> metric -> [values]
+function add(runtime, cases) {
+  for (const c of cases) {
+    const k = key(c);
+    samples[k] = samples[k] || { qwen3d: {}, onnxruntime: {} };
+    for (const m of ['ttft_ms', 'prefill_tokens_per_s', 'decode_ms_median', 'decode_tokens_per_s', 'load_ms', 'rss_bytes'])
+      if (typeof c[m] === 'number') (samples[k][runtime][m] = samples[k][runtime][m] || []).push(c[m]);
+  }
+}
+
+for (let r = 0; r < o.runs; r++) {
+  // alternate which runtime goes first
+  const q = () => add('qwen3d', run(o.bin, ['bench', '--json', '--kv-mode', o.kvMode, '--kv-type', o.kvType, ...common]));
+  const x = () => add('onnxruntime', run(process.execPath, [path.join(__dirname, 'ort-bench.js'), ...common]));
+  if (r % 2) { x(); q(); } else { q(); x(); }
+}
+
+const med = (a) => { if (!a || !a.length) return null; const s = [...a].sort((p, q) => p - q); return s[Math.floor(s.length / 2)]; };
+const rows = [];
+for (const [k, v] of Object.entries(samples)) {
+  const row = { case: k, threads: Number(o.threads), runs: o.runs, kv_mode: o.kvMode, kv_type: o.kvType };
+  for (const m of ['decode_tokens_per_s', 'prefill_tokens_per_s', 'ttft_ms', 'decode_ms_median', 'rss_bytes', 'load_ms']) {
+    const a = med(v.qwen3d[m]), b = med(v.onnxruntime[m]);
+    if (a === null || b === null) continue;
+    row[`qwen3d_${m}`] = a;
+    row[`onnxruntime_${m}`] = b;
+  }
+  if (row.qwen3d_decode_tokens_per_s) row.decode_speedup = row.qwen3d_decode_tokens_per_s / row.onnxruntime_decode_tokens_per_s;
+  if (row.qwen3d_prefill_tokens_per_s) row.prefill_speedup = row.qwen3d_prefill_tokens_per_s / row.onnxruntime_prefill_tokens_per_s;
+  if (row.qwen3d_ttft_ms) row.ttft_speedup = row.onnxruntime_ttft_ms / row.qwen3d_ttft_ms;
+  rows.push(row);
+}
+if (o.json) {
+  for (const r of rows) process.stdout.write(JSON.stringify(r) + '\n');
+} else {
+  const f = (x, d = 1) => (x === undefined || x === null ? '-' : x.toFixed(d));
+  console.log(`model ${o.model}, ${o.threads} thread(s), ${o.runs} alternating runs, medians; qwen3d kv ${o.kvMode}/${o.kvType}`);
+  console.log('case            decode tok/s (qwen3d / ORT = x)     prefill tok/s (qwen3d / ORT = x)    ttft ms (qwen3d / ORT = x)');
+  for (const r of rows)
+    console.log(`${r.case.padEnd(15)} ${f(r.qwen3d_decode_tokens_per_s).padStart(8)} / ${f(r.onnxruntime_decode_tokens_per_s).padStart(8)} = ${f(r.decode_speedup, 2).padStart(5)}x` +
+      `     ${f(r.qwen3d_prefill_tokens_per_s).padStart(8)} / ${f(r.onnxruntime_prefill_tokens_per_s).padStart(8)} = ${f(r.prefill_speedup, 2).padStart(5)}x` +
+      `     ${f(r.qwen3d_ttft_ms).padStart(8)} / ${f(r.onnxruntime_ttft_ms).padStart(8)} = ${f(r.ttft_speedup, 2).padStart(5)}x`);
+}

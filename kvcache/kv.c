@@ -1,0 +1,146 @@
+/*
+ * kv: session key/value storage (see kv.h). Each layer's keys and values
+ * are one region of the reserved range, PROT_NONE until committed; commits
+ * grow every region's prefix together in steps of COMMIT_STEP tokens, so a
+ * write past the committed length faults instead of corrupting memory.
+ *
+ * Threads: see kv.h.
+ */
+#include "kvcache/kv.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Tokens committed at a time: amortizes mprotect over many decode steps. */
+#define COMMIT_STEP 256
+
+struct kv_cache {
+    kv_geometry geo;
+    uint8_t *base;          /* reserved range */
+    uint64_t region_bytes;  /* one layer's keys (or values), page aligned */
+    uint64_t token_bytes;   /* one token in one region */
+    uint64_t page;
+    int64_t length;
+    int64_t committed;      /* tokens committed in every region */
+};
+
+size_t kv_elem_size(kv_type t)
+{
+    return t == KV_F16 ? 2 : 4;
+}
+
+const char *kv_type_name(kv_type t)
+{
+    return t == KV_F16 ? "f16" : "f32";
+}
+
+int kv_type_parse(const char *s, kv_type *out)
+{
+    if (!strcmp(s, "f32"))
+        *out = KV_F32;
+    else if (!strcmp(s, "f16"))
+        *out = KV_F16;
+    else
+        return -1;
+    return 0;
+}
+
+static uint64_t round_up(uint64_t v, uint64_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+kv_cache *kv_new(const kv_geometry *geo)
+{
+    if (geo->layers <= 0 || geo->kv_heads <= 0 || geo->head_dim <= 0 || geo->capacity <= 0)
+        return NULL;
+    kv_cache *kv = calloc(1, sizeof *kv);
+    if (!kv)
+        return NULL;
+    kv->geo = *geo;
+    kv->page = (uint64_t)sysconf(_SC_PAGESIZE);
+    kv->token_bytes = (uint64_t)(geo->kv_heads * geo->head_dim) * kv_elem_size(geo->type);
+    kv->region_bytes = round_up(kv->token_bytes * (uint64_t)geo->capacity, kv->page);
+    uint64_t total = kv->region_bytes * 2 * (uint64_t)geo->layers;
+    void *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        free(kv);
+        return NULL;
+    }
+    kv->base = p;
+    return kv;
+}
+
+void kv_free(kv_cache *kv)
+{
+    if (!kv)
+        return;
+    munmap(kv->base, kv->region_bytes * 2 * (uint64_t)kv->geo.layers);
+    free(kv);
+}
+
+const kv_geometry *kv_geo(const kv_cache *kv)
+{
+    return &kv->geo;
+}
+
+void *kv_keys(kv_cache *kv, int64_t layer)
+{
+    return kv->base + (uint64_t)(2 * layer) * kv->region_bytes;
+}
+
+void *kv_values(kv_cache *kv, int64_t layer)
+{
+    return kv->base + (uint64_t)(2 * layer + 1) * kv->region_bytes;
+}
+
+int64_t kv_length(const kv_cache *kv)
+{
+    return kv->length;
+}
+
+int kv_reserve_tokens(kv_cache *kv, int64_t new_length)
+{
+    if (new_length < 0 || new_length > kv->geo.capacity)
+        return -1;
+    if (new_length <= kv->committed)
+        return 0;
+    int64_t want = round_up((uint64_t)new_length, COMMIT_STEP);
+    if (want > kv->geo.capacity)
+        want = kv->geo.capacity;
+    uint64_t from = round_up(kv->token_bytes * (uint64_t)kv->committed, kv->page);
+    uint64_t to = round_up(kv->token_bytes * (uint64_t)want, kv->page);
+    if (to > from)
+        for (int64_t r = 0; r < 2 * kv->geo.layers; r++)
+            if (mprotect(kv->base + (uint64_t)r * kv->region_bytes + from, to - from, PROT_READ | PROT_WRITE) != 0)
+                return -1;
+    kv->committed = want;
+    return 0;
+}
+
+void kv_set_length(kv_cache *kv, int64_t length)
+{
+    kv->length = length;
+}
+
+void kv_reset(kv_cache *kv)
+{
+    kv->length = 0;
+}
+
+uint64_t kv_bytes_reserved(const kv_cache *kv)
+{
+    return kv->region_bytes * 2 * (uint64_t)kv->geo.layers;
+}
+
+uint64_t kv_bytes_committed(const kv_cache *kv)
+{
+    return round_up(kv->token_bytes * (uint64_t)kv->committed, kv->page) * 2 * (uint64_t)kv->geo.layers;
+}
+
+uint64_t kv_bytes_per_token(const kv_cache *kv)
+{
+    return kv->token_bytes * 2 * (uint64_t)kv->geo.layers;
+}

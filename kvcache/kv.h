@@ -1,0 +1,65 @@
+/*
+ * kv: the key/value cache of one session.
+ *
+ * Per layer, keys and values each live in one contiguous region laid out
+ * [token, kv_head, head_dim]: a new token's rows for all heads are one
+ * contiguous append, and the used part of a region is always a prefix, so
+ * the region grows by committing more of its reserved address range and
+ * nothing stored is ever moved. The whole range for the session's maximum
+ * context is reserved at creation (address space only); pages are committed
+ * in steps as the cached length grows, and bytes reserved and committed are
+ * reported for the server's metrics. Elements are fp32 or fp16.
+ *
+ * Threads: a cache belongs to one session; the scheduler is its only writer
+ * (the compute pool writes rows into it during that session's step).
+ */
+#ifndef QWEN3D_KVCACHE_KV_H
+#define QWEN3D_KVCACHE_KV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum kv_type { KV_F32 = 0, KV_F16 = 1 } kv_type;
+
+typedef struct kv_cache kv_cache;
+
+typedef struct kv_geometry {
+    int64_t layers, kv_heads, head_dim;
+    int64_t capacity;      /* tokens */
+    kv_type type;
+} kv_geometry;
+
+/* Reserves the address range; commits nothing yet. NULL on failure. */
+kv_cache *kv_new(const kv_geometry *geo);
+/* Returns every page, committed ones included. */
+void kv_free(kv_cache *kv);
+
+const kv_geometry *kv_geo(const kv_cache *kv);
+size_t kv_elem_size(kv_type t);
+const char *kv_type_name(kv_type t);
+/* Parses "f32" / "f16"; 0 or -1. */
+int kv_type_parse(const char *s, kv_type *out);
+
+/* Base of layer L's keys / values. Element (t, h, d) is at
+ * base + (t * kv_heads + h) * head_dim + d. */
+void *kv_keys(kv_cache *kv, int64_t layer);
+void *kv_values(kv_cache *kv, int64_t layer);
+
+/* Cached tokens. */
+int64_t kv_length(const kv_cache *kv);
+/*
+ * Makes room for tokens [0, new_length): commits pages as needed. Returns 0,
+ * or -1 if new_length exceeds the capacity or the pages cannot be committed.
+ * Does not change the length; kv_set_length() does once the rows are written.
+ */
+int kv_reserve_tokens(kv_cache *kv, int64_t new_length);
+void kv_set_length(kv_cache *kv, int64_t length);
+/* Forgets the sequence; committed pages stay for reuse. */
+void kv_reset(kv_cache *kv);
+
+uint64_t kv_bytes_reserved(const kv_cache *kv);
+uint64_t kv_bytes_committed(const kv_cache *kv);
+/* Bytes one token occupies over all layers, keys and values. */
+uint64_t kv_bytes_per_token(const kv_cache *kv);
+
+#endif

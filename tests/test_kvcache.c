@@ -1,0 +1,108 @@
+/*
+ * test_kvcache: kvcache/kv.c storage, commit accounting and limits.
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvcache/kv.h"
+
+static const kv_geometry geo = {.layers = 3, .kv_heads = 2, .head_dim = 64, .capacity = 1000, .type = KV_F32};
+
+START_TEST(reserve_commit_and_limits)
+{
+    kv_cache *kv = kv_new(&geo);
+    ck_assert_ptr_nonnull(kv);
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t token = 2 * 64 * 4;
+    ck_assert_uint_eq(kv_bytes_per_token(kv), token * 2 * 3);
+    ck_assert_uint_eq(kv_bytes_reserved(kv), 6 * ((token * 1000 + page - 1) / page * page));
+    ck_assert_uint_eq(kv_bytes_committed(kv), 0);
+    ck_assert_int_eq(kv_length(kv), 0);
+
+    ck_assert_int_eq(kv_reserve_tokens(kv, 10), 0);
+    uint64_t c10 = kv_bytes_committed(kv);
+    ck_assert_uint_ge(c10, 6 * 10 * token);
+    ck_assert_uint_le(c10, kv_bytes_reserved(kv));
+    /* every committed row of every region is writable and keeps its value */
+    for (int64_t l = 0; l < 3; l++) {
+        float *k = kv_keys(kv, l), *v = kv_values(kv, l);
+        for (int i = 0; i < 10 * 2 * 64; i++) {
+            k[i] = (float)(l * 100000 + i);
+            v[i] = -(float)(l * 100000 + i);
+        }
+    }
+    kv_set_length(kv, 10);
+    ck_assert_int_eq(kv_reserve_tokens(kv, 1000), 0);
+    ck_assert_uint_eq(kv_bytes_committed(kv), kv_bytes_reserved(kv));
+    for (int64_t l = 0; l < 3; l++) {
+        const float *k = kv_keys(kv, l), *v = kv_values(kv, l);
+        ck_assert(k[1279] == (float)(l * 100000 + 1279) && v[5] == -(float)(l * 100000 + 5));
+        ((float *)kv_values(kv, l))[999 * 128 + 127] = 1.0f; /* last element of the region */
+    }
+    ck_assert_int_eq(kv_reserve_tokens(kv, 1001), -1);
+    ck_assert_int_eq(kv_reserve_tokens(kv, -1), -1);
+
+    /* reset keeps the storage */
+    uint64_t before = kv_bytes_committed(kv);
+    kv_reset(kv);
+    ck_assert_int_eq(kv_length(kv), 0);
+    ck_assert_uint_eq(kv_bytes_committed(kv), before);
+    kv_free(kv);
+    kv_free(NULL);
+}
+END_TEST
+
+START_TEST(types_and_bad_geometry)
+{
+    kv_type t;
+    ck_assert_int_eq(kv_type_parse("f16", &t), 0);
+    ck_assert_int_eq(t, KV_F16);
+    ck_assert_int_eq(kv_type_parse("f32", &t), 0);
+    ck_assert_int_eq(t, KV_F32);
+    ck_assert_int_eq(kv_type_parse("bf16", &t), -1);
+    ck_assert_uint_eq(kv_elem_size(KV_F16), 2);
+    kv_geometry g = geo;
+    g.type = KV_F16;
+    kv_cache *kv = kv_new(&g);
+    ck_assert_uint_eq(kv_bytes_per_token(kv), 2 * 64 * 2 * 2 * 3);
+    kv_free(kv);
+    g.capacity = 0;
+    ck_assert_ptr_null(kv_new(&g));
+    g = geo;
+    g.layers = -1;
+    ck_assert_ptr_null(kv_new(&g));
+}
+END_TEST
+
+START_TEST(many_sessions_are_independent)
+{
+    kv_cache *a[16];
+    for (int i = 0; i < 16; i++) {
+        a[i] = kv_new(&geo);
+        ck_assert_ptr_nonnull(a[i]);
+        ck_assert_int_eq(kv_reserve_tokens(a[i], 1), 0);
+        ((float *)kv_keys(a[i], 2))[0] = (float)i;
+    }
+    for (int i = 0; i < 16; i++) {
+        ck_assert(((float *)kv_keys(a[i], 2))[0] == (float)i);
+        kv_free(a[i]);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("kvcache");
+    TCase *tc = tcase_create("kv");
+    tcase_add_test(tc, reserve_commit_and_limits);
+    tcase_add_test(tc, types_and_bad_geometry);
+    tcase_add_test(tc, many_sessions_are_independent);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
