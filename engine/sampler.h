@@ -1,0 +1,119 @@
+/*
+ * sampler: picks the next token id from one row of logits.
+ *
+ * The request's sampling fields (design.md section 3) arrive as a plain
+ * eng_sampling struct; an eng_sampler built from them keeps the token history
+ * the penalties need, a seeded random generator and its own scratch, so a
+ * row of V logits is never modified and never sorted as a whole.
+ *
+ * Order of operations, as vLLM documents it:
+ *   1. penalties: repetition (every id of prompt and generated text; positive
+ *      logits divided, negative ones multiplied), then frequency and presence
+ *      (generated ids only: logit -= frequency * count + presence * [count>0]);
+ *   2. temperature 0 means greedy: the argmax, lowest id on ties;
+ *   3. otherwise the logits are divided by the temperature and filtered by
+ *      top-k, then top-p (the nucleus of the top-k distribution), then min-p
+ *      (probability at least min_p times the largest one);
+ *   4. softmax over the survivors and one draw.
+ * Candidates are ordered by logit, then by ascending id, wherever an order
+ * matters (top-k and top-p boundaries).
+ *
+ * Called by the scheduler once per generated token of a session. Threads: an
+ * eng_sampler belongs to one session and is used by one thread at a time;
+ * distinct samplers are independent.
+ */
+#ifndef QWEN3D_ENGINE_SAMPLER_H
+#define QWEN3D_ENGINE_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Error codes; eng_sampler_strerror() gives the message. */
+#define ENG_SAMP_ERRORS(X)                                                  \
+    X(ENG_SAMP_OK, 0, "success")                                            \
+    X(ENG_SAMP_ERANGE, -1, "sampling parameter out of range")               \
+    X(ENG_SAMP_ENOMEM, -2, "out of memory")                                 \
+    X(ENG_SAMP_EBADID, -3, "token id outside the vocabulary")
+
+enum {
+#define ENG_SAMP_ENUM(name, value, msg) name = value,
+    ENG_SAMP_ERRORS(ENG_SAMP_ENUM)
+#undef ENG_SAMP_ENUM
+};
+
+const char *eng_sampler_strerror(int err);
+
+/*
+ * Sampling parameters, filled by the caller. Field names are the request
+ * fields of the HTTP API; eng_sampling_default() gives the neutral values
+ * (temperature 1, no filter, no penalty, seed 0).
+ */
+typedef struct eng_sampling {
+    float temperature;        /* [0, 2]; 0 = greedy */
+    float top_p;              /* (0, 1]; 1 = off */
+    int32_t top_k;            /* >= 0; 0 = off */
+    float min_p;              /* [0, 1]; 0 = off */
+    float presence_penalty;   /* [-2, 2]; 0 = off */
+    float frequency_penalty;  /* [-2, 2]; 0 = off */
+    float repetition_penalty; /* (0, 2]; 1 = off */
+    uint64_t seed;            /* the same seed and inputs give the same ids */
+} eng_sampling;
+
+/* What eng_sampling_validate() found wrong. */
+typedef struct eng_sampling_error {
+    const char *field;  /* the request field at fault, e.g. "top_p"; NULL if none */
+    char message[128];  /* one line naming the field, the range and the value */
+} eng_sampling_error;
+
+void eng_sampling_default(eng_sampling *p);
+
+/*
+ * Checks every range above (NaN is out of every range). Returns 0, or
+ * ENG_SAMP_ERANGE with ERR (may be NULL) naming the first bad field.
+ */
+int eng_sampling_validate(const eng_sampling *p, eng_sampling_error *err);
+
+typedef struct eng_sampler eng_sampler;
+
+/*
+ * A sampler for rows of N_VOCAB logits (1 <= n_vocab <= INT32_MAX). Returns
+ * NULL if P does not pass eng_sampling_validate() (call it first for the
+ * message) or on out-of-memory. Scratch is about 16 bytes per vocabulary
+ * entry, plus 8 bytes per entry when a penalty is active.
+ */
+eng_sampler *eng_sampler_new(const eng_sampling *p, size_t n_vocab);
+void eng_sampler_free(eng_sampler *s);
+
+/* Forgets the token history and restarts the random sequence from the seed. */
+void eng_sampler_reset(eng_sampler *s);
+
+/*
+ * Records the prompt's ids for the repetition penalty. Returns 0, or
+ * ENG_SAMP_EBADID if an id is outside the vocabulary (nothing is recorded),
+ * or ENG_SAMP_ENOMEM.
+ */
+int eng_sampler_accept_prompt(eng_sampler *s, const int32_t *ids, size_t n);
+
+/* Records one generated id (all penalties). Same returns as above. */
+int eng_sampler_accept(eng_sampler *s, int32_t id);
+
+/*
+ * Returns the next id for LOGITS (n_vocab floats, left unchanged). It does
+ * not record the id: call eng_sampler_accept() with the id actually used.
+ * NaN logits count as -inf. If no id has a positive probability the argmax
+ * of the penalized row is returned. Never fails.
+ */
+int32_t eng_sampler_sample(eng_sampler *s, const float *logits);
+
+/*
+ * Writes to PROBS (n_vocab floats) the distribution eng_sampler_sample()
+ * draws from for LOGITS: after the penalties, temperature and filters,
+ * normalized over the survivors, 0 elsewhere; greedy settings give 1 at the
+ * argmax. For log-probabilities and tests; the random sequence is not used.
+ */
+void eng_sampler_probs(eng_sampler *s, const float *logits, float *probs);
+
+/* Index of the largest of the N values (NaN never wins), lowest on ties; 0 if none. */
+int32_t eng_argmax(const float *logits, size_t n);
+
+#endif

@@ -1,0 +1,79 @@
+/*
+ * render_c: renders the conversations of a cases file (tests/chat/cases.json)
+ * with api/chat_template.c and prints the results as one JSON array, one
+ * string per case (or {"error": message} when the renderer rejects it), for
+ * tests/chat_template.sh to compare with the real Jinja template.
+ *
+ * Usage: render_c CASES.json
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "api/chat_template.h"
+
+static const char *opt_string(json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: render_c CASES.json\n");
+        return 2;
+    }
+    json_error_t jerr;
+    json_t *cases = json_load_file(argv[1], 0, &jerr);
+    if (!json_is_array(cases)) {
+        fprintf(stderr, "render_c: %s:%d: %s\n", argv[1], jerr.line,
+                cases ? "top level is not an array" : jerr.text);
+        return 1;
+    }
+    json_t *results = json_array();
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases, i, c) {
+        json_t *msgs = json_object_get(c, "messages");
+        size_t n = json_array_size(msgs);
+        api_chat_msg *m = calloc(n ? n : 1, sizeof *m);
+        if (!m) {
+            fprintf(stderr, "render_c: out of memory\n");
+            return 1;
+        }
+        for (size_t k = 0; k < n; k++) {
+            json_t *mj = json_array_get(msgs, k);
+            m[k].role = opt_string(mj, "role");
+            m[k].content = opt_string(mj, "content");
+            m[k].reasoning_content = opt_string(mj, "reasoning_content");
+        }
+        api_chat_opts o;
+        api_chat_opts_default(&o);
+        json_t *v = json_object_get(c, "add_generation_prompt");
+        if (json_is_boolean(v))
+            o.add_generation_prompt = json_is_true(v);
+        v = json_object_get(c, "enable_thinking");
+        if (json_is_boolean(v))
+            o.enable_thinking = json_is_true(v);
+        char *out = NULL;
+        size_t len = 0;
+        api_chat_error err;
+        if (api_chat_render(m, n, &o, &out, &len, &err) == 0)
+            json_array_append_new(results, json_stringn(out, len));
+        else
+            json_array_append_new(results, json_pack("{s:s}", "error", err.message));
+        free(out);
+        free(m);
+    }
+    char *text = json_dumps(results, JSON_INDENT(1) | JSON_ENSURE_ASCII);
+    if (!text) {
+        fprintf(stderr, "render_c: cannot serialize the results\n");
+        return 1;
+    }
+    puts(text);
+    free(text);
+    json_decref(results);
+    json_decref(cases);
+    return 0;
+}

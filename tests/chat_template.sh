@@ -1,0 +1,15 @@
+#!/bin/sh
+# The native Qwen3 chat template (api/chat_template.c, driven by
+# tests/chat/render_c) renders every conversation of tests/chat/cases.json
+# exactly as the real Jinja template of the Qwen3 tokenizer package does,
+# rendered by @huggingface/jinja (tests/chat/render.js).
+set -eu
+work="$QD_BUILDDIR/tests/chat-work"
+mkdir -p "$work"
+cases="$QD_SRCDIR/tests/chat/cases.json"
+"$QD_BUILDDIR/tests/chat/render_c" "$cases" >"$work/native.json" || {
+  echo "chat_template: render_c failed on $cases" >&2
+  exit 1
+}
+"$NODE" "$QD_SRCDIR/tests/chat/render.js" "$cases" --compare "$work/native.json"
+rm -rf "$work"
