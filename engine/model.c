@@ -301,6 +301,8 @@ static int cmp_range(const void *a, const void *b)
 static void check_overlaps(loader *L)
 {
     struct eng_graph_priv *pv = L->g->priv;
+    if (pv->n_ranges < 2)
+        return;
     qsort(pv->ranges, pv->n_ranges, sizeof *pv->ranges, cmp_range);
     for (size_t i = 1; i < pv->n_ranges; i++) {
         const ext_range *a = &pv->ranges[i - 1], *b = &pv->ranges[i];

@@ -83,6 +83,7 @@ typedef struct val_plan {
 
 struct eng_plan {
     const eng_graph *g;
+    eng_tensor *inits;    /* the graph's initializers, data realigned where needed */
     int n_gqa;
     eng_plan_opts opts;
     krn_table krn;
@@ -233,12 +234,13 @@ static int need_data(eng_exec *x, const step *s, const rt_val *v, const char *wh
     return 0;
 }
 
+/* Input i of s when it is an initializer, with its (possibly realigned) data. */
 static const eng_tensor *const_input(const plan_builder *b, const step *s, int i)
 {
     if (i >= s->n_in || s->in[i] < 0)
         return NULL;
     const eng_value *v = &b->p->g->values[s->in[i]];
-    return v->kind == ENG_VALUE_INITIALIZER ? &b->p->g->inits[v->index] : NULL;
+    return v->kind == ENG_VALUE_INITIALIZER ? &b->p->inits[v->index] : NULL;
 }
 
 /* ---- parallel helpers ------------------------------------------------------ */
@@ -1373,6 +1375,35 @@ static const op_def *find_def(const eng_node *n)
 
 /* ---- plan ----------------------------------------------------------------------- */
 
+/*
+ * External data carries no alignment promise, and kernels load floats and
+ * integers as such: a misaligned initializer gets an aligned copy. A table
+ * read only by Gather is copied row by row with memcpy and stays mapped.
+ */
+static int realign(eng_plan *p, const eng_graph *g, size_t v, const eng_tensor *t, void **data)
+{
+    size_t es = eng_dtype_size(t->dtype);
+    if (es <= 1 || !t->data || (uintptr_t)t->data % es == 0)
+        return 0;
+    bool only_gathered = true;
+    for (size_t i = 0; i < g->n_nodes && only_gathered; i++) {
+        const eng_node *n = &g->nodes[i];
+        for (size_t j = 0; j < n->n_inputs; j++)
+            if (n->input_values[j] == (int)v && !(j == 0 && !strcmp(n->op_type, "Gather") && !*n->domain))
+                only_gathered = false;
+    }
+    if (only_gathered)
+        return 0;
+    void *copy = aligned_alloc(ALIGN, (t->nbytes + ALIGN - 1) / ALIGN * ALIGN);
+    if (!copy)
+        return -1;
+    memcpy(copy, t->data, t->nbytes);
+    p->owned[p->n_owned++] = copy;
+    p->prepared_bytes += t->nbytes;
+    *data = copy;
+    return 0;
+}
+
 int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, eng_diag *diag)
 {
     *out = NULL;
@@ -1386,7 +1417,11 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
     p->n_steps = g->n_nodes;
     p->steps = calloc(g->n_nodes + 1, sizeof *p->steps);
     p->vals = calloc(g->n_values + 1, sizeof *p->vals);
-    p->owned = calloc(g->n_nodes + 1, sizeof *p->owned);
+    p->inits = calloc(g->n_inits + 1, sizeof *p->inits);
+    if (!p->inits)
+        goto oom;
+    /* folded constants (at most one per node) and realigned initializers */
+    p->owned = calloc(g->n_nodes + g->n_inits + 1, sizeof *p->owned);
     if (!p->steps || !p->vals || !p->owned)
         goto oom;
     size_t before = diag->n_total;
@@ -1400,6 +1435,10 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
             vp->kind = PV_CONST;
             vp->cval = (eng_view){.dtype = t->dtype, .rank = t->rank, .data = (void *)t->data};
             memcpy(vp->cval.dims, t->dims, sizeof vp->cval.dims);
+            if (realign(p, g, v, t, &vp->cval.data) != 0)
+                goto oom;
+            p->inits[gv->index] = *t;
+            p->inits[gv->index].data = vp->cval.data;
         } else if (gv->kind == ENG_VALUE_INPUT) {
             vp->kind = PV_INPUT;
         } else {
@@ -1469,6 +1508,7 @@ void eng_plan_free(eng_plan *p)
     for (size_t i = 0; i < p->n_owned; i++)
         free(p->owned[i]);
     free(p->owned);
+    free(p->inits);
     free(p->steps);
     free(p->vals);
     free(p);
