@@ -6,14 +6,18 @@
  * Runs on the main thread; kernels fan out over the model's compute pool.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/runner.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
 #include "server/cli.h"
 
 #define CMD "generate"
@@ -61,25 +65,31 @@ static int parse_ids(const char *opt, const char *s, int64_t **out, size_t *n)
     return 0;
 }
 
-static int64_t argmax(const float *x, int64_t n)
+/* Parses a float option value strictly. */
+static bool parse_float(const char *s, float *out)
 {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
+    char *end = NULL;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (!*s || *end || errno)
+        return false;
+    *out = v;
+    return true;
 }
 
 static int usage(FILE *f)
 {
-    fprintf(f, "usage: qwen3d generate --model DIR --prompt-ids 1,2,3 [--max-tokens N] [--teacher-ids 4,5,6]\n"
+    fprintf(f, "usage: qwen3d generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
+               "                       [--teacher-ids 4,5,6]\n"
                "                       [--threads N] [--dump-logits FILE] [--json] [--matmul-fp32]\n"
-               "                       [--kv-mode persistent|tensor] [--kv-type f32|f16]\n");
+               "                       [--kv-mode persistent|tensor] [--kv-type f32|f16]\n"
+               "                       [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]\n"
+               "                       [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F]\n");
     return 2;
 }
 
 typedef struct gen_opts {
-    const char *model, *dump;
+    const char *model, *dump, *prompt_text;
     int64_t *prompt, *teacher;
     size_t n_prompt, n_teacher;
     int64_t max_tokens;
@@ -87,7 +97,55 @@ typedef struct gen_opts {
     bool json, matmul_fp32, max_given;
     eng_kv_mode kv_mode;
     kv_type kv_type;
+    eng_sampling sampling;
+    bool sampling_given, temperature_given;
 } gen_opts;
+
+/* The sampling options: 1 if argv[*i] was one, 2 after an error, 0 if not. */
+static int parse_sampling_opt(int argc, char **argv, int *i, gen_opts *o)
+{
+    static const struct {
+        const char *name;
+        size_t offset;
+    } floats[] = {
+        {"temperature", offsetof(eng_sampling, temperature)},
+        {"top-p", offsetof(eng_sampling, top_p)},
+        {"min-p", offsetof(eng_sampling, min_p)},
+        {"repetition-penalty", offsetof(eng_sampling, repetition_penalty)},
+        {"presence-penalty", offsetof(eng_sampling, presence_penalty)},
+        {"frequency-penalty", offsetof(eng_sampling, frequency_penalty)},
+    };
+    const char *v = NULL;
+    int r;
+    for (size_t k = 0; k < sizeof floats / sizeof floats[0]; k++) {
+        if ((r = cli_opt(CMD, argc, argv, i, floats[k].name, &v)) == 0)
+            continue;
+        if (r < 0 || !parse_float(v, (float *)((char *)&o->sampling + floats[k].offset))) {
+            if (r > 0)
+                cli_fail(CMD, "--%s must be a number, not '%s'", floats[k].name, v);
+            return 2;
+        }
+        o->sampling_given = true;
+        if (k == 0)
+            o->temperature_given = true;
+        return 1;
+    }
+    int64_t n;
+    if ((r = cli_opt(CMD, argc, argv, i, "top-k", &v)) != 0) {
+        if (r < 0 || !cli_parse_i64(v, 0, INT32_MAX, &n))
+            return r < 0 ? 2 : (cli_fail(CMD, "--top-k must be a non-negative integer, not '%s'", v), 2);
+        o->sampling.top_k = (int32_t)n;
+        o->sampling_given = true;
+        return 1;
+    }
+    if ((r = cli_opt(CMD, argc, argv, i, "seed", &v)) != 0) {
+        if (r < 0 || !cli_parse_i64(v, 0, INT64_MAX, &n))
+            return r < 0 ? 2 : (cli_fail(CMD, "--seed must be a non-negative integer, not '%s'", v), 2);
+        o->sampling.seed = (uint64_t)n;
+        return 1;
+    }
+    return 0;
+}
 
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
@@ -100,6 +158,8 @@ static int parse_args(int argc, char **argv, gen_opts *o)
             free(o->prompt);
             if (parse_ids("prompt-ids", v, &o->prompt, &o->n_prompt))
                 return 2;
+        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "prompt", &v)) > 0) {
+            o->prompt_text = v;
         } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "teacher-ids", &v)) > 0) {
             free(o->teacher);
             if (parse_ids("teacher-ids", v, &o->teacher, &o->n_teacher))
@@ -119,6 +179,9 @@ static int parse_args(int argc, char **argv, gen_opts *o)
         } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "kv-type", &v)) > 0) {
             if (kv_type_parse(v, &o->kv_type) != 0)
                 return cli_fail(CMD, "--kv-type must be f32 or f16, not '%s'", v);
+        } else if (!r && (r = parse_sampling_opt(argc, argv, &i, o)) != 0) {
+            if (r == 2)
+                return 2;
         } else if (r < 0) {
             return 2;
         } else if (cli_flag(argv, i, "json")) {
@@ -134,8 +197,25 @@ static int parse_args(int argc, char **argv, gen_opts *o)
     }
     if (!o->model)
         return cli_fail(CMD, "--model DIR is required");
-    if (!o->prompt || !o->n_prompt)
-        return cli_fail(CMD, "--prompt-ids with at least one id is required");
+    if (!!o->prompt_text == !!o->prompt)
+        return cli_fail(CMD, "give exactly one of --prompt TEXT and --prompt-ids 1,2,3");
+    if (o->prompt && !o->n_prompt)
+        return cli_fail(CMD, "--prompt-ids needs at least one id");
+    if (o->prompt_text && !*o->prompt_text)
+        return cli_fail(CMD, "--prompt must not be empty");
+    /* no sampling flag: greedy; a filter without a temperature samples at 1 */
+    if (!o->sampling_given)
+        o->sampling.temperature = 0.0f;
+    else if (!o->temperature_given)
+        o->sampling.temperature = 1.0f;
+    eng_sampling_error se;
+    if (eng_sampling_validate(&o->sampling, &se) != 0) {
+        /* name the option as it was typed: top_p -> --top-p */
+        char flag[64] = "";
+        for (size_t k = 0; se.field && se.field[k] && k + 1 < sizeof flag; k++)
+            flag[k] = se.field[k] == '_' ? '-' : se.field[k], flag[k + 1] = '\0';
+        return cli_fail(CMD, "--%s: %s", flag, se.message);
+    }
     if (!o->max_given)
         o->max_tokens = o->n_teacher ? (int64_t)o->n_teacher + 1 : 16;
     if (o->n_teacher && (int64_t)o->n_teacher < o->max_tokens - 1)
@@ -147,6 +227,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
 int cmd_generate(int argc, char **argv)
 {
     gen_opts o = {.threads = 1};
+    eng_sampling_default(&o.sampling);
     int rc = parse_args(argc, argv, &o);
     if (rc) {
         free(o.prompt);
@@ -158,6 +239,9 @@ int cmd_generate(int argc, char **argv)
     eng_diag_init(&diag);
     eng_model *m = NULL;
     eng_session *s = NULL;
+    eng_sampler *sampler = NULL;
+    eng_tok *tok = NULL;
+    eng_tok_text text = {0};
     FILE *dump = NULL;
     int64_t *ids = NULL;
     double *step_ms = NULL;
@@ -169,6 +253,32 @@ int cmd_generate(int argc, char **argv)
                          .kv_type = o.kv_type};
     if (eng_model_open(o.model, &mo, &m, &diag) != 0)
         goto out;
+    /* The tokenizer is optional for id prompts: text is then left empty. */
+    char tok_path[4096];
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", eng_model_graph(m)->dir);
+    if (o.prompt_text || access(tok_path, F_OK) == 0) {
+        if (eng_tok_load(tok_path, &tok, &diag) != 0)
+            goto out;
+    }
+    if (o.prompt_text) {
+        eng_tok_ids enc = {0};
+        int er = eng_tok_encode(tok, o.prompt_text, strlen(o.prompt_text), 0, &enc);
+        if (er != 0 || !enc.n) {
+            eng_diag_add(&diag, "--prompt: %s", er ? eng_tok_strerror(er) : "encodes to no tokens");
+            eng_tok_ids_free(&enc);
+            goto out;
+        }
+        o.prompt = malloc(enc.n * sizeof *o.prompt);
+        if (!o.prompt) {
+            eng_tok_ids_free(&enc);
+            eng_diag_add(&diag, "out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < enc.n; i++)
+            o.prompt[i] = enc.ids[i];
+        o.n_prompt = enc.n;
+        eng_tok_ids_free(&enc);
+    }
     double load_ms = now_ms() - t0;
     int64_t V = eng_model_geometry(m)->vocab;
     int64_t ctx = (int64_t)o.n_prompt + o.max_tokens;
@@ -183,6 +293,21 @@ int cmd_generate(int argc, char **argv)
     if (o.dump && !(dump = fopen(o.dump, "wb"))) {
         eng_diag_add(&diag, "--dump-logits: cannot create '%s': %s", o.dump, strerror(errno));
         goto out;
+    }
+    sampler = eng_sampler_new(&o.sampling, (size_t)V);
+    if (!sampler) {
+        eng_diag_add(&diag, "out of memory for the sampler");
+        goto out;
+    }
+    for (size_t i = 0; i < o.n_prompt; i++)
+        if (o.prompt[i] >= V) {
+            eng_diag_add(&diag, "--prompt-ids: id %lld is outside the vocabulary [0, %lld)", (long long)o.prompt[i],
+                         (long long)V);
+            goto out;
+        }
+    for (size_t i = 0; i < o.n_prompt; i++) {
+        int32_t id = (int32_t)o.prompt[i];
+        eng_sampler_accept_prompt(sampler, &id, 1);
     }
     ids = malloc((size_t)o.max_tokens * sizeof *ids);
     step_ms = malloc((size_t)o.max_tokens * sizeof *step_ms);
@@ -202,7 +327,7 @@ int cmd_generate(int argc, char **argv)
             eng_diag_add(&diag, "--dump-logits: write to '%s' failed", o.dump);
             goto out;
         }
-        int64_t next = argmax(logits, V);
+        int64_t next = eng_sampler_sample(sampler, logits);
         ids[n_ids++] = next;
         /* teacher forcing compares runtimes step by step, so it never stops early */
         if (!o.n_teacher && eng_model_is_eos(m, next)) {
@@ -212,6 +337,12 @@ int cmd_generate(int argc, char **argv)
         if ((int64_t)n_ids >= o.max_tokens)
             break;
         int64_t feed = o.n_teacher ? o.teacher[n_ids - 1] : next;
+        if (feed >= V) {
+            eng_diag_add(&diag, "--teacher-ids: id %lld is outside the vocabulary [0, %lld)", (long long)feed,
+                         (long long)V);
+            goto out;
+        }
+        eng_sampler_accept(sampler, (int32_t)feed);
         double ts = now_ms();
         if (eng_session_feed(s, &feed, 1, &logits, &diag) != 0)
             goto out;
@@ -227,6 +358,19 @@ int cmd_generate(int argc, char **argv)
     }
     dump = NULL;
 
+    if (tok) {
+        /* the end-of-sequence token ends the text; it is not part of it */
+        size_t n_text = n_ids - (!strcmp(finish, "stop") ? 1 : 0);
+        int32_t *id32 = malloc((n_text + 1) * sizeof *id32);
+        for (size_t i = 0; id32 && i < n_text; i++)
+            id32[i] = (int32_t)ids[i];
+        int er = id32 ? eng_tok_decode(tok, id32, n_text, false, &text) : ENG_TOK_ENOMEM;
+        free(id32);
+        if (er != 0) {
+            eng_diag_add(&diag, "cannot decode the generated ids: %s", eng_tok_strerror(er));
+            goto out;
+        }
+    }
     if (o.json) {
         json_t *pj = json_array(), *gj = json_array();
         for (size_t i = 0; i < o.n_prompt; i++)
@@ -234,12 +378,15 @@ int cmd_generate(int argc, char **argv)
         for (size_t i = 0; i < n_ids; i++)
             json_array_append_new(gj, json_integer(ids[i]));
         json_t *root = json_pack("{s:o, s:o, s:s, s:s, s:{s:f, s:f, s:f, s:f}}", "prompt_ids", pj, "ids", gj,
-                                 "text", "", "finish_reason", finish, "timings", "load_ms", load_ms, "prefill_ms",
+                                 "text", text.s ? text.s : "", "finish_reason", finish, "timings", "load_ms", load_ms, "prefill_ms",
                                  prefill_ms, "decode_ms", decode_ms, "tokens_per_s",
                                  decode_ms > 0 ? 1000.0 / decode_ms : 0.0);
         json_dumpf(root, stdout, JSON_COMPACT);
         putchar('\n');
         json_decref(root);
+    } else if (tok) {
+        fwrite(text.s ? text.s : "", 1, text.len, stdout);
+        printf("\n");
     } else {
         for (size_t i = 0; i < n_ids; i++)
             printf("%s%lld", i ? " " : "", (long long)ids[i]);
@@ -251,6 +398,9 @@ out:
         fclose(dump);
     eng_diag_print(&diag, stderr, "qwen3d: " CMD);
     eng_diag_clear(&diag);
+    eng_sampler_free(sampler);
+    eng_tok_text_free(&text);
+    eng_tok_free(tok);
     eng_session_free(s);
     eng_model_free(m);
     free(ids);
