@@ -1,0 +1,206 @@
+/*
+ * test_session: sessions of one loaded model are isolated. Two sessions whose
+ * steps interleave produce exactly the logits each produces alone, in both
+ * KV modes; reset reuses a session; a freed session gives its committed KV
+ * memory back to the system.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/runner.h"
+
+static char model_dir[1024];
+
+static void setup_model(void)
+{
+    const char *bd = getenv("QD_BUILDDIR"), *exe = getenv("QWEN3D");
+    if (!bd || !exe) {
+        fprintf(stderr, "QD_BUILDDIR and QWEN3D must be set (run through make check)\n");
+        exit(1);
+    }
+    snprintf(model_dir, sizeof model_dir, "%s/tests/tmp/session-tiny", bd);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "test -f '%s/model.onnx' || '%s' synth --preset tiny --out '%s' >/dev/null", model_dir,
+             exe, model_dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "cannot write the tiny model\n");
+        exit(1);
+    }
+}
+
+#define STEPS 12
+
+/* Greedy continuation of PROMPT; rows[i] receives a copy of each logits row. */
+typedef struct run {
+    eng_session *s;
+    int64_t next;
+    int step;
+    float *rows;      /* [STEPS + 1][V] */
+} run;
+
+static int64_t argmax(const float *x, int64_t n)
+{
+    int64_t b = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+static void run_step(run *r, const int64_t *prompt, size_t n_prompt, int64_t V)
+{
+    eng_diag d;
+    eng_diag_init(&d);
+    const float *logits;
+    int rc = r->step == 0 ? eng_session_feed(r->s, prompt, n_prompt, &logits, &d)
+                          : eng_session_feed(r->s, &r->next, 1, &logits, &d);
+    ck_assert_msg(rc == 0, "feed failed: %s", d.n_kept ? d.lines[0] : "");
+    memcpy(r->rows + (size_t)r->step * (size_t)V, logits, (size_t)V * sizeof(float));
+    r->next = argmax(logits, V);
+    r->step++;
+    eng_diag_clear(&d);
+}
+
+static void check_interleaving(eng_kv_mode mode)
+{
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_model *m = NULL;
+    eng_model_opts mo = {.threads = 2, .kv_mode = mode};
+    ck_assert_msg(eng_model_open(model_dir, &mo, &m, &d) == 0, "open: %s", d.n_kept ? d.lines[0] : "");
+    int64_t V = eng_model_geometry(m)->vocab;
+    const int64_t pa[] = {9707, 11, 1879, 0, 5}, pb[] = {3555, 30, 151643, 42, 7, 7, 9};
+    size_t bytes = (size_t)(STEPS + 1) * (size_t)V * sizeof(float);
+    run alone_a = {.rows = malloc(bytes)}, alone_b = {.rows = malloc(bytes)};
+    run mix_a = {.rows = malloc(bytes)}, mix_b = {.rows = malloc(bytes)};
+
+    alone_a.s = eng_session_new(m, 64, &d);
+    for (int i = 0; i <= STEPS; i++)
+        run_step(&alone_a, pa, 5, V);
+    eng_session_free(alone_a.s);
+    alone_b.s = eng_session_new(m, 64, &d);
+    for (int i = 0; i <= STEPS; i++)
+        run_step(&alone_b, pb, 7, V);
+    /* reset reuses the session's storage for a new sequence */
+    eng_session_reset(alone_b.s);
+    ck_assert_int_eq(eng_session_length(alone_b.s), 0);
+    mix_b.s = alone_b.s;
+
+    mix_a.s = eng_session_new(m, 64, &d);
+    ck_assert_ptr_nonnull(mix_a.s);
+    for (int i = 0; i <= STEPS; i++) {
+        run_step(&mix_a, pa, 5, V);
+        run_step(&mix_b, pb, 7, V);
+    }
+    ck_assert_msg(memcmp(alone_a.rows, mix_a.rows, bytes) == 0, "session A differs when interleaved (%s mode)",
+                  eng_kv_mode_name(mode));
+    ck_assert_msg(memcmp(alone_b.rows, mix_b.rows, bytes) == 0, "session B differs when interleaved or reset (%s mode)",
+                  eng_kv_mode_name(mode));
+    ck_assert_int_eq(eng_session_length(mix_a.s), 5 + STEPS);
+    eng_session_free(mix_a.s);
+    eng_session_free(mix_b.s);
+    free(alone_a.rows);
+    free(alone_b.rows);
+    free(mix_a.rows);
+    free(mix_b.rows);
+    eng_model_free(m);
+    eng_diag_clear(&d);
+}
+
+START_TEST(interleaved_sessions_persistent)
+{
+    check_interleaving(ENG_KV_PERSISTENT);
+}
+END_TEST
+
+START_TEST(interleaved_sessions_tensor)
+{
+    check_interleaving(ENG_KV_TENSOR);
+}
+END_TEST
+
+static uint64_t rss(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, res = 0;
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fscanf(f, "%llu %llu", &size, &res), 2);
+    fclose(f);
+    return res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+START_TEST(freed_session_returns_memory)
+{
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_model *m = NULL;
+    eng_model_opts mo = {.threads = 1};
+    ck_assert(eng_model_open(model_dir, &mo, &m, &d) == 0);
+    const int64_t ctx = 16384;
+    eng_session *s = eng_session_new(m, ctx, &d);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_uint_eq(eng_session_kv_bytes_committed(s), 0);
+    uint64_t before = rss();
+    ck_assert_int_eq(eng_session_fill_synthetic(s, ctx - 8, &d), 0);
+    uint64_t committed = eng_session_kv_bytes_committed(s);
+    const eng_geometry *g = eng_model_geometry(m);
+    uint64_t data = (uint64_t)(g->layers * 2 * g->kv_heads * g->head_size * (ctx - 8)) * sizeof(float);
+    ck_assert_uint_ge(committed, data);
+    ck_assert_uint_le(committed, eng_session_kv_bytes_reserved(s));
+    uint64_t during = rss();
+    ck_assert_msg(during - before >= data * 9 / 10, "filling %llu bytes of cache raised RSS by only %llu",
+                  (unsigned long long)data, (unsigned long long)(during - before));
+    eng_session_free(s);
+    uint64_t after = rss();
+    ck_assert_msg(during - after >= data * 9 / 10, "freeing the session returned only %llu of %llu bytes",
+                  (unsigned long long)(during - after), (unsigned long long)data);
+    eng_model_free(m);
+    eng_diag_clear(&d);
+}
+END_TEST
+
+START_TEST(context_limit_is_an_error)
+{
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_model *m = NULL;
+    ck_assert(eng_model_open(model_dir, NULL, &m, &d) == 0);
+    eng_session *s = eng_session_new(m, 4, &d);
+    ck_assert_ptr_nonnull(s);
+    const int64_t ids[5] = {1, 2, 3, 4, 5};
+    const float *logits;
+    ck_assert_int_eq(eng_session_feed(s, ids, 5, &logits, &d), -1);
+    ck_assert_ptr_nonnull(strstr(d.lines[0], "exceed the session's context"));
+    ck_assert_int_eq(eng_session_length(s), 0);
+    ck_assert_int_eq(eng_session_feed(s, ids, 4, &logits, &d), 0);
+    ck_assert_int_eq(eng_session_feed(s, ids, 1, &logits, &d), -1);
+    const int64_t bad = 151936;
+    eng_session_reset(s);
+    ck_assert_int_eq(eng_session_feed(s, &bad, 1, &logits, &d), -1);
+    ck_assert_ptr_null(eng_session_new(m, eng_model_max_context(m) + 1, &d));
+    eng_session_free(s);
+    eng_model_free(m);
+    eng_diag_clear(&d);
+}
+END_TEST
+
+int main(void)
+{
+    setup_model();
+    Suite *su = suite_create("session");
+    TCase *tc = tcase_create("session");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, interleaved_sessions_persistent);
+    tcase_add_test(tc, interleaved_sessions_tensor);
+    tcase_add_test(tc, freed_session_returns_memory);
+    tcase_add_test(tc, context_limit_is_an_error);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
