@@ -36,6 +36,9 @@ typedef struct eng_plan_opts {
     /* Compute MatMulNBits with fp32 activations even where accuracy_level
      * asks for int8 (the accuracy_level 0 numerics). */
     bool matmul_fp32;
+    /* Keep the graph's steps as they are (the reference the fused plan is
+     * tested against). */
+    bool no_fusion;
 } eng_plan_opts;
 
 int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, eng_diag *diag);

@@ -39,6 +39,7 @@ typedef enum eng_kv_mode { ENG_KV_PERSISTENT = 0, ENG_KV_TENSOR = 1 } eng_kv_mod
 typedef struct eng_model_opts {
     int threads;           /* compute participants; 0 = one per physical core */
     bool matmul_fp32;      /* fp32 activations in MatMulNBits (accuracy_level 0 numerics) */
+    bool no_fusion;        /* run the graph's steps unfused (the reference for fused plans) */
     eng_kv_mode kv_mode;
     kv_type kv_type;       /* persistent mode only */
 } eng_model_opts;

@@ -81,7 +81,7 @@ static int usage(FILE *f)
 {
     fprintf(f, "usage: qwen3d generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
                "                       [--teacher-ids 4,5,6]\n"
-               "                       [--threads N] [--dump-logits FILE] [--json] [--matmul-fp32]\n"
+               "                       [--threads N] [--dump-logits FILE] [--json] [--matmul-fp32] [--no-fusion]\n"
                "                       [--kv-mode persistent|tensor] [--kv-type f32|f16]\n"
                "                       [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]\n"
                "                       [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F]\n");
@@ -94,7 +94,7 @@ typedef struct gen_opts {
     size_t n_prompt, n_teacher;
     int64_t max_tokens;
     int64_t threads;
-    bool json, matmul_fp32, max_given;
+    bool json, matmul_fp32, no_fusion, max_given;
     eng_kv_mode kv_mode;
     kv_type kv_type;
     eng_sampling sampling;
@@ -188,6 +188,8 @@ static int parse_args(int argc, char **argv, gen_opts *o)
             o->json = true;
         } else if (cli_flag(argv, i, "matmul-fp32")) {
             o->matmul_fp32 = true;
+        } else if (cli_flag(argv, i, "no-fusion")) {
+            o->no_fusion = true;
         } else if (cli_flag(argv, i, "help")) {
             usage(stdout);
             return 1;
@@ -249,7 +251,8 @@ int cmd_generate(int argc, char **argv)
     const char *finish = "length";
 
     double t0 = now_ms();
-    eng_model_opts mo = {.threads = (int)o.threads, .matmul_fp32 = o.matmul_fp32, .kv_mode = o.kv_mode,
+    eng_model_opts mo = {.threads = (int)o.threads, .matmul_fp32 = o.matmul_fp32, .no_fusion = o.no_fusion,
+                         .kv_mode = o.kv_mode,
                          .kv_type = o.kv_type};
     if (eng_model_open(o.model, &mo, &m, &diag) != 0)
         goto out;

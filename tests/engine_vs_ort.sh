@@ -43,6 +43,19 @@ for m in tiny w06l4; do
   rm -rf "$work/$m-rewritten" "$work/$m-acc0"
 done
 
+# The fused plan (plan rewrites such as SiLU(gate)*up in one step) must give
+# the same logits as the graph's own steps.
+for m in tiny w06l4; do
+  for f in "" --no-fusion; do
+    "$QWEN3D" generate --model "$work/$m" --prompt-ids "$PROMPT" --teacher-ids "$TEACHER" --max-tokens 33 $f \
+      --dump-logits "$work/$m.fusion$f.bin" >/dev/null || ort_fail "generate $f failed on $m"
+  done
+  cmp -s "$work/$m.fusion.bin" "$work/$m.fusion--no-fusion.bin" ||
+    ort_fail "$m: the fused plan's logits differ from the unfused plan's"
+done
+"$QWEN3D" inspect --model "$work/tiny" | grep -q "SiLU(gate) \* up fused" ||
+  ort_fail "inspect shows no fused SiLU(gate)*up step on the tiny model"
+
 # Greedy decoding: the same ids and bit-identical logits at 1 and 2 threads, twice.
 for t in 1 2; do
   for r in a b; do
