@@ -169,6 +169,18 @@ void eng_pool_free(eng_pool *p)
     free(p);
 }
 
+int eng_pool_physical_cores(void)
+{
+    hwloc_topology_t t;
+    int n = 0;
+    if (hwloc_topology_init(&t) == 0) {
+        if (hwloc_topology_load(t) == 0)
+            n = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
+        hwloc_topology_destroy(t);
+    }
+    return n > 0 ? n : 1;
+}
+
 int eng_pool_threads(const eng_pool *p)
 {
     return p ? p->n : 1;

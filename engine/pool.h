@@ -21,6 +21,8 @@ typedef void (*eng_pool_fn)(void *ctx, size_t begin, size_t end);
 /* A pool of n_threads participants (>= 1). pin: bind each thread to its own
  * core where the platform allows. NULL on failure. */
 eng_pool *eng_pool_new(int n_threads, int pin);
+/* Physical cores of this machine (hwloc), at least 1: the default pool size. */
+int eng_pool_physical_cores(void);
 void eng_pool_free(eng_pool *p);
 int eng_pool_threads(const eng_pool *p);
 

@@ -142,7 +142,7 @@ int eng_model_open(const char *dir, const eng_model_opts *opts, eng_model **out,
                      (long long)L, (long long)(2 + 2 * L));
     if (diag->n_total > before)
         goto fail;
-    m->pool = eng_pool_new(o.threads > 0 ? o.threads : 1, 1);
+    m->pool = eng_pool_new(o.threads > 0 ? o.threads : eng_pool_physical_cores(), 1);
     if (!m->pool) {
         eng_diag_add(diag, "cannot start %d compute threads", o.threads);
         goto fail;

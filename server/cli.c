@@ -61,3 +61,41 @@ bool cli_flag(char **argv, int i, const char *name)
     const char *a = argv[i];
     return a[0] == '-' && a[1] == '-' && strcmp(a + 2, name) == 0;
 }
+
+int cli_engine_opt(const char *cmd, int argc, char **argv, int *i, eng_model_opts *o)
+{
+    const char *v = NULL;
+    int r;
+    int64_t n;
+    if ((r = cli_opt(cmd, argc, argv, i, "threads", &v)) != 0) {
+        if (r > 0 && !cli_parse_i64(v, 1, 1024, &n)) {
+            cli_fail(cmd, "--threads must be an integer in 1..1024, not '%s'", v);
+            return -1;
+        }
+        o->threads = r > 0 ? (int)n : o->threads;
+        return r;
+    }
+    if ((r = cli_opt(cmd, argc, argv, i, "kv-mode", &v)) != 0) {
+        if (r > 0 && eng_kv_mode_parse(v, &o->kv_mode) != 0) {
+            cli_fail(cmd, "--kv-mode must be persistent or tensor, not '%s'", v);
+            return -1;
+        }
+        return r;
+    }
+    if ((r = cli_opt(cmd, argc, argv, i, "kv-type", &v)) != 0) {
+        if (r > 0 && kv_type_parse(v, &o->kv_type) != 0) {
+            cli_fail(cmd, "--kv-type must be f32 or f16, not '%s'", v);
+            return -1;
+        }
+        return r;
+    }
+    if (cli_flag(argv, *i, "matmul-fp32")) {
+        o->matmul_fp32 = true;
+        return 1;
+    }
+    if (cli_flag(argv, *i, "no-fusion")) {
+        o->no_fusion = true;
+        return 1;
+    }
+    return 0;
+}

@@ -9,11 +9,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/runner.h"
+
 int cmd_inspect(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* Prints "qwen3d: CMD: message" to stderr; returns 2 (usage) for convenience. */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -29,5 +32,14 @@ bool cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *name, const char **value);
 /* Matches a flag without value ("--json"). */
 bool cli_flag(char **argv, int i, const char *name);
+
+/*
+ * The engine options every model-running command shares: --threads N,
+ * --kv-mode persistent|tensor, --kv-type f32|f16, --matmul-fp32, --no-fusion.
+ * Returns 1 if argv[*i] was one (consumed), 0 if not, -1 after printing an
+ * error.
+ */
+int cli_engine_opt(const char *cmd, int argc, char **argv, int *i, eng_model_opts *o);
+#define CLI_ENGINE_USAGE "[--threads N] [--kv-mode persistent|tensor] [--kv-type f32|f16] [--matmul-fp32] [--no-fusion]"
 
 #endif

@@ -75,10 +75,9 @@ typedef struct bench_opts {
     const char *model;
     int64_t prompts[MAX_LIST], contexts[MAX_LIST];
     size_t n_prompts, n_contexts;
-    int64_t gen, threads, repeat, context_steps;
+    int64_t gen, repeat, context_steps;
     bool json, profile;
-    eng_kv_mode kv_mode;
-    kv_type kv_type;
+    eng_model_opts engine;
 } bench_opts;
 
 static int64_t argmax(const float *x, int64_t n)
@@ -149,9 +148,9 @@ static void print_profile(json_t *obj, eng_exec *x, int64_t tokens, bool json)
 
 static int usage(FILE *f)
 {
-    fprintf(f, "usage: qwen3d bench --model DIR [--prompt-len 32,512] [--gen 128] [--threads N] [--repeat R]\n"
-               "                    [--contexts 128,1024,4096] [--context-steps N] [--kv-mode persistent|tensor]\n"
-               "                    [--kv-type f32|f16] [--profile] [--json]\n");
+    fprintf(f, "usage: qwen3d bench --model DIR [--prompt-len 32,512] [--gen 128] [--repeat R]\n"
+               "                    [--contexts 128,1024,4096] [--context-steps N] [--profile] [--json]\n"
+               "                    " CLI_ENGINE_USAGE "\n");
     return 2;
 }
 
@@ -173,21 +172,13 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "gen", &v)) > 0) {
             if (!cli_parse_i64(v, 1, 1 << 20, &o->gen))
                 return cli_fail(CMD, "--gen must be an integer in 1..1048576, not '%s'", v);
-        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "threads", &v)) > 0) {
-            if (!cli_parse_i64(v, 1, 1024, &o->threads))
-                return cli_fail(CMD, "--threads must be an integer in 1..1024, not '%s'", v);
+        } else if (!r && (r = cli_engine_opt(CMD, argc, argv, &i, &o->engine)) > 0) {
         } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "repeat", &v)) > 0) {
             if (!cli_parse_i64(v, 1, 1000, &o->repeat))
                 return cli_fail(CMD, "--repeat must be an integer in 1..1000, not '%s'", v);
         } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "context-steps", &v)) > 0) {
             if (!cli_parse_i64(v, 1, 100000, &o->context_steps))
                 return cli_fail(CMD, "--context-steps must be an integer in 1..100000, not '%s'", v);
-        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "kv-mode", &v)) > 0) {
-            if (eng_kv_mode_parse(v, &o->kv_mode) != 0)
-                return cli_fail(CMD, "--kv-mode must be persistent or tensor, not '%s'", v);
-        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "kv-type", &v)) > 0) {
-            if (kv_type_parse(v, &o->kv_type) != 0)
-                return cli_fail(CMD, "--kv-type must be f32 or f16, not '%s'", v);
         } else if (r < 0) {
             return 2;
         } else if (cli_flag(argv, i, "json")) {
@@ -209,7 +200,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
 int cmd_bench(int argc, char **argv)
 {
     bench_opts o = {.prompts = {32, 512}, .n_prompts = 2, .contexts = {128, 1024, 4096}, .n_contexts = 3,
-                    .gen = 128, .threads = 1, .repeat = 3, .context_steps = 32};
+                    .gen = 128, .repeat = 3, .context_steps = 32, .engine = {.threads = 0}};
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
@@ -222,8 +213,7 @@ int cmd_bench(int argc, char **argv)
     int64_t *ids = NULL;
 
     double t0 = now_ms();
-    eng_model_opts mo = {.threads = (int)o.threads, .kv_mode = o.kv_mode, .kv_type = o.kv_type};
-    if (eng_model_open(o.model, &mo, &m, &d) != 0)
+    if (eng_model_open(o.model, &o.engine, &m, &d) != 0)
         goto out;
     double load_ms = now_ms() - t0;
     int64_t V = eng_model_geometry(m)->vocab, limit = eng_model_max_context(m);
@@ -240,10 +230,14 @@ int cmd_bench(int argc, char **argv)
         goto out;
     }
     prompt_ids(ids, max_prompt, V);
+    char placement[256];
+    eng_pool_describe(eng_model_pool(m), placement, sizeof placement);
+    if (!o.json)
+        printf("compute pool: %s\n", placement);
     if (!o.json)
         printf("model %s: load %.1f ms, prepared weights %llu bytes, %lld threads, kv %s/%s\n", o.model, load_ms,
-               (unsigned long long)prepared, (long long)o.threads, eng_kv_mode_name(o.kv_mode),
-               kv_type_name(o.kv_type));
+               (unsigned long long)prepared, (long long)eng_pool_threads(eng_model_pool(m)), eng_kv_mode_name(o.engine.kv_mode),
+               kv_type_name(o.engine.kv_type));
 
     for (size_t pi = 0; pi < o.n_prompts; pi++) {
         int64_t P = o.prompts[pi];
@@ -288,8 +282,8 @@ int cmd_bench(int argc, char **argv)
         if (o.json) {
             json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:f, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I}",
                                     "case", "prompt", "prompt_len", (json_int_t)P, "gen", (json_int_t)o.gen,
-                                    "threads", (json_int_t)o.threads, "kv_mode", eng_kv_mode_name(o.kv_mode),
-                                    "kv_type", kv_type_name(o.kv_type), "load_ms", load_ms, "prepared_bytes",
+                                    "threads", (json_int_t)eng_pool_threads(eng_model_pool(m)), "kv_mode", eng_kv_mode_name(o.engine.kv_mode),
+                                    "kv_type", kv_type_name(o.engine.kv_type), "load_ms", load_ms, "prepared_bytes",
                                     (json_int_t)prepared, "rss_bytes", (json_int_t)rss_bytes(), "ttft_ms", ttft_med,
                                     "prefill_tokens_per_s", pre_med > 0 ? (double)P * 1000.0 / pre_med : 0.0,
                                     "decode_ms_median", med, "decode_ms_p90", p90, "decode_tokens_per_s",
@@ -318,7 +312,7 @@ int cmd_bench(int argc, char **argv)
                          (long long)o.context_steps, (long long)limit);
             goto out;
         }
-        if (o.kv_type != KV_F32) {
+        if (o.engine.kv_type != KV_F32) {
             if (!o.json)
                 printf("context %5lld: skipped (synthetic fill needs the f32 cache)\n", (long long)C);
             continue;
@@ -339,8 +333,8 @@ int cmd_bench(int argc, char **argv)
         if (o.json) {
             json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:f, s:f, s:f, s:f, s:I, s:I}", "case", "context",
                                     "context", (json_int_t)C, "steps", (json_int_t)o.context_steps, "threads",
-                                    (json_int_t)o.threads, "kv_mode", eng_kv_mode_name(o.kv_mode), "kv_type",
-                                    kv_type_name(o.kv_type), "decode_ms_median", med, "decode_ms_p90", p90,
+                                    (json_int_t)eng_pool_threads(eng_model_pool(m)), "kv_mode", eng_kv_mode_name(o.engine.kv_mode), "kv_type",
+                                    kv_type_name(o.engine.kv_type), "decode_ms_median", med, "decode_ms_p90", p90,
                                     "decode_tokens_per_s", med > 0 ? 1000.0 / med : 0.0, "kv_bytes_copied_per_token",
                                     per_token, "kv_bytes_committed", (json_int_t)committed, "rss_bytes",
                                     (json_int_t)rss_bytes());

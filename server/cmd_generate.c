@@ -81,8 +81,8 @@ static int usage(FILE *f)
 {
     fprintf(f, "usage: qwen3d generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
                "                       [--teacher-ids 4,5,6]\n"
-               "                       [--threads N] [--dump-logits FILE] [--json] [--matmul-fp32] [--no-fusion]\n"
-               "                       [--kv-mode persistent|tensor] [--kv-type f32|f16]\n"
+               "                       [--dump-logits FILE] [--json]\n"
+               "                       " CLI_ENGINE_USAGE "\n"
                "                       [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]\n"
                "                       [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F]\n");
     return 2;
@@ -93,10 +93,8 @@ typedef struct gen_opts {
     int64_t *prompt, *teacher;
     size_t n_prompt, n_teacher;
     int64_t max_tokens;
-    int64_t threads;
-    bool json, matmul_fp32, no_fusion, max_given;
-    eng_kv_mode kv_mode;
-    kv_type kv_type;
+    eng_model_opts engine;
+    bool json, max_given;
     eng_sampling sampling;
     bool sampling_given, temperature_given;
 } gen_opts;
@@ -168,17 +166,9 @@ static int parse_args(int argc, char **argv, gen_opts *o)
             if (!cli_parse_i64(v, 1, 1 << 24, &o->max_tokens))
                 return cli_fail(CMD, "--max-tokens must be an integer in 1..16777216, not '%s'", v);
             o->max_given = true;
-        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "threads", &v)) > 0) {
-            if (!cli_parse_i64(v, 1, 1024, &o->threads))
-                return cli_fail(CMD, "--threads must be an integer in 1..1024, not '%s'", v);
+        } else if (!r && (r = cli_engine_opt(CMD, argc, argv, &i, &o->engine)) > 0) {
         } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "dump-logits", &v)) > 0) {
             o->dump = v;
-        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "kv-mode", &v)) > 0) {
-            if (eng_kv_mode_parse(v, &o->kv_mode) != 0)
-                return cli_fail(CMD, "--kv-mode must be persistent or tensor, not '%s'", v);
-        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "kv-type", &v)) > 0) {
-            if (kv_type_parse(v, &o->kv_type) != 0)
-                return cli_fail(CMD, "--kv-type must be f32 or f16, not '%s'", v);
         } else if (!r && (r = parse_sampling_opt(argc, argv, &i, o)) != 0) {
             if (r == 2)
                 return 2;
@@ -186,10 +176,6 @@ static int parse_args(int argc, char **argv, gen_opts *o)
             return 2;
         } else if (cli_flag(argv, i, "json")) {
             o->json = true;
-        } else if (cli_flag(argv, i, "matmul-fp32")) {
-            o->matmul_fp32 = true;
-        } else if (cli_flag(argv, i, "no-fusion")) {
-            o->no_fusion = true;
         } else if (cli_flag(argv, i, "help")) {
             usage(stdout);
             return 1;
@@ -228,7 +214,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
 
 int cmd_generate(int argc, char **argv)
 {
-    gen_opts o = {.threads = 1};
+    gen_opts o = {.engine = {.threads = 0}};
     eng_sampling_default(&o.sampling);
     int rc = parse_args(argc, argv, &o);
     if (rc) {
@@ -251,10 +237,7 @@ int cmd_generate(int argc, char **argv)
     const char *finish = "length";
 
     double t0 = now_ms();
-    eng_model_opts mo = {.threads = (int)o.threads, .matmul_fp32 = o.matmul_fp32, .no_fusion = o.no_fusion,
-                         .kv_mode = o.kv_mode,
-                         .kv_type = o.kv_type};
-    if (eng_model_open(o.model, &mo, &m, &diag) != 0)
+    if (eng_model_open(o.model, &o.engine, &m, &diag) != 0)
         goto out;
     /* The tokenizer is optional for id prompts: text is then left empty. */
     char tok_path[4096];

@@ -11,6 +11,7 @@
 #include "engine/geometry.h"
 #include "engine/model.h"
 #include "engine/plan.h"
+#include "engine/pool.h"
 #include "kernels/krn.h"
 #include "server/cli.h"
 
@@ -216,7 +217,8 @@ static void print_text(const eng_graph *g, const eng_geometry *geo, const eng_ge
            (unsigned long long)eng_plan_prepared_bytes(the_plan));
     char kd[256];
     krn_describe(kd, sizeof kd);
-    printf("\n%s\n", kd);
+    printf("\n%s\ncompute pool: %d threads by default, one pinned per physical core\n", kd,
+           eng_pool_physical_cores());
 
     printf("\nnodes (execution order)\n");
     for (size_t i = 0; i < g->n_nodes; i++) {
