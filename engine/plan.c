@@ -60,6 +60,7 @@ struct step {
      * second Mul, which then reads gate (silu_gate) and up (silu_up). */
     int silu_head;        /* on Sigmoid and the first Mul: index of the fused step, else -1 */
     int silu_gate, silu_up;   /* on the fused Mul: values, -1 when not fused */
+    int silu_steps[2];    /* on the fused Mul: the Sigmoid and first Mul it replaces */
     int n_in, n_out;
     int in[MAX_IO];       /* value index, -1 absent */
     int out[MAX_IO];
@@ -274,6 +275,7 @@ typedef struct quant_call { const krn_table *t; krn_quant_args a; } quant_call;
 typedef struct norm_call { const krn_table *t; krn_norm_args a; bool skip; } norm_call;
 typedef struct rot_call { const krn_table *t; krn_rotary_args a; } rot_call;
 typedef struct gqa_call { const krn_table *t; krn_gqa_args a; } gqa_call;
+typedef struct rows_call { const krn_table *t; krn_rows_args a; } rows_call;
 typedef struct ew_call { const krn_table *t; krn_ew_args a; krn_ew_fn fn; } ew_call;
 
 static void do_mmnb(const void *c, size_t b, size_t e)
@@ -300,6 +302,11 @@ static void do_gqa(const void *c, size_t b, size_t e)
 {
     const gqa_call *g = c;
     g->t->gqa.fn(&g->a, b, e);
+}
+static void do_rows(const void *c, size_t b, size_t e)
+{
+    const rows_call *r = c;
+    r->t->kv_store.fn(&r->a, b, e);
 }
 static void do_ew(const void *c, size_t b, size_t e)
 {
@@ -1221,10 +1228,8 @@ static int prep_gqa(plan_builder *b, step *s)
         PREP_FAIL(b, s, "outputs present_key and present_value are required");
     if (s->n_out > 3 && s->out[3] >= 0)
         PREP_FAIL(b, s, "output 3 (output_qk) is not supported");
-    if (g->rotary)
-        snprintf(s->kernel, sizeof s->kernel, "%s + %s", b->p->krn.rotary.name, b->p->krn.gqa.name);
-    else
-        snprintf(s->kernel, sizeof s->kernel, "%s", b->p->krn.gqa.name);
+    snprintf(s->kernel, sizeof s->kernel, "%s + %s + %s", b->p->krn.kv_store.name,
+             g->rotary ? b->p->krn.rotary.name : "(no rotary)", b->p->krn.gqa.name);
     return 0;
 }
 
@@ -1283,11 +1288,6 @@ static int gqa_shapes(eng_exec *x, const step *s, gqa_dims *d)
     return 0;
 }
 
-static int krn_unsupported_f16(eng_exec *x, const step *s)
-{
-    STEP_FAIL(x, s, "an fp16 KV cache is not supported by the attention kernels of this build");
-}
-
 static int infer_gqa(eng_exec *x, const step *s)
 {
     gqa_dims d;
@@ -1302,8 +1302,6 @@ static int infer_gqa(eng_exec *x, const step *s)
     set_shape(OUT(x, s, 2), ENG_DT_FLOAT, 4, pd);
     /* scratch: rotated queries, then positions */
     uint64_t need = (uint64_t)(d.S * g->heads * d.H) * sizeof(float) + (uint64_t)d.S * sizeof(int64_t) + ALIGN;
-    if (x->kv[g->index].k && x->kv[g->index].dtype == ENG_DT_FLOAT16)
-        return krn_unsupported_f16(x, s);
     if (need > x->scratch_need)
         x->scratch_need = need;
     return 0;
@@ -1339,6 +1337,10 @@ static int run_gqa(eng_exec *x, const step *s)
             STEP_FAIL(x, s, "position %lld is beyond the rotary cache (%lld rows)", (long long)(past + S - 1),
                       (long long)cos->v.dims[0]);
     }
+    /* A session cache may hold fp16 (the tensor contract's present is always FLOAT). */
+    bool f16 = kvb->k && kvb->dtype == ENG_DT_FLOAT16;
+    krn_kv_type kvt = f16 ? KRN_KV_F16 : KRN_KV_F32;
+    size_t esz = f16 ? sizeof(uint16_t) : sizeof(float);
     uint64_t row = (uint64_t)H * sizeof(float);
     /* Session cache: rows are [token, kv_head, head]; otherwise the present
      * tensor [kv_head, token, head]. Both are just strides to the kernels. */
@@ -1347,19 +1349,19 @@ static int run_gqa(eng_exec *x, const step *s)
     if (kvb->k && past + S > kvb->capacity)
         STEP_FAIL(x, s, "%lld cached + %lld new tokens exceed the KV cache of %lld", (long long)past, (long long)S,
                   (long long)kvb->capacity);
-    float *kc = kvb->k ? kvb->k : prk->v.data, *vc = kvb->k ? kvb->v : prv->v.data;
-    const float *pkd = pk ? pk->v.data : NULL, *pvd = pv ? pv->v.data : NULL;
+    void *kc = kvb->k ? kvb->k : prk->v.data, *vc = kvb->k ? kvb->v : prv->v.data;
     /* Separate past and present buffers: copy the cached rows over (the
-     * tensor contract; a shared buffer already holds them). */
+     * tensor contract, always fp32; a shared buffer already holds them). */
+    const float *pkd = pk ? pk->v.data : NULL, *pvd = pv ? pv->v.data : NULL;
     for (int64_t h = 0; h < Nkv && !kvb->k; h++) {
         for (int c = 0; c < 2; c++) {
-            float *dst = (c ? vc : kc) + h * d.present * H;
+            float *dst = (float *)(c ? vc : kc) + h * d.present * H;
             const float *src = c ? pvd : pkd;
             if (src && src + h * d.P * H != dst && past) {
                 memcpy(dst, src + h * d.P * H, (uint64_t)past * row);
                 x->kv_bytes_moved += (uint64_t)past * row;
             }
-            if (src != (c ? vc : kc) && past + S < d.present)
+            if ((const void *)src != (c ? vc : kc) && past + S < d.present)
                 memset(dst + (past + S) * H, 0, (uint64_t)(d.present - past - S) * row);
         }
     }
@@ -1368,24 +1370,37 @@ static int run_gqa(eng_exec *x, const step *s)
     const float *kd = g->packed ? qd + Nq * H : kin->v.data;
     const float *vd = g->packed ? qd + (Nq + Nkv) * H : vin->v.data;
     int64_t kv_ld = g->packed ? qw : Nkv * H;
+    /* Element offset of the first new row in the cache; the kernels take typed bases. */
+    size_t new_off = (size_t)past * tok_stride;
+    void *kc_new = (uint8_t *)kc + new_off * esz, *vc_new = (uint8_t *)vc + new_off * esz;
 
     float *qrot = (float *)x->scratch;
     int64_t *pos = (int64_t *)(x->scratch + (((uint64_t)(S * Nq * H) * sizeof(float) + ALIGN - 1) / ALIGN) * ALIGN);
     for (int64_t t = 0; t < S; t++)
         pos[t] = past + t;
-    /* new values */
-    for (int64_t h = 0; h < Nkv; h++)
-        for (int64_t t = 0; t < S; t++)
-            memcpy(vc + (size_t)(past + t) * tok_stride + (size_t)h * head_stride, vd + t * kv_ld + h * H, row);
-    x->kv_bytes_moved += 2 * (uint64_t)(S * Nkv) * row;
+    /*
+     * New values (copied, or rounded into an fp16 cache) and keys (rotated on
+     * the way in, or stored as they are). A decode step's few rows are done
+     * on this thread: a pool round trip would cost more than the work.
+     */
+    const krn_table *kt = &x->p->krn;
+    bool inline_small = S == 1;
+    rows_call vs = {kt, {.x = vd, .x_tok_stride = (size_t)kv_ld, .x_head_stride = (size_t)H, .y = vc_new,
+                         .y_tok_stride = tok_stride, .y_head_stride = head_stride, .n_tok = (size_t)S,
+                         .n_heads = (size_t)Nkv, .n = (size_t)H, .y_type = kvt}};
+    if (inline_small)
+        kt->kv_store.fn(&vs.a, 0, (size_t)(S * Nkv));
+    else
+        run_par(x, (size_t)(S * Nkv), 1, do_rows, &vs);
+    x->kv_bytes_moved += 2 * (uint64_t)(S * Nkv) * (uint64_t)H * esz;
     if (g->rotary) {
-        rot_call rk = {&x->p->krn, {.x = kd, .y = kc + (size_t)past * tok_stride, .x_tok_stride = (size_t)kv_ld,
-                                    .x_head_stride = (size_t)H, .y_tok_stride = tok_stride,
-                                    .y_head_stride = head_stride, .n_tok = (size_t)S,
-                                    .n_heads = (size_t)Nkv, .head_dim = (size_t)H,
-                                    .rot_dim = (size_t)(2 * cos->v.dims[1]), .cos_cache = cos->v.data,
-                                    .sin_cache = sin->v.data, .cache_ld = (size_t)cos->v.dims[1], .pos = pos}};
-        run_par(x, (size_t)(S * Nkv), 1, do_rot, &rk);
+        rot_call rk = {kt, {.x = kd, .y = kc_new, .x_tok_stride = (size_t)kv_ld,
+                            .x_head_stride = (size_t)H, .y_tok_stride = tok_stride,
+                            .y_head_stride = head_stride, .n_tok = (size_t)S,
+                            .n_heads = (size_t)Nkv, .head_dim = (size_t)H,
+                            .rot_dim = (size_t)(2 * cos->v.dims[1]), .cos_cache = cos->v.data,
+                            .sin_cache = sin->v.data, .cache_ld = (size_t)cos->v.dims[1], .pos = pos,
+                            .y_type = kvt}};
         rot_call rq = rk;
         rq.a.x = qd;
         rq.a.y = qrot;
@@ -1393,21 +1408,33 @@ static int run_gqa(eng_exec *x, const step *s)
         rq.a.y_tok_stride = (size_t)(Nq * H);
         rq.a.y_head_stride = (size_t)H;
         rq.a.n_heads = (size_t)Nq;
-        run_par(x, (size_t)(S * Nq), 1, do_rot, &rq);
+        rq.a.y_type = KRN_KV_F32;
+        if (inline_small) {
+            kt->rotary.fn(&rk.a, 0, (size_t)(S * Nkv));
+            kt->rotary.fn(&rq.a, 0, (size_t)(S * Nq));
+        } else {
+            run_par(x, (size_t)(S * Nkv), 1, do_rot, &rk);
+            run_par(x, (size_t)(S * Nq), 1, do_rot, &rq);
+        }
     } else {
-        for (int64_t h = 0; h < Nkv; h++)
-            for (int64_t t = 0; t < S; t++)
-                memcpy(kc + (size_t)(past + t) * tok_stride + (size_t)h * head_stride, kd + t * kv_ld + h * H, row);
+        rows_call ks = vs;
+        ks.a.x = kd;
+        ks.a.y = kc_new;
+        if (inline_small)
+            kt->kv_store.fn(&ks.a, 0, (size_t)(S * Nkv));
+        else
+            run_par(x, (size_t)(S * Nkv), 1, do_rows, &ks);
         for (int64_t t = 0; t < S; t++)
             memcpy(qrot + t * Nq * H, qd + t * qw, (uint64_t)(Nq * H) * sizeof(float));
     }
-    gqa_call ga = {&x->p->krn, {.q = qrot, .q_ld = (size_t)(Nq * H), .k_cache = kc, .v_cache = vc,
-                                .kv_head_stride = head_stride, .kv_tok_stride = tok_stride,
-                                .out = out->v.data, .out_ld = (size_t)(Nq * H), .seq = (size_t)S,
-                                .past = (size_t)past, .n_heads = (size_t)Nq, .n_kv_heads = (size_t)Nkv,
-                                .head_dim = (size_t)H,
-                                .scale = g->scale != 0.0f ? g->scale : 1.0f / sqrtf((float)H),
-                                .local_window = -1, .softcap = 0.0f}};
+    gqa_call ga = {kt, {.q = qrot, .q_ld = (size_t)(Nq * H), .k_cache = kc, .v_cache = vc,
+                        .kv_head_stride = head_stride, .kv_tok_stride = tok_stride,
+                        .out = out->v.data, .out_ld = (size_t)(Nq * H), .seq = (size_t)S,
+                        .past = (size_t)past, .n_heads = (size_t)Nq, .n_kv_heads = (size_t)Nkv,
+                        .head_dim = (size_t)H,
+                        .scale = g->scale != 0.0f ? g->scale : 1.0f / sqrtf((float)H),
+                        .local_window = -1, .softcap = 0.0f, .kv_type = kvt}};
+    /* Items are (kv head, token, head in group): an even split hands out whole kv groups. */
     run_par(x, (size_t)(S * Nq), (size_t)(Nq / Nkv), do_gqa, &ga);
     return 0;
 }
@@ -1459,9 +1486,10 @@ static int producer_step(const eng_plan *p, int v)
 
 /*
  * Plan rewrite: Mul(Mul(g, Sigmoid(g)), u) becomes one silu_mul step when the
- * intermediate values have no other reader and u is computed before the
- * Sigmoid (so both shapes are known when the fusion is decided at run time).
- * The kernel rounds exactly like the three steps it replaces.
+ * intermediate values have no other reader. The Sigmoid and the first Mul
+ * are deferred to the final Mul, which decides per run: equal float shapes
+ * run the fused kernel, anything else runs the three steps in order. The
+ * kernel rounds exactly like the three steps it replaces.
  */
 static void fuse_silu(eng_plan *p)
 {
@@ -1483,18 +1511,21 @@ static void fuse_silu(eng_plan *p)
                 if (i0 < 0 || readers(p, sig) != 1 || p->steps[i0].op->run != run_sigmoid ||
                     p->steps[i0].in[0] != gate || gate == u)
                     continue;
-                int iu = producer_step(p, u);
-                if (iu >= i0 && iu >= 0)
-                    continue;
                 p->steps[i0].silu_head = (int)i;
                 m1->silu_head = (int)i;
                 m2->silu_gate = gate;
                 m2->silu_up = u;
-                /* gate is now read by the fused step too */
+                m2->silu_steps[0] = i0;
+                m2->silu_steps[1] = i1;
+                /* The replaced steps are deferred to the fused one (which
+                 * runs them itself when shapes rule the fusion out), so
+                 * gate and the Sigmoid's output must live until then. */
                 if (!p->vals[gate].graph_output && p->vals[gate].last < (int)i)
                     p->vals[gate].last = (int)i;
-                snprintf(p->steps[i0].kernel, sizeof p->steps[i0].kernel, "fused into step %zu", i);
-                snprintf(m1->kernel, sizeof m1->kernel, "fused into step %zu", i);
+                if (p->vals[sig].last < (int)i)
+                    p->vals[sig].last = (int)i;
+                snprintf(p->steps[i0].kernel, sizeof p->steps[i0].kernel, "fused into SiLU(gate) * up");
+                snprintf(m1->kernel, sizeof m1->kernel, "fused into SiLU(gate) * up");
                 snprintf(m2->kernel, sizeof m2->kernel, "%s (SiLU(gate) * up fused)", p->krn.silu_mul.name);
                 goto next;
             }
@@ -1907,6 +1938,33 @@ static bool outputs_are_int(const eng_exec *x, const step *s)
     return true;
 }
 
+/* Infers, places and (where this pass runs it) executes one step. */
+static int exec_step(eng_exec *x, const step *s, bool shape_pass)
+{
+    if (s->op->infer(x, s) != 0)
+        return -1;
+    int r = place_outputs(x, s);
+    if (r)
+        return r;
+    /* The shape pass computes integer values only: float data is never
+     * needed to know a shape, and has no storage yet. */
+    if (shape_pass && !outputs_are_int(x, s))
+        return 0;
+    struct timespec t0, t1;
+    bool timed = x->profiling && !shape_pass;
+    if (timed)
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (s->op->run(x, s) != 0)
+        return -1;
+    if (timed) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        size_t k = (size_t)(s->op - op_defs);
+        x->prof_ns[k] += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
+        x->prof_calls[k]++;
+    }
+    return 0;
+}
+
 static int pass(eng_exec *x, bool shape_pass)
 {
     const eng_plan *p = x->p;
@@ -1914,42 +1972,22 @@ static int pass(eng_exec *x, bool shape_pass)
     x->shape_used = 0;
     for (size_t i = 0; i < p->n_steps; i++) {
         const step *s = &p->steps[i];
-        if (!s->op->infer)
-            continue; /* folded constant */
-        if (s->silu_head >= 0) {
-            /* The fusion applies when gate and up are float tensors of one
-             * shape; decided once per run, at the Sigmoid. */
-            const step *f = &p->steps[s->silu_head];
-            if (s->op->run == run_sigmoid) {
-                const rt_val *gv = &x->vals[f->silu_gate], *uv = &x->vals[f->silu_up];
-                bool same = gv->v.dtype == ENG_DT_FLOAT && uv->v.dtype == ENG_DT_FLOAT && gv->v.rank == uv->v.rank &&
-                            !memcmp(gv->v.dims, uv->v.dims, (size_t)gv->v.rank * sizeof gv->v.dims[0]);
-                x->fused_now[s->silu_head] = same;
+        if (!s->op->infer || s->silu_head >= 0)
+            continue; /* folded constant, or deferred to its fused step */
+        if (s->silu_gate >= 0) {
+            const rt_val *gv = &x->vals[s->silu_gate], *uv = &x->vals[s->silu_up];
+            bool same = gv->v.dtype == ENG_DT_FLOAT && uv->v.dtype == ENG_DT_FLOAT && gv->v.rank == uv->v.rank &&
+                        !memcmp(gv->v.dims, uv->v.dims, (size_t)gv->v.rank * sizeof gv->v.dims[0]);
+            x->fused_now[i] = same;
+            for (int k = 0; k < 2 && !same; k++) {
+                int r = exec_step(x, &p->steps[s->silu_steps[k]], shape_pass);
+                if (r)
+                    return r;
             }
-            if (x->fused_now[s->silu_head])
-                continue;
         }
-        if (s->op->infer(x, s) != 0)
-            return -1;
-        int r = place_outputs(x, s);
+        int r = exec_step(x, s, shape_pass);
         if (r)
             return r;
-        /* The shape pass computes integer values only: float data is never
-         * needed to know a shape, and has no storage yet. */
-        if (shape_pass && !outputs_are_int(x, s))
-            continue;
-        struct timespec t0, t1;
-        bool timed = x->profiling && !shape_pass;
-        if (timed)
-            clock_gettime(CLOCK_MONOTONIC, &t0);
-        if (s->op->run(x, s) != 0)
-            return -1;
-        if (timed) {
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            size_t k = (size_t)(s->op - op_defs);
-            x->prof_ns[k] += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
-            x->prof_calls[k]++;
-        }
     }
     return 0;
 }

@@ -559,6 +559,17 @@ static void case_small_ops(void)
     output(c, "Y", ENG_DT_FLOAT, 2);
     finish_case(c);
 
+    /* up broadcast over gate: the fused plan must fall back to the three steps */
+    c = new_case("swiglu_chain_broadcast_up", 1e-6);
+    int64_t ud2[1] = {77};
+    input_rand(c, "g", 2, gd, -6, 6);
+    input_rand(c, "u", 1, ud2, -3, 3);
+    eng_ow_node(c->w, "Sigmoid", "", "s", ENG_OW_LIST("g"), ENG_OW_LIST("sg"));
+    eng_ow_node(c->w, "Mul", "", "m1", ENG_OW_LIST("sg", "g"), ENG_OW_LIST("silu"));
+    eng_ow_node(c->w, "Mul", "", "m2", ENG_OW_LIST("u", "silu"), ENG_OW_LIST("Y"));
+    output(c, "Y", ENG_DT_FLOAT, 2);
+    finish_case(c);
+
     c = new_case("mul_sub_broadcast", 1e-6);
     int64_t ad[3] = {2, 1, 4}, bd2[3] = {1, 3, 1};
     input_rand(c, "A", 3, ad, -2, 2);
