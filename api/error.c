@@ -1,0 +1,114 @@
+/*
+ * error: the API error table and the OpenAI error body (see error.h).
+ * Pure functions, any thread.
+ */
+#include "api/error.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *api_strerror(int err)
+{
+    switch (err) {
+#define API_ERR_STR(name, value, status, type, code, msg) \
+    case value:                                           \
+        return msg;
+        API_ERRORS(API_ERR_STR)
+#undef API_ERR_STR
+    }
+    return "unknown error";
+}
+
+int api_error_status(int err)
+{
+    switch (err) {
+#define API_ERR_STATUS(name, value, status, type, code, msg) \
+    case value:                                              \
+        return status;
+        API_ERRORS(API_ERR_STATUS)
+#undef API_ERR_STATUS
+    }
+    return 500;
+}
+
+const char *api_error_type(int err)
+{
+    switch (err) {
+#define API_ERR_TYPE(name, value, status, type, code, msg) \
+    case value:                                            \
+        return type;
+        API_ERRORS(API_ERR_TYPE)
+#undef API_ERR_TYPE
+    }
+    return "server_error";
+}
+
+const char *api_error_code(int err)
+{
+    switch (err) {
+#define API_ERR_CODE(name, value, status, type, code, msg) \
+    case value:                                            \
+        return code;
+        API_ERRORS(API_ERR_CODE)
+#undef API_ERR_CODE
+    }
+    return "internal_error";
+}
+
+int api_error_set(api_error *err, int code, const char *param, const char *fmt, ...)
+{
+    if (!err)
+        return code;
+    err->code = code;
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    } else {
+        snprintf(err->message, sizeof err->message, "%s", api_strerror(code));
+    }
+    return code;
+}
+
+char *api_error_body(const api_error *err)
+{
+    const char *code = api_error_code(err->code);
+    json_t *e = json_object();
+    json_t *root = json_object();
+    if (!e || !root) {
+        json_decref(e);
+        json_decref(root);
+        return NULL;
+    }
+    /* Messages may quote client input cut at a byte limit; never emit invalid UTF-8. */
+    json_t *msg = json_string(err->message);
+    if (!msg)
+        msg = json_string(api_strerror(err->code));
+    json_object_set_new(e, "message", msg);
+    json_object_set_new(e, "type", json_string(api_error_type(err->code)));
+    json_object_set_new(e, "param", err->param[0] ? json_string(err->param) : json_null());
+    json_object_set_new(e, "code", code[0] ? json_string(code) : json_null());
+    json_object_set_new(root, "error", e);
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return s;
+}
+
+int api_secret_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+    /* Walks the longer length whatever the contents, so the time does not
+     * depend on where the first difference lies. */
+    size_t n = alen > blen ? alen : blen;
+    uint8_t diff = (uint8_t)(alen != blen);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t x = i < alen ? (uint8_t)a[i] : 0;
+        uint8_t y = i < blen ? (uint8_t)b[i] : 0;
+        diff |= (uint8_t)(x ^ y);
+    }
+    return diff == 0;
+}

@@ -1,0 +1,466 @@
+/*
+ * parse: request bodies to api_request (see parse.h). Each field has one
+ * small reader that checks the JSON type, then the range; readers return 0
+ * or the API_E* code they filled ERR with.
+ *
+ * Called on the event-loop thread; stateless.
+ */
+#include "api/parse.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/stop.h"
+
+/* Largest request arrays accepted, far above what a context holds. */
+#define MAX_PROMPT_IDS (1u << 20)
+#define MAX_MESSAGES 4096
+
+void api_request_free(api_request *r)
+{
+    if (!r)
+        return;
+    free(r->model);
+    free(r->prompt);
+    free(r->prompt_ids);
+    for (size_t i = 0; i < r->n_messages; i++) {
+        free((char *)r->messages[i].role);
+        free((char *)r->messages[i].content);
+        free((char *)r->messages[i].reasoning_content);
+    }
+    free(r->messages);
+    for (size_t i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->stop);
+    free(r);
+}
+
+static const char *json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "a value";
+}
+
+static int type_error(api_error *err, const char *field, const char *want, const json_t *v)
+{
+    return api_error_set(err, API_ETYPE, field, "'%s' must be %s, not %s", field, want, json_type_name(v));
+}
+
+/* Formats a field name ("messages[3].content") into BUF; long names are cut. */
+static void fieldf(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fieldf(char *buf, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+}
+
+static char *dup_n(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+/* Optional number in [lo, hi] (null = absent). Integers are numbers too. */
+static int get_float(json_t *root, const char *field, double lo, double hi, bool lo_open, float *out, api_error *err)
+{
+    json_t *v = json_object_get(root, field);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v))
+        return type_error(err, field, "a number", v);
+    double x = json_number_value(v);
+    if (!isfinite(x) || x > hi || (lo_open ? x <= lo : x < lo))
+        return api_error_set(err, API_ERANGE, field, "'%s' must be in %s%g, %g], not %g", field, lo_open ? "(" : "[",
+                             lo, hi, x);
+    *out = (float)x;
+    return 0;
+}
+
+/* Optional integer in [lo, hi] (null = absent); *given tells whether it was there. */
+static int get_int(json_t *root, const char *field, int64_t lo, int64_t hi, int64_t *out, bool *given, api_error *err)
+{
+    json_t *v = json_object_get(root, field);
+    if (given)
+        *given = false;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v))
+        return type_error(err, field, "an integer", v);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return api_error_set(err, API_ERANGE, field, "'%s' must be in [%lld, %lld], not %lld", field, (long long)lo,
+                             (long long)hi, (long long)x);
+    *out = x;
+    if (given)
+        *given = true;
+    return 0;
+}
+
+static int get_bool(json_t *root, const char *field, bool *out, api_error *err)
+{
+    json_t *v = json_object_get(root, field);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v))
+        return type_error(err, field, "a boolean", v);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* Fields whose use would change what the server promises: rejected unless neutral. */
+static int reject_unsupported(json_t *root, api_kind kind, api_error *err)
+{
+    json_t *v;
+    if ((v = json_object_get(root, "echo")) && !json_is_null(v) && !json_is_false(v))
+        return api_error_set(err, API_EUNSUPPORTED, "echo", "'echo' is not supported");
+    if ((v = json_object_get(root, "logprobs")) && !json_is_null(v) && !json_is_false(v))
+        return api_error_set(err, API_EUNSUPPORTED, "logprobs", "'logprobs' is not supported");
+    if ((v = json_object_get(root, "suffix")) && !json_is_null(v))
+        return api_error_set(err, API_EUNSUPPORTED, "suffix", "'suffix' is not supported");
+    if ((v = json_object_get(root, "best_of")) && !json_is_null(v) &&
+        !(json_is_integer(v) && json_integer_value(v) == 1))
+        return api_error_set(err, API_EUNSUPPORTED, "best_of", "'best_of' must be 1");
+    if (kind == API_KIND_CHAT) {
+        if ((v = json_object_get(root, "tools")) && !json_is_null(v) &&
+            !(json_is_array(v) && json_array_size(v) == 0))
+            return api_error_set(err, API_EUNSUPPORTED, "tools", "'tools' is not supported");
+    }
+    return 0;
+}
+
+static int parse_id_array(json_t *arr, const char *field, api_request *r, api_error *err)
+{
+    size_t n = json_array_size(arr);
+    if (n > MAX_PROMPT_IDS)
+        return api_error_set(err, API_ECONTEXT, field, "'%s' has %zu token ids, more than any context holds", field, n);
+    r->prompt_ids = malloc((n ? n : 1) * sizeof *r->prompt_ids);
+    if (!r->prompt_ids)
+        return api_error_set(err, API_ENOMEM, NULL, NULL);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(arr, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT32_MAX) {
+            char p[128];
+            fieldf(p, sizeof p, "%s[%zu]", field, i);
+            return api_error_set(err, json_is_integer(e) ? API_EPROMPT : API_ETYPE, p,
+                                 "'%s' must be a non-negative token id", p);
+        }
+        r->prompt_ids[i] = (int32_t)json_integer_value(e);
+    }
+    r->n_prompt_ids = n;
+    return 0;
+}
+
+/* prompt: a string, an array of token ids, or an array holding one of those. */
+static int parse_prompt(json_t *root, api_request *r, api_error *err)
+{
+    json_t *p = json_object_get(root, "prompt");
+    if (!p || json_is_null(p))
+        return api_error_set(err, API_EMISSING, "prompt", "'prompt' is required");
+    if (json_is_array(p) && json_array_size(p) > 0 && !json_is_integer(json_array_get(p, 0))) {
+        if (json_array_size(p) != 1)
+            return api_error_set(err, API_EUNSUPPORTED, "prompt",
+                                 "'prompt' with %zu prompts: one prompt per request is supported",
+                                 json_array_size(p));
+        json_t *one = json_array_get(p, 0);
+        if (json_is_string(one) || json_is_array(one))
+            p = one;
+        else
+            return type_error(err, "prompt[0]", "a string or an array of token ids", one);
+        if (json_is_array(p))
+            return parse_id_array(p, "prompt[0]", r, err);
+    }
+    if (json_is_string(p)) {
+        r->prompt_len = json_string_length(p);
+        r->prompt = dup_n(json_string_value(p), r->prompt_len);
+        if (!r->prompt)
+            return api_error_set(err, API_ENOMEM, NULL, NULL);
+        return 0;
+    }
+    if (json_is_array(p))
+        return parse_id_array(p, "prompt", r, err);
+    return type_error(err, "prompt", "a string or an array of token ids", p);
+}
+
+/* content: a string, null, or an array of {"type":"text","text":...} parts joined by newlines. */
+static int parse_content(json_t *c, const char *field, bool null_ok, char **out, api_error *err)
+{
+    *out = NULL;
+    if (!c || json_is_null(c)) {
+        if (!null_ok)
+            return api_error_set(err, API_EMISSING, field, "'%s' is required", field);
+        *out = dup_n("", 0);
+        return *out ? 0 : api_error_set(err, API_ENOMEM, NULL, NULL);
+    }
+    if (json_is_string(c)) {
+        *out = dup_n(json_string_value(c), json_string_length(c));
+        return *out ? 0 : api_error_set(err, API_ENOMEM, NULL, NULL);
+    }
+    if (!json_is_array(c))
+        return type_error(err, field, "a string or an array of text parts", c);
+    size_t total = 0, n = json_array_size(c);
+    for (size_t i = 0; i < n; i++) {
+        json_t *part = json_array_get(c, i);
+        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        char p[128];
+        fieldf(p, sizeof p, "%s[%zu]", field, i);
+        if (!json_is_object(part))
+            return type_error(err, p, "an object", part);
+        if (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0)
+            return api_error_set(err, API_EUNSUPPORTED, p, "'%s': only parts of type \"text\" are supported", p);
+        if (!json_is_string(text))
+            return api_error_set(err, API_ETYPE, p, "'%s.text' must be a string", p);
+        total += json_string_length(text) + 1;
+    }
+    char *s = malloc(total + 1), *w = s;
+    if (!s)
+        return api_error_set(err, API_ENOMEM, NULL, NULL);
+    for (size_t i = 0; i < n; i++) {
+        json_t *text = json_object_get(json_array_get(c, i), "text");
+        if (i)
+            *w++ = '\n';
+        memcpy(w, json_string_value(text), json_string_length(text));
+        w += json_string_length(text);
+    }
+    *w = '\0';
+    *out = s;
+    return 0;
+}
+
+static int parse_messages(json_t *root, api_request *r, api_error *err)
+{
+    json_t *m = json_object_get(root, "messages");
+    if (!m || json_is_null(m))
+        return api_error_set(err, API_EMISSING, "messages", "'messages' is required");
+    if (!json_is_array(m))
+        return type_error(err, "messages", "an array", m);
+    size_t n = json_array_size(m);
+    if (n == 0)
+        return api_error_set(err, API_ERANGE, "messages", "'messages' must not be empty");
+    if (n > MAX_MESSAGES)
+        return api_error_set(err, API_ERANGE, "messages", "'messages' has more than %d entries", MAX_MESSAGES);
+    r->messages = calloc(n, sizeof *r->messages);
+    if (!r->messages)
+        return api_error_set(err, API_ENOMEM, NULL, NULL);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(m, i);
+        char p[128];
+        fieldf(p, sizeof p, "messages[%zu]", i);
+        if (!json_is_object(e))
+            return type_error(err, p, "an object", e);
+        r->n_messages = i + 1;
+        api_chat_msg *msg = &r->messages[i];
+        json_t *role = json_object_get(e, "role");
+        fieldf(p, sizeof p, "messages[%zu].role", i);
+        if (!role)
+            return api_error_set(err, API_EMISSING, p, "'%s' is required", p);
+        if (!json_is_string(role))
+            return type_error(err, p, "a string", role);
+        const char *rs = json_string_value(role);
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "developer"))
+            return api_error_set(err, API_EUNSUPPORTED, p,
+                                 "'%s' must be \"system\", \"user\" or \"assistant\"", p);
+        /* OpenAI's "developer" role is the system prompt of newer models. */
+        const char *role_name = strcmp(rs, "developer") ? rs : "system";
+        msg->role = dup_n(role_name, strlen(role_name));
+        if (!msg->role)
+            return api_error_set(err, API_ENOMEM, NULL, NULL);
+        fieldf(p, sizeof p, "messages[%zu].content", i);
+        char *content = NULL;
+        int rc = parse_content(json_object_get(e, "content"), p, !strcmp(rs, "assistant"), &content, err);
+        msg->content = content;
+        if (rc)
+            return rc;
+        json_t *rc_v = json_object_get(e, "reasoning_content");
+        if (rc_v && !json_is_null(rc_v)) {
+            fieldf(p, sizeof p, "messages[%zu].reasoning_content", i);
+            if (!json_is_string(rc_v))
+                return type_error(err, p, "a string", rc_v);
+            msg->reasoning_content = dup_n(json_string_value(rc_v), json_string_length(rc_v));
+            if (!msg->reasoning_content)
+                return api_error_set(err, API_ENOMEM, NULL, NULL);
+        }
+    }
+    json_t *kw = json_object_get(root, "chat_template_kwargs");
+    if (kw && !json_is_null(kw)) {
+        if (!json_is_object(kw))
+            return type_error(err, "chat_template_kwargs", "an object", kw);
+        json_t *et = json_object_get(kw, "enable_thinking");
+        if (et && !json_is_null(et)) {
+            if (!json_is_boolean(et))
+                return type_error(err, "chat_template_kwargs.enable_thinking", "a boolean", et);
+            r->enable_thinking = json_is_true(et);
+        }
+    }
+    return 0;
+}
+
+static int parse_stop(json_t *root, api_request *r, api_error *err)
+{
+    json_t *s = json_object_get(root, "stop");
+    if (!s || json_is_null(s))
+        return 0;
+    size_t n = json_is_array(s) ? json_array_size(s) : 1;
+    if (!json_is_string(s) && !json_is_array(s))
+        return type_error(err, "stop", "a string or an array of strings", s);
+    if (n > ENG_STOP_MAX_STRINGS)
+        return api_error_set(err, API_ERANGE, "stop", "'stop' has %zu strings; at most %d are allowed", n,
+                             ENG_STOP_MAX_STRINGS);
+    r->stop = calloc(n ? n : 1, sizeof *r->stop);
+    if (!r->stop)
+        return api_error_set(err, API_ENOMEM, NULL, NULL);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_is_array(s) ? json_array_get(s, i) : s;
+        char p[48];
+        fieldf(p, sizeof p, "stop[%zu]", i);
+        if (!json_is_string(e))
+            return type_error(err, p, "a string", e);
+        if (strlen(json_string_value(e)) != json_string_length(e))
+            return api_error_set(err, API_ERANGE, p, "'%s' must not contain NUL characters", p);
+        r->stop[i] = dup_n(json_string_value(e), json_string_length(e));
+        if (!r->stop[i])
+            return api_error_set(err, API_ENOMEM, NULL, NULL);
+        r->n_stop = i + 1;
+    }
+    eng_stop_error se;
+    if (eng_stop_validate((const char *const *)r->stop, r->n_stop, &se) != 0) {
+        char p[48];
+        if (se.index >= 0)
+            fieldf(p, sizeof p, "stop[%d]", se.index);
+        else
+            fieldf(p, sizeof p, "stop");
+        return api_error_set(err, API_ERANGE, p, "%s", se.message);
+    }
+    return 0;
+}
+
+static int parse_sampling(json_t *root, api_request *r, api_error *err)
+{
+    eng_sampling *s = &r->sampling;
+    int rc;
+    /* Ranges wider than the sampler's are caught by eng_sampling_validate below,
+     * which names the field; these reads only check types and finiteness. */
+    if ((rc = get_float(root, "temperature", -1e30, 1e30, false, &s->temperature, err)) ||
+        (rc = get_float(root, "top_p", -1e30, 1e30, false, &s->top_p, err)) ||
+        (rc = get_float(root, "min_p", -1e30, 1e30, false, &s->min_p, err)) ||
+        (rc = get_float(root, "presence_penalty", -1e30, 1e30, false, &s->presence_penalty, err)) ||
+        (rc = get_float(root, "frequency_penalty", -1e30, 1e30, false, &s->frequency_penalty, err)) ||
+        (rc = get_float(root, "repetition_penalty", -1e30, 1e30, false, &s->repetition_penalty, err)))
+        return rc;
+    int64_t k = 0;
+    bool given = false;
+    if ((rc = get_int(root, "top_k", -1, INT32_MAX, &k, &given, err)))
+        return rc;
+    if (given)
+        s->top_k = k < 0 ? 0 : (int32_t)k; /* -1 is "off" in vLLM's API */
+    int64_t seed = 0;
+    if ((rc = get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, &r->seed_given, err)))
+        return rc;
+    s->seed = (uint64_t)seed;
+    eng_sampling_error se;
+    if (eng_sampling_validate(s, &se) != 0)
+        return api_error_set(err, API_ERANGE, se.field, "%s", se.message);
+    return 0;
+}
+
+static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *err)
+{
+    int rc;
+    json_t *model = json_object_get(root, "model");
+    if (model && !json_is_null(model)) {
+        if (!json_is_string(model))
+            return type_error(err, "model", "a string", model);
+        r->model = dup_n(json_string_value(model), json_string_length(model));
+        if (!r->model)
+            return api_error_set(err, API_ENOMEM, NULL, NULL);
+    }
+    if ((rc = reject_unsupported(root, kind, err)))
+        return rc;
+    if ((rc = kind == API_KIND_CHAT ? parse_messages(root, r, err) : parse_prompt(root, r, err)))
+        return rc;
+
+    int64_t n = 1;
+    if ((rc = get_int(root, "n", INT64_MIN, INT64_MAX, &n, NULL, err)))
+        return rc;
+    if (n < 1)
+        return api_error_set(err, API_ERANGE, "n", "'n' must be at least 1, not %lld", (long long)n);
+    if (n != 1)
+        return api_error_set(err, API_EUNSUPPORTED, "n", "'n' must be 1: one choice per request is supported");
+
+    bool given = false;
+    int64_t mt = -1;
+    if ((rc = get_int(root, "max_tokens", INT64_MIN, INT64_MAX, &mt, &given, err)))
+        return rc;
+    const char *mt_field = "max_tokens";
+    if (!given && kind == API_KIND_CHAT) {
+        if ((rc = get_int(root, "max_completion_tokens", INT64_MIN, INT64_MAX, &mt, &given, err)))
+            return rc;
+        mt_field = "max_completion_tokens";
+    }
+    if (given && mt < 1)
+        return api_error_set(err, API_ERANGE, mt_field, "'%s' must be at least 1, not %lld", mt_field, (long long)mt);
+    r->max_tokens = given ? mt : -1;
+
+    if ((rc = parse_sampling(root, r, err)) || (rc = parse_stop(root, r, err)))
+        return rc;
+    if ((rc = get_bool(root, "stream", &r->stream, err)))
+        return rc;
+    json_t *so = json_object_get(root, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so))
+            return type_error(err, "stream_options", "an object", so);
+        json_t *iu = json_object_get(so, "include_usage");
+        if (iu && !json_is_null(iu) && !json_is_boolean(iu))
+            return type_error(err, "stream_options.include_usage", "a boolean", iu);
+        r->include_usage = json_is_true(iu);
+    }
+    return 0;
+}
+
+int api_parse_request(api_kind kind, const char *body, size_t len, api_request **out, api_error *err)
+{
+    *out = NULL;
+    json_error_t je;
+    json_t *root = json_loadb(body, len, 0, &je);
+    if (!root)
+        return api_error_set(err, API_EJSON, NULL, "request body is not valid JSON: %s at line %d, column %d",
+                             je.text, je.line, je.column);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return api_error_set(err, API_EJSON, NULL, "request body must be a JSON object");
+    }
+    api_request *r = calloc(1, sizeof *r);
+    if (!r) {
+        json_decref(root);
+        return api_error_set(err, API_ENOMEM, NULL, NULL);
+    }
+    r->kind = kind;
+    r->enable_thinking = true;
+    eng_sampling_default(&r->sampling);
+    int rc = parse_root(kind, root, r, err);
+    json_decref(root);
+    if (rc) {
+        api_request_free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}

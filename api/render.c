@@ -1,0 +1,369 @@
+/*
+ * render: OpenAI response bodies and stream chunks (see render.h).
+ *
+ * Called on the event-loop thread; an api_stream belongs to one request.
+ */
+#include "api/render.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/tokenizer.h"
+
+/* A JSON string of LEN bytes; text that is not valid UTF-8 (it never should
+ * be: the detokenizer and the stop matcher cut on character boundaries) is
+ * converted the lossy way rather than dropped. */
+static json_t *jstr(const char *s, size_t len)
+{
+    json_t *v = json_stringn(s ? s : "", s ? len : 0);
+    if (v)
+        return v;
+    eng_tok_text t = {0};
+    if (eng_tok_utf8_lossy(s, len, &t) != 0) {
+        eng_tok_text_free(&t);
+        return NULL;
+    }
+    v = json_stringn(t.s ? t.s : "", t.len);
+    eng_tok_text_free(&t);
+    return v;
+}
+
+static char *dump(json_t *root)
+{
+    if (!root)
+        return NULL;
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return s;
+}
+
+static json_t *usage_json(const api_usage *u)
+{
+    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)u->prompt_tokens, "completion_tokens",
+                     (json_int_t)u->completion_tokens, "total_tokens",
+                     (json_int_t)(u->prompt_tokens + u->completion_tokens));
+}
+
+/* Milliseconds and rates to three decimals: finer digits are noise. */
+static double round3(double x)
+{
+    return round(x * 1000.0) / 1000.0;
+}
+
+static json_t *timings_json(const api_timings *t)
+{
+    return json_pack("{s:f, s:f, s:f, s:f}", "queue_ms", round3(t->queue_ms), "prompt_ms", round3(t->prompt_ms),
+                     "ttft_ms", round3(t->ttft_ms), "decode_tokens_per_s", round3(t->decode_tokens_per_s));
+}
+
+static json_t *envelope(api_kind kind, const api_meta *m, bool chunk)
+{
+    const char *object = kind == API_KIND_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                               : "text_completion";
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", m->id, "object", object, "created", (json_int_t)m->created, "model",
+                     m->model);
+}
+
+char *api_render_result(api_kind kind, const api_meta *meta, const char *text, size_t len, const char *finish_reason,
+                        const api_usage *usage, const api_timings *timings)
+{
+    json_t *root = envelope(kind, meta, false);
+    json_t *choice = json_pack("{s:i, s:n, s:s}", "index", 0, "logprobs", "finish_reason", finish_reason);
+    if (!root || !choice)
+        goto oom;
+    if (kind == API_KIND_CHAT) {
+        api_chat_split sp;
+        api_chat_split_reasoning(text, len, &sp);
+        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", jstr(text + sp.content_off, sp.content_len));
+        if (!msg)
+            goto oom;
+        if (sp.has_reasoning)
+            json_object_set_new(msg, "reasoning_content", jstr(text + sp.reasoning_off, sp.reasoning_len));
+        json_object_set_new(choice, "message", msg);
+    } else {
+        json_object_set_new(choice, "text", jstr(text, len));
+    }
+    json_t *choices = json_array();
+    json_array_append_new(choices, choice);
+    choice = NULL;
+    json_object_set_new(root, "choices", choices);
+    json_object_set_new(root, "usage", usage_json(usage));
+    json_object_set_new(root, "timings", timings_json(timings));
+    return dump(root);
+oom:
+    json_decref(root);
+    json_decref(choice);
+    return NULL;
+}
+
+char *api_render_models(const char *model, int64_t created, int64_t max_len)
+{
+    return dump(json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:I}]}", "object", "list", "data", "id", model, "object",
+                          "model", "created", (json_int_t)created, "owned_by", "qwen3d", "max_model_len",
+                          (json_int_t)max_len));
+}
+
+/* ---- streams ------------------------------------------------------------- */
+
+enum split_mode {
+    MODE_UNDECIDED,   /* chat: too little text to tell whether it opens with "<think>" */
+    MODE_REASONING,   /* inside the reasoning, before "</think>" */
+    MODE_AFTER_THINK, /* after "</think>": leading newlines are dropped */
+    MODE_CONTENT,     /* everything is content */
+};
+
+struct api_stream {
+    api_kind kind;
+    char *id, *model;
+    int64_t created;
+    bool include_usage;
+    enum split_mode mode;
+    bool lead;            /* reasoning: still dropping its leading newlines */
+    char *pend;           /* text received but not yet decided (chat) */
+    size_t pend_len, pend_cap;
+    char **out;           /* queued chunk texts */
+    size_t out_head, out_n, out_cap;
+};
+
+static const char OPEN_TAG[] = "<think>", CLOSE_TAG[] = "</think>";
+
+api_stream *api_stream_new(api_kind kind, const api_meta *meta, bool include_usage)
+{
+    api_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->kind = kind;
+    s->id = strdup(meta->id);
+    s->model = strdup(meta->model);
+    s->created = meta->created;
+    s->include_usage = include_usage;
+    s->mode = kind == API_KIND_CHAT ? MODE_UNDECIDED : MODE_CONTENT;
+    if (!s->id || !s->model) {
+        api_stream_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void api_stream_free(api_stream *s)
+{
+    if (!s)
+        return;
+    for (size_t i = s->out_head; i < s->out_n; i++)
+        free(s->out[i]);
+    free(s->out);
+    free(s->pend);
+    free(s->id);
+    free(s->model);
+    free(s);
+}
+
+static int queue(api_stream *s, json_t *chunk)
+{
+    char *text = dump(chunk);
+    if (!text)
+        return API_ENOMEM;
+    if (s->out_head == s->out_n)
+        s->out_head = s->out_n = 0;
+    if (s->out_n == s->out_cap) {
+        size_t cap = s->out_cap ? s->out_cap * 2 : 4;
+        char **n = realloc(s->out, cap * sizeof *n);
+        if (!n) {
+            free(text);
+            return API_ENOMEM;
+        }
+        s->out = n;
+        s->out_cap = cap;
+    }
+    s->out[s->out_n++] = text;
+    return 0;
+}
+
+char *api_stream_next(api_stream *s)
+{
+    if (s->out_head == s->out_n)
+        return NULL;
+    return s->out[s->out_head++];
+}
+
+/* A chunk with one choice holding DELTA (chat) or TEXT (completions). */
+static json_t *chunk_new(api_stream *s, json_t *delta_or_text, const char *finish_reason)
+{
+    api_meta m = {s->id, s->created, s->model};
+    json_t *root = envelope(s->kind, &m, true);
+    json_t *choice = json_pack("{s:i, s:n}", "index", 0, "logprobs");
+    if (!root || !choice || !delta_or_text) {
+        json_decref(root);
+        json_decref(choice);
+        json_decref(delta_or_text);
+        return NULL;
+    }
+    json_object_set_new(choice, s->kind == API_KIND_CHAT ? "delta" : "text", delta_or_text);
+    json_object_set_new(choice, "finish_reason", finish_reason ? json_string(finish_reason) : json_null());
+    json_t *choices = json_array();
+    json_array_append_new(choices, choice);
+    json_object_set_new(root, "choices", choices);
+    if (s->include_usage)
+        json_object_set_new(root, "usage", json_null());
+    return root;
+}
+
+int api_stream_begin(api_stream *s)
+{
+    if (s->kind != API_KIND_CHAT)
+        return 0;
+    return queue(s, chunk_new(s, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL));
+}
+
+/* Queues one chunk with the reasoning and content deltas, if any. */
+static int emit(api_stream *s, const char *r, size_t rn, const char *c, size_t cn)
+{
+    if (!rn && !cn)
+        return 0;
+    if (s->kind != API_KIND_CHAT)
+        return queue(s, chunk_new(s, jstr(c, cn), NULL));
+    json_t *d = json_object();
+    if (!d)
+        return API_ENOMEM;
+    if (rn)
+        json_object_set_new(d, "reasoning_content", jstr(r, rn));
+    if (cn)
+        json_object_set_new(d, "content", jstr(c, cn));
+    return queue(s, chunk_new(s, d, NULL));
+}
+
+static size_t partial_suffix(const char *p, size_t n, const char *tag)
+{
+    /* Longest proper prefix of TAG that ends the text. */
+    size_t tl = strlen(tag);
+    for (size_t k = tl - 1; k > 0; k--)
+        if (n >= k && memcmp(p + n - k, tag, k) == 0)
+            return k;
+    return 0;
+}
+
+/*
+ * Decides as much of the pending chat text as it can (all of it when FINAL)
+ * and emits it: the incremental form of api_chat_split_reasoning().
+ */
+static int advance(api_stream *s, bool final)
+{
+    const char *r = NULL, *c = NULL;
+    size_t rn = 0, cn = 0, used = 0;
+    char *p = s->pend;
+    size_t n = s->pend_len;
+    for (;;) {
+        const char *q = p + used;
+        size_t left = n - used;
+        if (s->mode == MODE_UNDECIDED) {
+            size_t ol = strlen(OPEN_TAG);
+            if (left >= ol && memcmp(q, OPEN_TAG, ol) == 0) {
+                s->mode = MODE_REASONING;
+                s->lead = true;
+                used += ol;
+                continue;
+            }
+            if (left < ol && memcmp(q, OPEN_TAG, left) == 0 && !final)
+                break;
+            s->mode = MODE_CONTENT;
+            continue;
+        }
+        if (s->mode == MODE_REASONING) {
+            if (s->lead) {
+                while (used < n && p[used] == '\n')
+                    used++;
+                q = p + used;
+                left = n - used;
+                if (left == 0)
+                    break;
+                s->lead = false;
+            }
+            const char *hit = memmem(q, left, CLOSE_TAG, strlen(CLOSE_TAG));
+            if (hit) {
+                size_t k = (size_t)(hit - q);
+                while (k > 0 && q[k - 1] == '\n')
+                    k--;
+                r = q;
+                rn = k;
+                used += (size_t)(hit - q) + strlen(CLOSE_TAG);
+                s->mode = MODE_AFTER_THINK;
+                continue;
+            }
+            size_t k = left;
+            if (!final) {
+                k -= partial_suffix(q, left, CLOSE_TAG);
+                while (k > 0 && q[k - 1] == '\n')
+                    k--;
+            }
+            r = q;
+            rn = k;
+            used += k;
+            break;
+        }
+        if (s->mode == MODE_AFTER_THINK) {
+            while (used < n && p[used] == '\n')
+                used++;
+            if (used == n)
+                break;
+            s->mode = MODE_CONTENT;
+            continue;
+        }
+        c = q;
+        cn = left;
+        used = n;
+        break;
+    }
+    int rc = emit(s, r, rn, c, cn);
+    if (rc)
+        return rc;
+    memmove(s->pend, s->pend + used, n - used);
+    s->pend_len = n - used;
+    return 0;
+}
+
+int api_stream_text(api_stream *s, const char *text, size_t len)
+{
+    if (!len)
+        return 0;
+    if (s->kind != API_KIND_CHAT)
+        return emit(s, NULL, 0, text, len);
+    if (s->pend_len + len > s->pend_cap) {
+        size_t cap = s->pend_cap ? s->pend_cap : 256;
+        while (cap < s->pend_len + len)
+            cap *= 2;
+        char *n = realloc(s->pend, cap);
+        if (!n)
+            return API_ENOMEM;
+        s->pend = n;
+        s->pend_cap = cap;
+    }
+    memcpy(s->pend + s->pend_len, text, len);
+    s->pend_len += len;
+    return advance(s, false);
+}
+
+int api_stream_end(api_stream *s, const char *finish_reason, const api_usage *usage, const api_timings *timings)
+{
+    int rc;
+    if (s->kind == API_KIND_CHAT && s->pend_len && (rc = advance(s, true)))
+        return rc;
+    json_t *fin = chunk_new(s, s->kind == API_KIND_CHAT ? json_object() : json_string(""), finish_reason);
+    if (!fin)
+        return API_ENOMEM;
+    if (!s->include_usage)
+        json_object_set_new(fin, "timings", timings_json(timings));
+    if ((rc = queue(s, fin)))
+        return rc;
+    if (!s->include_usage)
+        return 0;
+    api_meta m = {s->id, s->created, s->model};
+    json_t *u = envelope(s->kind, &m, true);
+    if (!u)
+        return API_ENOMEM;
+    json_object_set_new(u, "choices", json_array());
+    json_object_set_new(u, "usage", usage_json(usage));
+    json_object_set_new(u, "timings", timings_json(timings));
+    return queue(s, u);
+}

@@ -1,0 +1,76 @@
+/*
+ * render: the OpenAI response shapes as JSON text. One-shot bodies for
+ * non-streaming completions, chat completions and GET /v1/models, and an
+ * api_stream that turns the text pieces of one generation into the JSON of
+ * the stream's chunks (the server frames them as SSE events).
+ *
+ * For chat, the generated text is split into reasoning_content and content
+ * with api_chat_split_reasoning(); the stream applies the same split
+ * incrementally, holding back a tail that could still become a "<think>" or
+ * "</think>" tag or the newlines around it, so the concatenated deltas equal
+ * the non-streaming fields. (Not for text with a second "</think>": the
+ * one-shot split keeps only what follows the last one, which a stream
+ * cannot take back.)
+ *
+ * Called on the event-loop thread; an api_stream belongs to one request.
+ */
+#ifndef QWEN3D_API_RENDER_H
+#define QWEN3D_API_RENDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/parse.h"
+
+typedef struct api_usage {
+    int64_t prompt_tokens;
+    int64_t completion_tokens;
+} api_usage;
+
+/* Per-request timings reported in the `timings` object. */
+typedef struct api_timings {
+    double queue_ms;             /* submitted -> admitted to a session */
+    double prompt_ms;            /* prefill */
+    double ttft_ms;              /* submitted -> first token */
+    double decode_tokens_per_s;  /* tokens after the first / their time */
+} api_timings;
+
+/* What a response names: id, creation time and the served model. */
+typedef struct api_meta {
+    const char *id;
+    int64_t created;
+    const char *model;
+} api_meta;
+
+/* Non-streaming body of a finished generation of KIND, malloc'd; NULL on out-of-memory. */
+char *api_render_result(api_kind kind, const api_meta *meta, const char *text, size_t len, const char *finish_reason,
+                        const api_usage *usage, const api_timings *timings);
+
+/* GET /v1/models for one model of MAX_LEN tokens of context. */
+char *api_render_models(const char *model, int64_t created, int64_t max_len);
+
+typedef struct api_stream api_stream;
+
+/* A stream for one response; META's strings are copied. INCLUDE_USAGE: stream_options.include_usage. */
+api_stream *api_stream_new(api_kind kind, const api_meta *meta, bool include_usage);
+void api_stream_free(api_stream *s);
+
+/*
+ * The chunk JSON texts produced so far are handed out one at a time:
+ * api_stream_next() returns the next (malloc'd, the caller frees it) or NULL
+ * when none is pending.
+ *
+ * api_stream_begin() queues the opening chunk (chat: the assistant role).
+ * api_stream_text() feeds LEN bytes of new text and queues at most one
+ * chunk with what can be sent now. api_stream_end() flushes the held-back
+ * text, then queues the final chunk with FINISH_REASON and, when usage was
+ * asked for, the usage chunk; TIMINGS goes in the last chunk.
+ * Each returns 0 or API_ENOMEM.
+ */
+int api_stream_begin(api_stream *s);
+int api_stream_text(api_stream *s, const char *text, size_t len);
+int api_stream_end(api_stream *s, const char *finish_reason, const api_usage *usage, const api_timings *timings);
+char *api_stream_next(api_stream *s);
+
+#endif

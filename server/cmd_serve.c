@@ -1,0 +1,310 @@
+/*
+ * cmd_serve: `qwen3d serve`. Parses the options, starts the event loop with
+ * the HTTP server, the scheduler (whose compute thread loads the model) and
+ * the metrics, and runs until SIGTERM or SIGINT, then drains: no new
+ * connections or generations, running requests get --drain-timeout seconds
+ * to finish, the rest are ended with a final event, and the process exits 0.
+ *
+ * systemd: READY=1 once the model is loaded, STATUS= lines as the state
+ * changes, STOPPING=1 when draining starts, WATCHDOG=1 every half of
+ * WATCHDOG_USEC while the loop runs.
+ *
+ * Threads: the main thread runs the loop (the "loop thread" of the other
+ * server/ files); sched.c starts the compute thread.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "server/cli.h"
+#include "server/options.h"
+#include "server/error.h"
+#include "server/http.h"
+#include "server/log.h"
+#include "server/metrics.h"
+#include "server/notify.h"
+#include "server/routes.h"
+#include "server/sched.h"
+
+#define CMD "serve"
+/* After the drain timeout has ended every generation, the time left for their final events. */
+#define FINAL_GRACE_MS 5000
+#define DRAIN_POLL_MS 25
+
+typedef struct serve {
+    uv_loop_t loop;
+    srv_config cfg;
+    srv_metrics *metrics;
+    srv_sched *sched;
+    srv_routes *routes;
+    srv_http *http;
+    uv_signal_t sigterm, sigint;
+    uv_timer_t watchdog, drain_poll, drain_deadline;
+    bool draining, finished, deadline_passed;
+    int exit_code;
+} serve;
+
+static void close_handle(uv_handle_t *h)
+{
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+/* Stops everything; uv_run returns once the handles have closed. */
+static void finish(serve *sv)
+{
+    if (sv->finished)
+        return;
+    sv->finished = true;
+    srv_http_close(sv->http);
+    srv_sched_stop(sv->sched);
+    close_handle((uv_handle_t *)&sv->sigterm);
+    close_handle((uv_handle_t *)&sv->sigint);
+    /* Closing the handles restored the default actions: a repeated SIGTERM
+     * must not turn the orderly exit that follows into a kill. */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    close_handle((uv_handle_t *)&sv->watchdog);
+    close_handle((uv_handle_t *)&sv->drain_poll);
+    close_handle((uv_handle_t *)&sv->drain_deadline);
+}
+
+static void on_drain_poll(uv_timer_t *t)
+{
+    serve *sv = t->data;
+    if (srv_http_active(sv->http) == 0) {
+        srv_log(SRV_LOG_INFO, "drained", "deadline_passed=%d", sv->deadline_passed);
+        finish(sv);
+    }
+}
+
+static void on_drain_deadline(uv_timer_t *t)
+{
+    serve *sv = t->data;
+    if (!sv->deadline_passed) {
+        int waiting = 0, running = 0;
+        srv_sched_counts(sv->sched, &waiting, &running);
+        srv_log(SRV_LOG_WARN, "drain_timeout", "waiting=%d running=%d action=end_generations", waiting, running);
+        sv->deadline_passed = true;
+        srv_sched_cancel_all(sv->sched);
+        uv_timer_start(&sv->drain_deadline, on_drain_deadline, FINAL_GRACE_MS, 0);
+        return;
+    }
+    srv_log(SRV_LOG_WARN, "drain_timeout", "requests=%zu action=close_connections", srv_http_active(sv->http));
+    finish(sv);
+}
+
+static void start_drain(serve *sv, const char *why)
+{
+    if (sv->draining) {
+        srv_log(SRV_LOG_WARN, "shutdown", "reason=%s action=stop_now", why);
+        finish(sv);
+        return;
+    }
+    sv->draining = true;
+    srv_log(SRV_LOG_INFO, "shutdown", "reason=%s active_requests=%zu drain_timeout_s=%lld", why,
+            sv->http ? srv_http_active(sv->http) : 0, (long long)sv->cfg.drain_timeout);
+    srv_notify("STOPPING=1\nSTATUS=draining");
+    if (!sv->http) {
+        finish(sv);
+        return;
+    }
+    srv_http_quiesce(sv->http);
+    srv_routes_set_draining(sv->routes);
+    srv_sched_close_queue(sv->sched);
+    uv_timer_start(&sv->drain_poll, on_drain_poll, 0, DRAIN_POLL_MS);
+    uv_timer_start(&sv->drain_deadline, on_drain_deadline, (uint64_t)sv->cfg.drain_timeout * 1000, 0);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    start_drain(s->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+    (void)t;
+    srv_notify("WATCHDOG=1");
+}
+
+static void on_loaded(void *user, int status, const srv_model_info *info, const char *message)
+{
+    serve *sv = user;
+    if (status != 0) {
+        char q[600];
+        srv_log(SRV_LOG_ERROR, "model_load_failed", "model=%s error=%s",
+                srv_log_quote(q, sizeof q, sv->cfg.model, strlen(sv->cfg.model)),
+                srv_log_quote(q + 300, 300, message, strlen(message)));
+        fprintf(stderr, "qwen3d: serve: %s\n", message);
+        srv_notifyf("STATUS=failed to load the model: %s", message);
+        sv->exit_code = 1;
+        finish(sv);
+        return;
+    }
+    if (sv->finished)
+        return;
+    srv_routes_set_loaded(sv->routes, info);
+    srv_metrics_set_model(sv->metrics, info->weight_bytes, info->load_seconds);
+    char q[600];
+    srv_log(SRV_LOG_INFO, "model_loaded", "model=%s name=%s ctx=%lld vocab=%lld threads=%d weight_bytes=%llu load_ms=%.1f",
+            srv_log_quote(q, 300, sv->cfg.model, strlen(sv->cfg.model)), sv->cfg.model_name, (long long)info->ctx,
+            (long long)info->vocab, info->threads, (unsigned long long)info->weight_bytes, info->load_seconds * 1e3);
+    srv_notifyf("READY=1\nSTATUS=serving %s on port %d", sv->cfg.model_name, srv_http_port(sv->http));
+}
+
+/* Reads the API key: the file's first line without surrounding whitespace. */
+static int read_api_key(const char *path, char **out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return cli_fail(CMD, "--api-key-file: cannot open '%s': %s", path, strerror(errno));
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    bool more = !feof(f) && fgetc(f) != EOF;
+    fclose(f);
+    buf[n] = '\0';
+    if (more)
+        return cli_fail(CMD, "--api-key-file: '%s' is larger than %zu bytes", path, sizeof buf - 1);
+    char *s = buf;
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+        s++;
+    size_t len = strcspn(s, "\r\n");
+    while (len && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+        len--;
+    if (!len)
+        return cli_fail(CMD, "--api-key-file: '%s' holds no key", path);
+    if (!(*out = strndup(s, len)))
+        return cli_fail(CMD, "out of memory");
+    return 0;
+}
+
+static srv_log_level parse_level(const char *s)
+{
+    if (!s || !strcmp(s, "info"))
+        return SRV_LOG_INFO;
+    if (!strcmp(s, "debug"))
+        return SRV_LOG_DEBUG;
+    if (!strcmp(s, "warn"))
+        return SRV_LOG_WARN;
+    return SRV_LOG_ERROR;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    serve sv;
+    memset(&sv, 0, sizeof sv);
+    int rc = srv_config_parse(argc, argv, &sv.cfg);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    srv_config *cfg = &sv.cfg;
+    struct stat st;
+    int st_rc = stat(cfg->model, &st);
+    if (st_rc != 0 || !S_ISDIR(st.st_mode)) {
+        if (st_rc != 0)
+            cli_fail(CMD, "--model '%s': %s", cfg->model, strerror(errno));
+        else
+            cli_fail(CMD, "--model '%s' is not a folder", cfg->model);
+        srv_config_clear(cfg);
+        return 2;
+    }
+    srv_log_set_level(parse_level(cfg->log_level));
+    char *api_key = NULL;
+    if (cfg->api_key_file && (rc = read_api_key(cfg->api_key_file, &api_key))) {
+        srv_config_clear(cfg);
+        return rc;
+    }
+    /* A client that closes its socket mid-write must not kill the daemon. */
+    signal(SIGPIPE, SIG_IGN);
+
+    rc = 1;
+    char err[256] = "";
+    if (uv_loop_init(&sv.loop) != 0) {
+        cli_fail(CMD, "cannot start the event loop");
+        goto out_noloop;
+    }
+    uv_signal_init(&sv.loop, &sv.sigterm);
+    uv_signal_init(&sv.loop, &sv.sigint);
+    uv_timer_init(&sv.loop, &sv.watchdog);
+    uv_timer_init(&sv.loop, &sv.drain_poll);
+    uv_timer_init(&sv.loop, &sv.drain_deadline);
+    sv.sigterm.data = sv.sigint.data = &sv;
+    sv.watchdog.data = sv.drain_poll.data = sv.drain_deadline.data = &sv;
+
+    if (!(sv.metrics = srv_metrics_new(PACKAGE_VERSION))) {
+        cli_fail(CMD, "out of memory");
+        goto out;
+    }
+    srv_sched_opts so = {
+        .model_dir = cfg->model,
+        .engine = cfg->engine,
+        .parallel = (int)cfg->parallel,
+        .queue = (int)cfg->queue,
+        .ctx = cfg->ctx,
+        .prefill_chunk = cfg->prefill_chunk,
+    };
+    srv_routes_opts ro = {
+        .model_name = cfg->model_name,
+        .api_key = api_key,
+        .log_prompts = cfg->log_prompts,
+        .request_timeout = (double)cfg->request_timeout,
+    };
+    srv_http_opts ho = {
+        .host = cfg->host,
+        .port = (int)cfg->port,
+        .max_body = (size_t)cfg->max_body,
+        .connection_limit = 1024,
+        .idle_timeout_s = 120,
+    };
+    srv_http_handlers hh = {srv_routes_on_request, srv_routes_on_done};
+    /* Listen first, so /health answers 503 while the model loads. */
+    int src = srv_sched_new(&sv.loop, &so, sv.metrics, on_loaded, &sv, &sv.sched);
+    if (src) {
+        cli_fail(CMD, "%s", srv_strerror(src));
+        goto out;
+    }
+    if (!(sv.routes = srv_routes_new(&ro, sv.sched, sv.metrics))) {
+        cli_fail(CMD, "out of memory");
+        goto out;
+    }
+    if (srv_http_new(&sv.loop, &ho, &hh, sv.routes, &sv.http, err, sizeof err) != 0) {
+        cli_fail(CMD, "%s", err);
+        goto out;
+    }
+    char q[600];
+    srv_log(SRV_LOG_INFO, "listening",
+            "host=%s port=%d model=%s parallel=%lld queue=%lld auth=%s kv_mode=%s pid=%ld version=%s", cfg->host,
+            srv_http_port(sv.http), srv_log_quote(q, sizeof q, cfg->model, strlen(cfg->model)),
+            (long long)cfg->parallel, (long long)cfg->queue, api_key ? "bearer" : "none",
+            eng_kv_mode_name(cfg->engine.kv_mode),
+            (long)getpid(), PACKAGE_VERSION);
+    srv_notify("STATUS=loading the model");
+    uv_signal_start(&sv.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&sv.sigint, on_signal, SIGINT);
+    uint64_t wd = srv_notify_watchdog_usec();
+    if (wd) {
+        uint64_t every = wd / 2000;
+        uv_timer_start(&sv.watchdog, on_watchdog, every ? every : 1, every ? every : 1);
+    }
+    uv_run(&sv.loop, UV_RUN_DEFAULT);
+    rc = sv.exit_code;
+    srv_log(SRV_LOG_INFO, "exit", "code=%d", rc);
+out:
+    finish(&sv);
+    uv_run(&sv.loop, UV_RUN_DEFAULT);
+    srv_http_free(sv.http);
+    srv_sched_free(sv.sched);
+    srv_routes_free(sv.routes);
+    srv_metrics_free(sv.metrics);
+    uv_loop_close(&sv.loop);
+out_noloop:
+    free(api_key);
+    srv_config_clear(cfg);
+    return rc;
+}

@@ -1,0 +1,274 @@
+/*
+ * metrics: counters, gauges and histograms of the daemon and their
+ * Prometheus text exposition (see metrics.h). Every field is guarded by
+ * `mu`; rendering copies nothing out of order, so a scrape is one snapshot.
+ *
+ * Any thread.
+ */
+#include "server/metrics.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Bucket upper bounds, in seconds; +Inf is implied. */
+static const double TTFT_BOUNDS[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double ITL_BOUNDS[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5};
+static const double DURATION_BOUNDS[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
+static const double QUEUE_BOUNDS[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+
+#define MAX_BOUNDS 16
+#define MAX_CODES 16
+
+typedef struct histogram {
+    const double *bounds;
+    size_t n_bounds;
+    uint64_t counts[MAX_BOUNDS + 1]; /* per bucket, not cumulative; last is +Inf */
+    uint64_t count;
+    double sum;
+} histogram;
+
+typedef struct code_count {
+    int code;
+    uint64_t n;
+} code_count;
+
+struct srv_metrics {
+    pthread_mutex_t mu;
+    char version[64];
+    code_count requests[SRV_EP_COUNT][MAX_CODES];
+    uint64_t prompt_tokens, generation_tokens;
+    histogram ttft, itl, duration, queue;
+    int64_t sessions_active, requests_waiting;
+    uint64_t kv_bytes, weight_bytes;
+    double load_seconds;
+    double start_time;
+};
+
+const char *srv_endpoint_name(srv_endpoint ep)
+{
+    static const char *const names[SRV_EP_COUNT] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
+                                                     "/health", "/metrics", "other"};
+    return ep < SRV_EP_COUNT ? names[ep] : "other";
+}
+
+static void hist_init(histogram *h, const double *bounds, size_t n)
+{
+    h->bounds = bounds;
+    h->n_bounds = n < MAX_BOUNDS ? n : MAX_BOUNDS;
+}
+
+static void hist_observe(histogram *h, double v)
+{
+    size_t i = 0;
+    while (i < h->n_bounds && v > h->bounds[i])
+        i++;
+    h->counts[i]++;
+    h->count++;
+    h->sum += v;
+}
+
+srv_metrics *srv_metrics_new(const char *version)
+{
+    srv_metrics *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    pthread_mutex_init(&m->mu, NULL);
+    snprintf(m->version, sizeof m->version, "%s", version ? version : "");
+    hist_init(&m->ttft, TTFT_BOUNDS, sizeof TTFT_BOUNDS / sizeof *TTFT_BOUNDS);
+    hist_init(&m->itl, ITL_BOUNDS, sizeof ITL_BOUNDS / sizeof *ITL_BOUNDS);
+    hist_init(&m->duration, DURATION_BOUNDS, sizeof DURATION_BOUNDS / sizeof *DURATION_BOUNDS);
+    hist_init(&m->queue, QUEUE_BOUNDS, sizeof QUEUE_BOUNDS / sizeof *QUEUE_BOUNDS);
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    m->start_time = (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+    return m;
+}
+
+void srv_metrics_free(srv_metrics *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+void srv_metrics_request(srv_metrics *m, srv_endpoint ep, int status, double seconds)
+{
+    if (ep >= SRV_EP_COUNT)
+        ep = SRV_EP_OTHER;
+    pthread_mutex_lock(&m->mu);
+    code_count *row = m->requests[ep];
+    for (size_t i = 0; i < MAX_CODES; i++) {
+        /* Codes take the first free slot; the last slot absorbs any overflow. */
+        if (row[i].code == status || row[i].code == 0 || i == MAX_CODES - 1) {
+            if (row[i].code == 0)
+                row[i].code = status;
+            row[i].n++;
+            break;
+        }
+    }
+    if (ep == SRV_EP_COMPLETIONS || ep == SRV_EP_CHAT)
+        hist_observe(&m->duration, seconds);
+    pthread_mutex_unlock(&m->mu);
+}
+
+#define LOCKED(stmt)                   \
+    do {                               \
+        pthread_mutex_lock(&m->mu);    \
+        stmt;                          \
+        pthread_mutex_unlock(&m->mu);  \
+    } while (0)
+
+void srv_metrics_prompt_tokens(srv_metrics *m, uint64_t n) { LOCKED(m->prompt_tokens += n); }
+void srv_metrics_generation_tokens(srv_metrics *m, uint64_t n) { LOCKED(m->generation_tokens += n); }
+void srv_metrics_ttft(srv_metrics *m, double s) { LOCKED(hist_observe(&m->ttft, s)); }
+void srv_metrics_inter_token(srv_metrics *m, double s) { LOCKED(hist_observe(&m->itl, s)); }
+void srv_metrics_queue_wait(srv_metrics *m, double s) { LOCKED(hist_observe(&m->queue, s)); }
+void srv_metrics_set_waiting(srv_metrics *m, int64_t n) { LOCKED(m->requests_waiting = n); }
+
+void srv_metrics_set_sessions(srv_metrics *m, int64_t active, uint64_t kv_bytes)
+{
+    LOCKED(m->sessions_active = active; m->kv_bytes = kv_bytes);
+}
+
+void srv_metrics_set_model(srv_metrics *m, uint64_t weight_bytes, double load_seconds)
+{
+    LOCKED(m->weight_bytes = weight_bytes; m->load_seconds = load_seconds);
+}
+
+/* ---- exposition ---------------------------------------------------------- */
+
+typedef struct out {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} out;
+
+static void outf(out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void outf(out *o, const char *fmt, ...)
+{
+    if (o->oom)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(o->p + o->n, o->cap - o->n, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            o->oom = true;
+            return;
+        }
+        if ((size_t)k < o->cap - o->n) {
+            o->n += (size_t)k;
+            return;
+        }
+        size_t cap = o->cap * 2 + (size_t)k;
+        char *np = realloc(o->p, cap);
+        if (!np) {
+            o->oom = true;
+            return;
+        }
+        o->p = np;
+        o->cap = cap;
+    }
+}
+
+static void family(out *o, const char *name, const char *type, const char *help)
+{
+    outf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void hist_render(out *o, const char *name, const char *help, const histogram *h)
+{
+    family(o, name, "histogram", help);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < h->n_bounds; i++) {
+        cum += h->counts[i];
+        outf(o, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cum);
+    }
+    cum += h->counts[h->n_bounds];
+    outf(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    outf(o, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
+}
+
+/* Resident set size from /proc/self/statm (pages), 0 if unreadable. */
+static uint64_t resident_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, rss = 0;
+    if (!f)
+        return 0;
+    if (fscanf(f, "%llu %llu", &size, &rss) != 2)
+        rss = 0;
+    fclose(f);
+    return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+char *srv_metrics_render(srv_metrics *m, size_t *len)
+{
+    out o = {.cap = 8192};
+    o.p = malloc(o.cap);
+    if (!o.p)
+        return NULL;
+    o.p[0] = '\0';
+    pthread_mutex_lock(&m->mu);
+    family(&o, "qwen3d_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
+    for (int ep = 0; ep < SRV_EP_COUNT; ep++)
+        for (size_t i = 0; i < MAX_CODES && m->requests[ep][i].code; i++)
+            outf(&o, "qwen3d_requests_total{endpoint=\"%s\",code=\"%d\"} %llu\n", srv_endpoint_name(ep),
+                 m->requests[ep][i].code, (unsigned long long)m->requests[ep][i].n);
+    family(&o, "qwen3d_prompt_tokens_total", "counter", "Prompt tokens prefilled.");
+    outf(&o, "qwen3d_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
+    family(&o, "qwen3d_generation_tokens_total", "counter", "Tokens generated.");
+    outf(&o, "qwen3d_generation_tokens_total %llu\n", (unsigned long long)m->generation_tokens);
+    hist_render(&o, "qwen3d_time_to_first_token_seconds", "Time from submission to the first generated token.",
+                &m->ttft);
+    hist_render(&o, "qwen3d_inter_token_latency_seconds", "Time between consecutive tokens of one request.", &m->itl);
+    hist_render(&o, "qwen3d_request_duration_seconds", "Duration of generation requests, arrival to last byte.",
+                &m->duration);
+    hist_render(&o, "qwen3d_queue_wait_seconds", "Time requests waited in the queue before getting a session.",
+                &m->queue);
+    family(&o, "qwen3d_sessions_active", "gauge", "Sessions generating now.");
+    outf(&o, "qwen3d_sessions_active %lld\n", (long long)m->sessions_active);
+    family(&o, "qwen3d_requests_waiting", "gauge", "Requests queued for a session.");
+    outf(&o, "qwen3d_requests_waiting %lld\n", (long long)m->requests_waiting);
+    family(&o, "qwen3d_kv_cache_bytes", "gauge", "Memory committed to the KV caches of active sessions.");
+    outf(&o, "qwen3d_kv_cache_bytes %llu\n", (unsigned long long)m->kv_bytes);
+    family(&o, "qwen3d_model_weight_bytes", "gauge", "Resident bytes of the prepared model weights.");
+    outf(&o, "qwen3d_model_weight_bytes %llu\n", (unsigned long long)m->weight_bytes);
+    family(&o, "qwen3d_model_load_seconds", "gauge", "Time the model took to load and prepare.");
+    outf(&o, "qwen3d_model_load_seconds %.6f\n", m->load_seconds);
+    family(&o, "qwen3d_build_info", "gauge", "Build information; the value is always 1.");
+    outf(&o, "qwen3d_build_info{version=\"%s\"} 1\n", m->version);
+    double start = m->start_time;
+    pthread_mutex_unlock(&m->mu);
+
+    family(&o, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+    outf(&o, "process_resident_memory_bytes %llu\n", (unsigned long long)resident_bytes());
+    family(&o, "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.");
+    outf(&o, "process_cpu_seconds_total %.6f\n", cpu_seconds());
+    family(&o, "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.");
+    outf(&o, "process_start_time_seconds %.3f\n", start);
+    if (o.oom) {
+        free(o.p);
+        return NULL;
+    }
+    if (len)
+        *len = o.n;
+    return o.p;
+}

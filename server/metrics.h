@@ -1,0 +1,51 @@
+/*
+ * metrics: the daemon's Prometheus metrics (design.md section 3) and their
+ * text exposition (format 0.0.4).
+ *
+ * Counters, gauges and histograms live behind one mutex: the loop thread
+ * records requests, the compute thread records tokens, latencies and
+ * session gauges, and a scrape renders one consistent snapshot.
+ *
+ * Any thread.
+ */
+#ifndef QWEN3D_SERVER_METRICS_H
+#define QWEN3D_SERVER_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum srv_endpoint {
+    SRV_EP_COMPLETIONS,
+    SRV_EP_CHAT,
+    SRV_EP_MODELS,
+    SRV_EP_HEALTH,
+    SRV_EP_METRICS,
+    SRV_EP_OTHER,
+    SRV_EP_COUNT
+} srv_endpoint;
+
+/* The endpoint label of EP ("/v1/completions", ..., "other"). */
+const char *srv_endpoint_name(srv_endpoint ep);
+
+typedef struct srv_metrics srv_metrics;
+
+/* VERSION goes in qwen3d_build_info. NULL on out-of-memory. */
+srv_metrics *srv_metrics_new(const char *version);
+void srv_metrics_free(srv_metrics *m);
+
+/* A finished HTTP request: requests_total{endpoint,code}; generation
+ * endpoints also observe request_duration_seconds. */
+void srv_metrics_request(srv_metrics *m, srv_endpoint ep, int status, double seconds);
+void srv_metrics_prompt_tokens(srv_metrics *m, uint64_t n);
+void srv_metrics_generation_tokens(srv_metrics *m, uint64_t n);
+void srv_metrics_ttft(srv_metrics *m, double seconds);
+void srv_metrics_inter_token(srv_metrics *m, double seconds);
+void srv_metrics_queue_wait(srv_metrics *m, double seconds);
+void srv_metrics_set_sessions(srv_metrics *m, int64_t active, uint64_t kv_bytes);
+void srv_metrics_set_waiting(srv_metrics *m, int64_t waiting);
+void srv_metrics_set_model(srv_metrics *m, uint64_t weight_bytes, double load_seconds);
+
+/* The exposition text, malloc'd and NUL-terminated (*len bytes); NULL on out-of-memory. */
+char *srv_metrics_render(srv_metrics *m, size_t *len);
+
+#endif

@@ -1,0 +1,49 @@
+/*
+ * options: the options of `qwen3d serve`, from the command line and from a
+ * --config file of "key = value" lines using the same names (command-line
+ * values win). Every value is checked strictly: integers whole and in
+ * range, no unknown options or keys, errors naming the option or the
+ * file:line at fault.
+ *
+ * Main thread, before the server starts.
+ */
+#ifndef QWEN3D_SERVER_OPTIONS_H
+#define QWEN3D_SERVER_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/runner.h"
+
+typedef struct srv_config {
+    char *model;            /* --model DIR (required) */
+    char *model_name;       /* --model-name: the id clients send; default the folder's base name */
+    char *host;             /* --host, default 127.0.0.1 */
+    int64_t port;           /* --port, default 8080; 0 picks a free port (logged) */
+    int64_t parallel;       /* --parallel, default 4 */
+    int64_t ctx;            /* --ctx, default 0 = the model's context length */
+    int64_t queue;          /* --queue, default 64 */
+    char *api_key_file;     /* --api-key-file */
+    int64_t max_body;       /* --max-body bytes, default 4 MiB */
+    int64_t request_timeout; /* --request-timeout seconds, default 600 */
+    int64_t drain_timeout;  /* --drain-timeout seconds, default 30 */
+    int64_t prefill_chunk;  /* --prefill-chunk tokens, default 256 */
+    bool log_prompts;       /* --log-prompts */
+    char *log_level;        /* --log-level debug|info|warn|error */
+    eng_model_opts engine;  /* --threads (default one per physical core), --kv-mode, ...: cli_engine_opt() */
+} srv_config;
+
+/*
+ * Fills CFG from ARGV (after the subcommand) and the --config file it
+ * names. Returns 0, 1 after printing --help to stdout, or 2 after printing
+ * one error line to stderr.
+ */
+int srv_config_parse(int argc, char **argv, srv_config *cfg);
+void srv_config_clear(srv_config *cfg);
+
+/* Prints the serve usage. */
+void srv_config_usage(FILE *out);
+
+#endif

@@ -1,0 +1,572 @@
+/*
+ * routes: the endpoints of the HTTP API (see routes.h).
+ *
+ * Each request gets a `call` holding its endpoint, id and, for generations,
+ * the job and the stream renderer. The job's callback relays text as it
+ * arrives; srv_routes_on_done() is the single place where a call ends.
+ *
+ * Loop thread only.
+ */
+#include "server/routes.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "api/chat_template.h"
+#include "api/error.h"
+#include "api/parse.h"
+#include "api/render.h"
+#include "server/error.h"
+#include "server/log.h"
+#include "server/sse.h"
+
+#define JSON_TYPE "application/json"
+#define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
+/* max_tokens of a completion request that does not say (OpenAI's default). */
+#define DEFAULT_COMPLETION_TOKENS 16
+
+struct srv_routes {
+    srv_routes_opts o;
+    char *model_name, *api_key;
+    srv_sched *sched;
+    srv_metrics *metrics;
+    bool loaded, draining;
+    srv_model_info info;
+    int64_t created;          /* the model's "created" in /v1/models */
+    uint64_t id_base, id_seq;
+};
+
+typedef struct call {
+    srv_routes *rt;
+    srv_req *r;
+    srv_endpoint ep;
+    char id[48];
+    /* generations */
+    api_kind kind;
+    bool stream, include_usage, finished;
+    srv_job *job;
+    api_stream *st;
+    int64_t created;
+    char *text;               /* non-streaming: the whole text so far */
+    size_t len, cap;
+    bool text_lost;           /* out of memory while keeping the text */
+    int64_t n_prompt, n_generated;
+    srv_finish finish;
+    double ttft_ms;
+} call;
+
+srv_routes *srv_routes_new(const srv_routes_opts *opts, srv_sched *sched, srv_metrics *metrics)
+{
+    srv_routes *rt = calloc(1, sizeof *rt);
+    if (!rt)
+        return NULL;
+    rt->o = *opts;
+    rt->model_name = strdup(opts->model_name);
+    rt->api_key = opts->api_key ? strdup(opts->api_key) : NULL;
+    if (!rt->model_name || (opts->api_key && !rt->api_key)) {
+        srv_routes_free(rt);
+        return NULL;
+    }
+    rt->sched = sched;
+    rt->metrics = metrics;
+    rt->created = (int64_t)time(NULL);
+    if (getrandom(&rt->id_base, sizeof rt->id_base, 0) != (ssize_t)sizeof rt->id_base)
+        rt->id_base = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull;
+    return rt;
+}
+
+void srv_routes_free(srv_routes *rt)
+{
+    if (!rt)
+        return;
+    free(rt->model_name);
+    free(rt->api_key);
+    free(rt);
+}
+
+void srv_routes_set_loaded(srv_routes *rt, const srv_model_info *info)
+{
+    rt->loaded = true;
+    rt->info = *info;
+}
+
+void srv_routes_set_draining(srv_routes *rt) { rt->draining = true; }
+
+/* A 64-bit mix of the id base and a counter: unique per process, not guessable. */
+static uint64_t next_random(srv_routes *rt)
+{
+    uint64_t z = rt->id_base + 0x9e3779b97f4a7c15ull * ++rt->id_seq;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* ---- responses ------------------------------------------------------------- */
+
+static void respond_json(call *c, int status, const char *json)
+{
+    srv_req_add_header(c->r, "X-Request-Id", c->id);
+    srv_req_respond(c->r, status, JSON_TYPE, json, strlen(json));
+}
+
+static void respond_error(call *c, const api_error *e)
+{
+    int status = api_error_status(e->code);
+    char *body = api_error_body(e);
+    if (status == 503 && (e->code == API_EOVERLOADED || e->code == API_ELOADING))
+        srv_req_add_header(c->r, "Retry-After", "1");
+    if (status == 401)
+        srv_req_add_header(c->r, "WWW-Authenticate", "Bearer");
+    respond_json(c, status, body ? body : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                                          "\"param\":null,\"code\":\"out_of_memory\"}}");
+    free(body);
+}
+
+static void fail(call *c, int code, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void fail(call *c, int code, const char *param, const char *fmt, ...)
+{
+    api_error e;
+    api_error_set(&e, code, param, NULL);
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e.message, sizeof e.message, fmt, ap);
+        va_end(ap);
+    }
+    respond_error(c, &e);
+}
+
+/* ---- simple endpoints ------------------------------------------------------ */
+
+static void do_health(call *c)
+{
+    srv_routes *rt = c->rt;
+    if (rt->draining)
+        fail(c, API_ESHUTDOWN, NULL, NULL);
+    else if (!rt->loaded)
+        fail(c, API_ELOADING, NULL, NULL);
+    else
+        respond_json(c, 200, "{\"status\":\"ok\"}");
+}
+
+static void do_metrics(call *c)
+{
+    size_t len = 0;
+    char *text = srv_metrics_render(c->rt->metrics, &len);
+    if (!text) {
+        fail(c, API_ENOMEM, NULL, NULL);
+        return;
+    }
+    srv_req_respond(c->r, 200, METRICS_TYPE, text, len);
+    free(text);
+}
+
+static void do_models(call *c)
+{
+    srv_routes *rt = c->rt;
+    char *body = api_render_models(rt->model_name, rt->created, rt->loaded ? rt->info.ctx : 0);
+    if (!body) {
+        fail(c, API_ENOMEM, NULL, NULL);
+        return;
+    }
+    respond_json(c, 200, body);
+    free(body);
+}
+
+/* ---- generations ------------------------------------------------------------ */
+
+static const char *finish_reason(srv_finish f)
+{
+    return f == SRV_FINISH_STOP ? "stop" : "length";
+}
+
+static void log_text(call *c, const char *what, const char *text, size_t len)
+{
+    char q[1500];
+    srv_log(SRV_LOG_INFO, what, "id=%s text=%s", c->id, srv_log_quote(q, sizeof q, text, len));
+}
+
+static void flush_stream(call *c)
+{
+    char *chunk;
+    while ((chunk = api_stream_next(c->st))) {
+        srv_sse_event(c->r, chunk);
+        free(chunk);
+    }
+}
+
+/* A job that ended without a normal finish: the error the client sees. */
+static void job_error(const srv_job_update *u, api_error *e)
+{
+    if (u->finish == SRV_FINISH_SHUTDOWN)
+        api_error_set(e, API_ESHUTDOWN, NULL, "the server is shutting down; the generation was cut short");
+    else if (u->finish == SRV_FINISH_DEADLINE)
+        api_error_set(e, API_ETIMEOUT, NULL, "the request's deadline passed before generation started");
+    else
+        api_error_set(e, API_EINTERNAL, NULL, "generation failed: %s", u->message[0] ? u->message : "internal error");
+}
+
+static void on_job(srv_job *job, void *user)
+{
+    call *c = user;
+    srv_job_update u;
+    srv_job_take(job, &u);
+    c->n_prompt = u.n_prompt;
+    c->n_generated = u.n_generated;
+    if (u.ttft_ms > 0)
+        c->ttft_ms = u.ttft_ms;
+    if (c->stream) {
+        if (u.len)
+            api_stream_text(c->st, u.text, u.len);
+        flush_stream(c);
+    }
+    /* The whole text is kept for the response body, or for the log with --log-prompts. */
+    if ((!c->stream || c->rt->o.log_prompts) && u.len) {
+        if (c->len + u.len + 1 > c->cap) {
+            size_t cap = c->cap ? c->cap : 256;
+            while (cap < c->len + u.len + 1)
+                cap *= 2;
+            char *t = realloc(c->text, cap);
+            if (t) {
+                c->text = t;
+                c->cap = cap;
+            } else {
+                c->text_lost = true;
+            }
+        }
+        if (c->len + u.len + 1 <= c->cap) {
+            memcpy(c->text + c->len, u.text, u.len);
+            c->len += u.len;
+            c->text[c->len] = '\0';
+        }
+    }
+    free(u.text);
+    if (!u.done)
+        return;
+    c->finished = true;
+    c->finish = u.finish;
+    if (c->rt->o.log_prompts)
+        log_text(c, "completion_text", c->text ? c->text : "", c->len);
+    api_usage usage = {u.n_prompt, u.n_generated};
+    api_timings t = {u.queue_ms, u.prompt_ms, u.ttft_ms, u.decode_tokens_per_s};
+    /* A deadline that passed mid-generation ends the text like max_tokens does. */
+    bool normal = u.finish == SRV_FINISH_STOP || u.finish == SRV_FINISH_LENGTH ||
+                  (u.finish == SRV_FINISH_DEADLINE && u.n_generated > 0);
+    if (c->stream) {
+        if (normal) {
+            api_stream_end(c->st, finish_reason(u.finish), &usage, &t);
+            flush_stream(c);
+        } else {
+            api_error e;
+            job_error(&u, &e);
+            char *body = api_error_body(&e);
+            if (body)
+                srv_sse_event(c->r, body);
+            free(body);
+        }
+        srv_sse_done(c->r);
+        return;
+    }
+    if (!normal || c->text_lost) {
+        api_error e;
+        if (c->text_lost)
+            api_error_set(&e, API_ENOMEM, NULL, NULL);
+        else
+            job_error(&u, &e);
+        respond_error(c, &e);
+        return;
+    }
+    api_meta meta = {c->id, c->created, c->rt->model_name};
+    char *body = api_render_result(c->kind, &meta, c->text ? c->text : "", c->len, finish_reason(u.finish), &usage, &t);
+    if (!body) {
+        fail(c, API_ENOMEM, NULL, NULL);
+        return;
+    }
+    respond_json(c, 200, body);
+    free(body);
+}
+
+/* The prompt of a parsed request as token ids; fills E on failure. */
+static int prompt_ids(call *c, const api_request *q, eng_tok_ids *ids, api_error *e)
+{
+    srv_routes *rt = c->rt;
+    eng_tok *tok = srv_sched_tokenizer(rt->sched);
+    if (q->kind == API_KIND_COMPLETION && q->prompt_ids) {
+        for (size_t i = 0; i < q->n_prompt_ids; i++)
+            if (q->prompt_ids[i] >= rt->info.vocab) {
+                char p[48];
+                snprintf(p, sizeof p, "prompt[%zu]", i);
+                return api_error_set(e, API_EPROMPT, p, "token id %" PRId32 " is outside the vocabulary [0, %" PRId64 ")",
+                                     q->prompt_ids[i], rt->info.vocab);
+            }
+        ids->ids = malloc((q->n_prompt_ids ? q->n_prompt_ids : 1) * sizeof *ids->ids);
+        if (!ids->ids)
+            return api_error_set(e, API_ENOMEM, NULL, NULL);
+        memcpy(ids->ids, q->prompt_ids, q->n_prompt_ids * sizeof *ids->ids);
+        ids->n = ids->cap = q->n_prompt_ids;
+        return 0;
+    }
+    char *rendered = NULL;
+    const char *text = q->prompt;
+    size_t len = q->prompt_len;
+    if (q->kind == API_KIND_CHAT) {
+        api_chat_opts co;
+        api_chat_opts_default(&co);
+        co.enable_thinking = q->enable_thinking;
+        api_chat_error ce;
+        int rc = api_chat_render(q->messages, q->n_messages, &co, &rendered, &len, &ce);
+        if (rc) {
+            int code = api_chat_http_status(rc) == 400 ? API_ERANGE : API_ENOMEM;
+            return api_error_set(e, code, ce.param[0] ? ce.param : "messages", "%s", ce.message);
+        }
+        text = rendered;
+    }
+    if (rt->o.log_prompts)
+        log_text(c, "prompt_text", text, len);
+    int rc = eng_tok_encode(tok, text, len, 0, ids);
+    free(rendered);
+    if (rc)
+        return api_error_set(e, rc == ENG_TOK_ENOMEM ? API_ENOMEM : API_EPROMPT,
+                             q->kind == API_KIND_CHAT ? "messages" : "prompt", "cannot tokenize the prompt: %s",
+                             eng_tok_strerror(rc));
+    return 0;
+}
+
+static void do_generate(call *c, api_kind kind)
+{
+    srv_routes *rt = c->rt;
+    if (rt->draining) {
+        fail(c, API_ESHUTDOWN, NULL, NULL);
+        return;
+    }
+    if (!rt->loaded) {
+        fail(c, API_ELOADING, NULL, NULL);
+        return;
+    }
+    size_t blen = 0;
+    const char *body = srv_req_body(c->r, &blen);
+    api_request *q = NULL;
+    api_error e;
+    if (api_parse_request(kind, body, blen, &q, &e) != 0) {
+        respond_error(c, &e);
+        return;
+    }
+    eng_tok_ids ids = {0};
+    int64_t *ids64 = NULL;
+    srv_job *job = NULL;
+    if (q->model && strcmp(q->model, rt->model_name) != 0) {
+        api_error_set(&e, API_EMODEL, "model", "the model '%.80s' does not exist; this server serves '%.80s'", q->model,
+                      rt->model_name);
+        goto reject;
+    }
+    if (prompt_ids(c, q, &ids, &e))
+        goto reject;
+    int64_t n = (int64_t)ids.n, ctx = rt->info.ctx;
+    if (n == 0) {
+        api_error_set(&e, API_EPROMPT, kind == API_KIND_CHAT ? "messages" : "prompt", "the prompt is empty");
+        goto reject;
+    }
+    if (n >= ctx) {
+        api_error_set(&e, API_ECONTEXT, kind == API_KIND_CHAT ? "messages" : "prompt",
+                      "this model's maximum context length is %" PRId64 " tokens; the prompt has %" PRId64
+                      " tokens, leaving no room to generate",
+                      ctx, n);
+        goto reject;
+    }
+    int64_t max_tokens = q->max_tokens;
+    if (max_tokens > 0 && n + max_tokens > ctx) {
+        api_error_set(&e, API_ECONTEXT, "max_tokens",
+                      "this model's maximum context length is %" PRId64 " tokens; the request asks for %" PRId64
+                      " (%" PRId64 " in the prompt, %" PRId64 " to generate)",
+                      ctx, n + max_tokens, n, max_tokens);
+        goto reject;
+    }
+    if (max_tokens <= 0)
+        max_tokens = kind == API_KIND_COMPLETION && ctx - n > DEFAULT_COMPLETION_TOKENS ? DEFAULT_COMPLETION_TOKENS
+                                                                                         : ctx - n;
+    if (!q->seed_given)
+        q->sampling.seed = next_random(rt);
+    ids64 = malloc((size_t)n * sizeof *ids64);
+    if (!ids64) {
+        api_error_set(&e, API_ENOMEM, NULL, NULL);
+        goto reject;
+    }
+    for (int64_t i = 0; i < n; i++)
+        ids64[i] = ids.ids[i];
+    srv_job_params p = {
+        .prompt = ids64,
+        .n_prompt = (size_t)n,
+        .max_tokens = max_tokens,
+        .sampling = q->sampling,
+        .stop = (const char *const *)q->stop,
+        .n_stop = q->n_stop,
+        .deadline = srv_req_start(c->r) + rt->o.request_timeout,
+        .id = c->id,
+    };
+    job = srv_job_new(&p, on_job, c);
+    if (!job) {
+        api_error_set(&e, API_ENOMEM, NULL, NULL);
+        goto reject;
+    }
+    c->kind = kind;
+    c->stream = q->stream;
+    c->include_usage = q->include_usage;
+    c->created = (int64_t)time(NULL);
+    c->n_prompt = n;
+    if (c->stream) {
+        api_meta meta = {c->id, c->created, rt->model_name};
+        if (!(c->st = api_stream_new(kind, &meta, q->include_usage))) {
+            api_error_set(&e, API_ENOMEM, NULL, NULL);
+            goto reject;
+        }
+    }
+    int rc = srv_sched_submit(rt->sched, job);
+    if (rc) {
+        int code = rc == SRV_EFULL ? API_EOVERLOADED : rc == SRV_ELOADING ? API_ELOADING : API_ESHUTDOWN;
+        api_error_set(&e, code, NULL, NULL);
+        goto reject;
+    }
+    c->job = job;
+    if (c->stream) {
+        srv_req_add_header(c->r, "X-Request-Id", c->id);
+        srv_req_stream_start(c->r, 200, SRV_SSE_CONTENT_TYPE);
+        api_stream_begin(c->st);
+        flush_stream(c);
+    }
+    srv_log(SRV_LOG_DEBUG, "job_submitted", "id=%s prompt_tokens=%" PRId64 " max_tokens=%" PRId64 " stream=%d", c->id,
+            n, max_tokens, c->stream);
+    free(ids64);
+    eng_tok_ids_free(&ids);
+    api_request_free(q);
+    return;
+reject:
+    if (job)
+        srv_job_release(job);
+    api_stream_free(c->st);
+    c->st = NULL;
+    free(ids64);
+    eng_tok_ids_free(&ids);
+    api_request_free(q);
+    respond_error(c, &e);
+}
+
+/* ---- dispatch -------------------------------------------------------------- */
+
+typedef struct route {
+    const char *path;
+    srv_endpoint ep;
+    const char *method;  /* GET also answers HEAD */
+    bool auth;
+} route;
+
+static const route ROUTES[] = {
+    {"/v1/completions", SRV_EP_COMPLETIONS, "POST", true},
+    {"/v1/chat/completions", SRV_EP_CHAT, "POST", true},
+    {"/v1/models", SRV_EP_MODELS, "GET", true},
+    {"/health", SRV_EP_HEALTH, "GET", false},
+    {"/metrics", SRV_EP_METRICS, "GET", false},
+};
+
+static bool authorized(srv_routes *rt, srv_req *r)
+{
+    if (!rt->api_key)
+        return true;
+    const char *h = srv_req_header(r, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+        return false;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    return api_secret_equal(h, strlen(h), rt->api_key, strlen(rt->api_key));
+}
+
+void srv_routes_on_request(void *user, srv_req *r)
+{
+    srv_routes *rt = user;
+    call *c = calloc(1, sizeof *c);
+    if (!c) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
+                                  "\"code\":\"out_of_memory\"}}";
+        srv_req_respond(r, 500, JSON_TYPE, oom, sizeof oom - 1);
+        return;
+    }
+    c->rt = rt;
+    c->r = r;
+    c->ep = SRV_EP_OTHER;
+    srv_req_set_user(r, c);
+    const char *path = srv_req_path(r), *method = srv_req_method(r);
+    const route *rte = NULL;
+    for (size_t i = 0; i < sizeof ROUTES / sizeof *ROUTES; i++)
+        if (!strcmp(path, ROUTES[i].path))
+            rte = &ROUTES[i];
+    if (rte)
+        c->ep = rte->ep;
+    snprintf(c->id, sizeof c->id, "%s-%016" PRIx64, c->ep == SRV_EP_CHAT ? "chatcmpl" : c->ep == SRV_EP_COMPLETIONS ? "cmpl" : "req",
+             next_random(rt));
+
+    if (srv_req_body_too_large(r)) {
+        fail(c, API_EBODY, NULL, "the request body is larger than the server's limit");
+        return;
+    }
+    if (!rte) {
+        fail(c, API_ENOTFOUND, NULL, "no endpoint %.100s %.200s", method, path);
+        return;
+    }
+    bool get = !strcmp(rte->method, "GET");
+    if (strcmp(method, rte->method) != 0 && !(get && !strcmp(method, "HEAD"))) {
+        srv_req_add_header(r, "Allow", get ? "GET, HEAD" : rte->method);
+        fail(c, API_EMETHOD, NULL, "%.100s is not allowed on %s; use %s", method, path, rte->method);
+        return;
+    }
+    if (rte->auth && !authorized(rt, r)) {
+        fail(c, API_EAUTH, NULL, "missing or invalid API key: send 'Authorization: Bearer KEY'");
+        return;
+    }
+    switch (rte->ep) {
+    case SRV_EP_COMPLETIONS: do_generate(c, API_KIND_COMPLETION); break;
+    case SRV_EP_CHAT: do_generate(c, API_KIND_CHAT); break;
+    case SRV_EP_MODELS: do_models(c); break;
+    case SRV_EP_HEALTH: do_health(c); break;
+    case SRV_EP_METRICS: do_metrics(c); break;
+    default: fail(c, API_ENOTFOUND, NULL, NULL); break;
+    }
+}
+
+void srv_routes_on_done(void *user, srv_req *r, bool completed)
+{
+    srv_routes *rt = user;
+    call *c = srv_req_user(r);
+    if (!c)
+        return;
+    double secs = srv_now() - srv_req_start(r);
+    /* 499: the client closed the connection before any response was sent. */
+    int status = srv_req_status(r) ? srv_req_status(r) : 499;
+    srv_metrics_request(rt->metrics, c->ep, status, secs);
+    if (c->job) {
+        srv_job_cancel(c->job);
+        srv_job_release(c->job);
+    }
+    bool gen = c->ep == SRV_EP_COMPLETIONS || c->ep == SRV_EP_CHAT;
+    char path[300], method[40];
+    srv_log_quote(path, sizeof path, srv_req_path(r), strlen(srv_req_path(r)));
+    srv_log_quote(method, sizeof method, srv_req_method(r), strlen(srv_req_method(r)));
+    srv_log_level level = gen || status >= 500 || !completed ? SRV_LOG_INFO : SRV_LOG_DEBUG;
+    if (gen && c->job)
+        srv_log(level, "request",
+                "id=%s method=%s path=%s status=%d completed=%d stream=%d duration_ms=%.1f prompt_tokens=%" PRId64
+                " completion_tokens=%" PRId64 " finish=%s ttft_ms=%.1f",
+                c->id, method, path, status, completed, c->stream, secs * 1e3, c->n_prompt,
+                c->n_generated, c->finished ? srv_finish_name(c->finish) : "cancelled", c->ttft_ms);
+    else
+        srv_log(level, "request", "id=%s method=%s path=%s status=%d completed=%d duration_ms=%.1f", c->id, method,
+                path, status, completed, secs * 1e3);
+    api_stream_free(c->st);
+    free(c->text);
+    free(c);
+    srv_req_set_user(r, NULL);
+}

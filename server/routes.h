@@ -1,0 +1,45 @@
+/*
+ * routes: what each endpoint of the HTTP API does (design.md section 3).
+ *
+ * The HTTP layer hands complete requests to srv_routes_on_request(); the
+ * routes check method, auth and body size, let api/ parse and render, turn
+ * prompts into token ids (tokenizer and chat template), submit jobs to the
+ * scheduler, and relay the jobs' text to the client as one JSON body or as
+ * SSE chunks. Every request ends in srv_routes_on_done(), which records its
+ * metrics and log line and cancels a generation whose client went away.
+ *
+ * Threads: loop thread only.
+ */
+#ifndef QWEN3D_SERVER_ROUTES_H
+#define QWEN3D_SERVER_ROUTES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server/http.h"
+#include "server/metrics.h"
+#include "server/sched.h"
+
+typedef struct srv_routes srv_routes;
+
+typedef struct srv_routes_opts {
+    const char *model_name;   /* the id clients name in "model" */
+    const char *api_key;      /* NULL = no authentication */
+    bool log_prompts;
+    double request_timeout;   /* seconds from arrival to the end of generation */
+} srv_routes_opts;
+
+/* NULL on out-of-memory. SCHED and METRICS must outlive the routes. */
+srv_routes *srv_routes_new(const srv_routes_opts *opts, srv_sched *sched, srv_metrics *metrics);
+void srv_routes_free(srv_routes *rt);
+
+/* The model is loaded: /health answers 200 and generation is accepted. */
+void srv_routes_set_loaded(srv_routes *rt, const srv_model_info *info);
+/* Draining: new generations and /health get 503. */
+void srv_routes_set_draining(srv_routes *rt);
+
+/* srv_http_handlers callbacks; USER is the srv_routes. */
+void srv_routes_on_request(void *user, srv_req *r);
+void srv_routes_on_done(void *user, srv_req *r, bool completed);
+
+#endif

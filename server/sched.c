@@ -1,0 +1,817 @@
+/*
+ * sched: the compute thread, the job queue and the round-robin scheduler
+ * (see sched.h).
+ *
+ * Thread rules:
+ *  - The loop thread (the owner of the uv loop) calls srv_sched_new/stop/
+ *    free, srv_sched_submit, srv_sched_close_queue, srv_sched_cancel_all,
+ *    srv_job_cancel and srv_job_take, and runs the job callbacks and the
+ *    loaded callback from the async handle.
+ *  - The compute thread loads the model and the tokenizer, owns every
+ *    eng_session, eng_sampler, eng_stop and eng_tok_stream (the `slot`s),
+ *    and is the only caller of eng_session_feed, so one session runs on the
+ *    pool at a time. It touches no socket and no uv handle except through
+ *    uv_async_send.
+ *  - The compute pool's workers run only the slices of plan steps the
+ *    compute thread hands them.
+ *  - `mu` guards the waiting queue and the running list, the ready list, the
+ *    flags (loaded, closed, stopping) and each job's output fields (text,
+ *    counters, state, finish, timings). A job's inputs are immutable after
+ *    srv_job_new; its `cancel` flag is atomic; `fn`/`user` are loop-thread
+ *    only.
+ *  - A job lives while a reference is held: the caller's, the scheduler's
+ *    (from submit until the job ends) and the ready list's (while the job
+ *    waits for its callback).
+ *  - The compute thread only reads the tokenizer (streaming decode); the
+ *    loop thread is the only one that encodes with it.
+ */
+#include "server/sched.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/runner.h"
+#include "engine/stop.h"
+#include "server/error.h"
+#include "server/log.h"
+
+typedef enum job_state { JOB_NEW, JOB_WAITING, JOB_RUNNING, JOB_DONE } job_state;
+
+struct srv_job {
+    atomic_int refs;
+    srv_sched *s;                /* set by submit */
+    /* inputs: immutable after srv_job_new */
+    int64_t *prompt;             /* [n_prompt] */
+    int32_t *prompt32;           /* [n_prompt], for the sampler's penalties */
+    size_t n_prompt;
+    int64_t max_tokens;
+    eng_sampling sampling;
+    char **stop;                 /* [n_stop] */
+    size_t n_stop;
+    double deadline;
+    char *id;
+    /* loop thread only */
+    srv_job_fn fn;
+    void *user;
+    /* any thread */
+    atomic_int cancel;           /* 0, or the srv_finish to end with */
+    /* under s->mu */
+    job_state state;
+    srv_job *prev, *next;        /* waiting queue or running list */
+    srv_job *ready_next;
+    bool in_ready;
+    char *text;                  /* new text not yet taken */
+    size_t len, cap;
+    int64_t n_generated;
+    srv_finish finish;
+    char message[160];
+    double t_submit, t_admit, t_first, t_last, t_end, prompt_s;
+};
+
+typedef struct job_list {
+    srv_job *head, *tail;
+    int n;
+} job_list;
+
+struct srv_sched {
+    uv_loop_t *loop;
+    uv_async_t async;
+    bool async_open;
+    pthread_t thread;
+    bool thread_started;
+    srv_sched_opts opts;
+    char *model_dir;
+    srv_metrics *metrics;
+    srv_sched_loaded_fn loaded_fn;
+    void *loaded_user;
+
+    /* written by the compute thread before `loaded` is set, then read-only */
+    eng_model *model;
+    eng_tok *tok;
+    srv_model_info info;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job_list waiting, running;
+    srv_job *ready_head, *ready_tail;
+    bool loaded, load_failed, load_report;  /* load_report: the loop has not been told yet */
+    char load_message[512];
+    bool closed, stopping;
+};
+
+/* One running job and the engine objects that generate it (compute thread only). */
+typedef struct slot {
+    srv_job *job;
+    eng_session *sess;
+    eng_sampler *samp;
+    eng_stop *stop;
+    eng_tok_stream *ts;
+    size_t fed;                  /* prompt ids fed so far */
+    bool prefilled, stopped;
+    int64_t last;                /* the last sampled id, fed by the next step */
+    int64_t n_gen;
+    double t_admit, t_first, t_prev, prompt_s;
+} slot;
+
+double srv_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+const char *srv_finish_name(srv_finish f)
+{
+    switch (f) {
+    case SRV_FINISH_NONE: return "none";
+    case SRV_FINISH_STOP: return "stop";
+    case SRV_FINISH_LENGTH: return "length";
+    case SRV_FINISH_CANCELLED: return "cancelled";
+    case SRV_FINISH_DEADLINE: return "deadline";
+    case SRV_FINISH_SHUTDOWN: return "shutdown";
+    case SRV_FINISH_ERROR: return "error";
+    }
+    return "none";
+}
+
+/* ---- jobs ---------------------------------------------------------------- */
+
+srv_job *srv_job_new(const srv_job_params *p, srv_job_fn fn, void *user)
+{
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    atomic_init(&j->refs, 1);
+    atomic_init(&j->cancel, 0);
+    j->n_prompt = p->n_prompt;
+    j->prompt = malloc((p->n_prompt ? p->n_prompt : 1) * sizeof *j->prompt);
+    j->prompt32 = malloc((p->n_prompt ? p->n_prompt : 1) * sizeof *j->prompt32);
+    j->id = strdup(p->id ? p->id : "-");
+    j->stop = calloc(p->n_stop ? p->n_stop : 1, sizeof *j->stop);
+    if (!j->prompt || !j->prompt32 || !j->id || !j->stop)
+        goto fail;
+    for (size_t i = 0; i < p->n_prompt; i++) {
+        j->prompt[i] = p->prompt[i];
+        j->prompt32[i] = (int32_t)p->prompt[i];
+    }
+    for (size_t i = 0; i < p->n_stop; i++) {
+        if (!(j->stop[i] = strdup(p->stop[i])))
+            goto fail;
+        j->n_stop = i + 1;
+    }
+    j->max_tokens = p->max_tokens;
+    j->sampling = p->sampling;
+    j->deadline = p->deadline;
+    j->fn = fn;
+    j->user = user;
+    return j;
+fail:
+    srv_job_release(j);
+    return NULL;
+}
+
+void srv_job_release(srv_job *j)
+{
+    if (!j || atomic_fetch_sub(&j->refs, 1) != 1)
+        return;
+    free(j->prompt);
+    free(j->prompt32);
+    for (size_t i = 0; i < j->n_stop; i++)
+        free(j->stop[i]);
+    free(j->stop);
+    free(j->id);
+    free(j->text);
+    free(j);
+}
+
+static void list_push(job_list *l, srv_job *j)
+{
+    j->prev = l->tail;
+    j->next = NULL;
+    if (l->tail)
+        l->tail->next = j;
+    else
+        l->head = j;
+    l->tail = j;
+    l->n++;
+}
+
+static void list_remove(job_list *l, srv_job *j)
+{
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        l->head = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    else
+        l->tail = j->prev;
+    j->prev = j->next = NULL;
+    l->n--;
+}
+
+/* Queues J for its callback on the loop thread (mu held). */
+static void push_ready(srv_sched *s, srv_job *j)
+{
+    if (j->in_ready)
+        return;
+    j->in_ready = true;
+    j->ready_next = NULL;
+    atomic_fetch_add(&j->refs, 1);
+    if (s->ready_tail)
+        s->ready_tail->ready_next = j;
+    else
+        s->ready_head = j;
+    s->ready_tail = j;
+}
+
+/* Appends text to J's pending output (mu held). Returns false on out-of-memory. */
+static bool append_text(srv_job *j, const char *t, size_t n)
+{
+    if (!n)
+        return true;
+    if (j->len + n + 1 > j->cap) {
+        size_t cap = j->cap ? j->cap : 64;
+        while (cap < j->len + n + 1)
+            cap *= 2;
+        char *p = realloc(j->text, cap);
+        if (!p)
+            return false;
+        j->text = p;
+        j->cap = cap;
+    }
+    memcpy(j->text + j->len, t, n);
+    j->len += n;
+    j->text[j->len] = '\0';
+    return true;
+}
+
+/* Ends a job that never got a slot (mu held); drops the scheduler's reference. */
+static void end_unstarted(srv_sched *s, srv_job *j, srv_finish why)
+{
+    j->state = JOB_DONE;
+    j->finish = why;
+    j->t_end = srv_now();
+    push_ready(s, j);
+    atomic_fetch_sub(&j->refs, 1); /* the scheduler's; the caller and the ready list still hold theirs */
+}
+
+void srv_job_cancel(srv_job *j)
+{
+    j->fn = NULL;
+    j->user = NULL;
+    int expected = 0;
+    atomic_compare_exchange_strong(&j->cancel, &expected, SRV_FINISH_CANCELLED);
+    srv_sched *s = j->s;
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    if (j->state == JOB_WAITING) {
+        list_remove(&s->waiting, j);
+        end_unstarted(s, j, SRV_FINISH_CANCELLED);
+    }
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void srv_job_take(srv_job *j, srv_job_update *u)
+{
+    memset(u, 0, sizeof *u);
+    srv_sched *s = j->s;
+    if (s)
+        pthread_mutex_lock(&s->mu);
+    u->text = j->text;
+    u->len = j->len;
+    j->text = NULL;
+    j->len = j->cap = 0;
+    u->n_prompt = (int64_t)j->n_prompt;
+    u->n_generated = j->n_generated;
+    u->done = j->state == JOB_DONE;
+    u->finish = j->finish;
+    snprintf(u->message, sizeof u->message, "%s", j->message);
+    if (j->t_admit > 0)
+        u->queue_ms = (j->t_admit - j->t_submit) * 1e3;
+    u->prompt_ms = j->prompt_s * 1e3;
+    if (j->t_first > 0)
+        u->ttft_ms = (j->t_first - j->t_submit) * 1e3;
+    if (j->n_generated > 1 && j->t_last > j->t_first)
+        u->decode_tokens_per_s = (double)(j->n_generated - 1) / (j->t_last - j->t_first);
+    if (s)
+        pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- loop side ------------------------------------------------------------ */
+
+static void deliver(srv_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    srv_job *list = s->ready_head;
+    s->ready_head = s->ready_tail = NULL;
+    bool report = s->load_report;
+    s->load_report = false;
+    pthread_mutex_unlock(&s->mu);
+
+    if (report && s->loaded_fn) {
+        if (s->load_failed)
+            s->loaded_fn(s->loaded_user, -1, NULL, s->load_message);
+        else
+            s->loaded_fn(s->loaded_user, 0, &s->info, NULL);
+    }
+    while (list) {
+        srv_job *j = list;
+        pthread_mutex_lock(&s->mu);
+        list = j->ready_next;
+        j->ready_next = NULL;
+        j->in_ready = false;
+        pthread_mutex_unlock(&s->mu);
+        if (j->fn)
+            j->fn(j, j->user);
+        srv_job_release(j);
+    }
+}
+
+static void on_async(uv_async_t *h)
+{
+    deliver(h->data);
+}
+
+int srv_sched_submit(srv_sched *s, srv_job *j)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    if (s->closed)
+        rc = SRV_ESHUTDOWN;
+    else if (!s->loaded)
+        rc = SRV_ELOADING;
+    else if (s->waiting.n + s->running.n >= s->opts.parallel + s->opts.queue)
+        rc = SRV_EFULL;
+    if (!rc) {
+        j->s = s;
+        j->t_submit = srv_now();
+        j->state = JOB_WAITING;
+        atomic_fetch_add(&j->refs, 1);
+        list_push(&s->waiting, j);
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void srv_sched_close_queue(srv_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->closed = true;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* mu held */
+static void cancel_all_locked(srv_sched *s)
+{
+    while (s->waiting.head) {
+        srv_job *j = s->waiting.head;
+        list_remove(&s->waiting, j);
+        end_unstarted(s, j, SRV_FINISH_SHUTDOWN);
+    }
+    for (srv_job *j = s->running.head; j; j = j->next) {
+        int expected = 0;
+        atomic_compare_exchange_strong(&j->cancel, &expected, SRV_FINISH_SHUTDOWN);
+    }
+    pthread_cond_signal(&s->cv);
+}
+
+void srv_sched_cancel_all(srv_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    cancel_all_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    uv_async_send(&s->async);
+}
+
+void srv_sched_counts(srv_sched *s, int *waiting, int *running)
+{
+    pthread_mutex_lock(&s->mu);
+    *waiting = s->waiting.n;
+    *running = s->running.n;
+    pthread_mutex_unlock(&s->mu);
+}
+
+eng_tok *srv_sched_tokenizer(srv_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    eng_tok *t = s->loaded ? s->tok : NULL;
+    pthread_mutex_unlock(&s->mu);
+    return t;
+}
+
+/* ---- compute thread -------------------------------------------------------- */
+
+static void wake_loop(srv_sched *s)
+{
+    uv_async_send(&s->async);
+}
+
+static int load(srv_sched *s)
+{
+    double t0 = srv_now();
+    eng_diag diag;
+    eng_diag_init(&diag);
+    eng_model_opts mo = s->opts.engine;
+    int rc = -1;
+    if (eng_model_open(s->model_dir, &mo, &s->model, &diag) != 0)
+        goto out;
+    if (eng_tok_load(s->model_dir, &s->tok, &diag) != 0)
+        goto out;
+    int64_t max_ctx = eng_model_max_context(s->model);
+    if (s->opts.ctx > max_ctx) {
+        eng_diag_add(&diag, "--ctx %lld exceeds the model's context length of %lld", (long long)s->opts.ctx,
+                     (long long)max_ctx);
+        goto out;
+    }
+    const eng_geometry *g = eng_model_geometry(s->model);
+    s->info.ctx = s->opts.ctx > 0 ? s->opts.ctx : max_ctx;
+    s->info.vocab = g->vocab;
+    s->info.weight_bytes = eng_plan_prepared_bytes(eng_model_plan(s->model));
+    s->info.load_seconds = srv_now() - t0;
+    s->info.threads = eng_pool_threads(eng_model_pool(s->model));
+    rc = 0;
+out:
+    pthread_mutex_lock(&s->mu);
+    if (rc == 0) {
+        s->loaded = true;
+    } else {
+        s->load_failed = true;
+        s->closed = true;
+        snprintf(s->load_message, sizeof s->load_message, "%s",
+                 diag.n_kept ? diag.lines[0] : "cannot load the model");
+    }
+    s->load_report = true;
+    pthread_mutex_unlock(&s->mu);
+    eng_diag_clear(&diag);
+    wake_loop(s);
+    return rc;
+}
+
+static void slot_free(slot *sl)
+{
+    eng_session_free(sl->sess);
+    eng_sampler_free(sl->samp);
+    eng_stop_free(sl->stop);
+    eng_tok_stream_free(sl->ts);
+    memset(sl, 0, sizeof *sl);
+}
+
+/* Creates the engine objects of a newly admitted job; returns a message on failure. */
+static const char *slot_setup(srv_sched *s, slot *sl)
+{
+    srv_job *j = sl->job;
+    eng_diag diag;
+    eng_diag_init(&diag);
+    int64_t cap = (int64_t)j->n_prompt + j->max_tokens;
+    if (cap > s->info.ctx)
+        cap = s->info.ctx;
+    sl->sess = eng_session_new(s->model, cap, &diag);
+    eng_diag_clear(&diag);
+    sl->samp = eng_sampler_new(&j->sampling, (size_t)s->info.vocab);
+    sl->stop = eng_stop_new((const char *const *)j->stop, j->n_stop);
+    sl->ts = eng_tok_stream_new(s->tok, true);
+    if (!sl->sess || !sl->samp || !sl->stop || !sl->ts)
+        return "out of memory for a session";
+    if (eng_sampler_accept_prompt(sl->samp, j->prompt32, j->n_prompt) != 0)
+        return "prompt token id outside the vocabulary";
+    return NULL;
+}
+
+/* Publishes new text (and the token count) to the loop. */
+static void publish(srv_sched *s, slot *sl, const char *text, size_t len)
+{
+    srv_job *j = sl->job;
+    pthread_mutex_lock(&s->mu);
+    bool ok = append_text(j, text, len);
+    j->n_generated = sl->n_gen;
+    j->t_first = sl->t_first;
+    j->t_last = sl->t_prev;
+    if (len && ok)
+        push_ready(s, j);
+    pthread_mutex_unlock(&s->mu);
+    if (len && ok)
+        wake_loop(s);
+}
+
+/* Passes a detokenized piece through the stop strings; returns true when one matched. */
+static bool emit_piece(srv_sched *s, slot *sl, const char *piece, size_t len)
+{
+    if (sl->stopped)
+        return true;
+    const char *out = NULL;
+    size_t out_len = 0;
+    int r = eng_stop_feed(sl->stop, piece, len, &out, &out_len);
+    if (r < 0)
+        return false;
+    publish(s, sl, out, out_len);
+    if (r == 1)
+        sl->stopped = true;
+    return sl->stopped;
+}
+
+/* Ends the job of SL: flushes held-back text when the generation ended on its own. */
+static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *message)
+{
+    srv_job *j = sl->job;
+    bool flush = why == SRV_FINISH_STOP || why == SRV_FINISH_LENGTH || why == SRV_FINISH_DEADLINE;
+    if (flush && sl->ts && sl->stop && !sl->stopped) {
+        const char *t = NULL;
+        size_t n = 0;
+        if (eng_tok_stream_finish(sl->ts, &t, &n) == 0 && n)
+            emit_piece(s, sl, t, n);
+        if (!sl->stopped) {
+            eng_stop_finish(sl->stop, &t, &n);
+            publish(s, sl, t, n);
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    list_remove(&s->running, j);
+    j->state = JOB_DONE;
+    j->finish = why;
+    if (message)
+        snprintf(j->message, sizeof j->message, "%s", message);
+    j->n_generated = sl->n_gen;
+    j->t_admit = sl->t_admit;
+    j->t_first = sl->t_first;
+    j->t_last = sl->t_prev;
+    j->prompt_s = sl->prompt_s;
+    j->t_end = srv_now();
+    push_ready(s, j);
+    pthread_mutex_unlock(&s->mu);
+    wake_loop(s);
+    if (why == SRV_FINISH_ERROR)
+        srv_log(SRV_LOG_ERROR, "generation_failed", "id=%s error=\"%s\"", j->id, message ? message : "");
+    slot_free(sl);
+    srv_job_release(j);
+}
+
+/*
+ * One step of SL: a prefill chunk, or the feed of the last sampled id;
+ * after the last prefill chunk and after each decode feed, one id is
+ * sampled. Returns the reason the job ended, or SRV_FINISH_NONE.
+ */
+static srv_finish step(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
+{
+    srv_job *j = sl->job;
+    const float *logits = NULL;
+    eng_diag diag;
+    eng_diag_init(&diag);
+    int rc;
+    if (!sl->prefilled) {
+        size_t n = j->n_prompt - sl->fed;
+        if (s->opts.prefill_chunk > 0 && n > (size_t)s->opts.prefill_chunk)
+            n = (size_t)s->opts.prefill_chunk;
+        double t0 = srv_now();
+        rc = eng_session_feed(sl->sess, j->prompt + sl->fed, n, &logits, &diag);
+        sl->prompt_s += srv_now() - t0;
+        sl->fed += n;
+        if (rc == 0 && sl->fed < j->n_prompt) {
+            eng_diag_clear(&diag);
+            return SRV_FINISH_NONE;
+        }
+        if (rc == 0) {
+            sl->prefilled = true;
+            srv_metrics_prompt_tokens(s->metrics, j->n_prompt);
+        }
+    } else {
+        if (eng_session_length(sl->sess) >= eng_session_capacity(sl->sess)) {
+            eng_diag_clear(&diag);
+            return SRV_FINISH_LENGTH;
+        }
+        rc = eng_session_feed(sl->sess, &sl->last, 1, &logits, &diag);
+    }
+    if (rc != 0) {
+        snprintf(msg, msg_cap, "%s", diag.n_kept ? diag.lines[0] : "the engine failed");
+        eng_diag_clear(&diag);
+        return SRV_FINISH_ERROR;
+    }
+    eng_diag_clear(&diag);
+
+    int32_t id = eng_sampler_sample(sl->samp, logits);
+    eng_sampler_accept(sl->samp, id);
+    double now = srv_now();
+    sl->n_gen++;
+    if (sl->n_gen == 1) {
+        sl->t_first = now;
+        srv_metrics_ttft(s->metrics, now - j->t_submit);
+    } else {
+        srv_metrics_inter_token(s->metrics, now - sl->t_prev);
+    }
+    sl->t_prev = now;
+    srv_metrics_generation_tokens(s->metrics, 1);
+    sl->last = id;
+    if (eng_model_is_eos(s->model, id)) {
+        publish(s, sl, NULL, 0);
+        return SRV_FINISH_STOP;
+    }
+    const char *piece = NULL;
+    size_t len = 0;
+    if (eng_tok_stream_put(sl->ts, id, &piece, &len) != 0) {
+        /* An id the tokenizer does not know (the model's vocabulary is
+         * padded past the tokenizer's): it decodes to nothing. */
+        piece = "";
+        len = 0;
+    }
+    if (emit_piece(s, sl, piece, len))
+        return SRV_FINISH_STOP;
+    if (!len)
+        publish(s, sl, NULL, 0);
+    if (sl->n_gen >= j->max_tokens)
+        return SRV_FINISH_LENGTH;
+    return SRV_FINISH_NONE;
+}
+
+static void update_gauges(srv_sched *s, const slot *slots, int n)
+{
+    uint64_t bytes = 0;
+    for (int i = 0; i < n; i++)
+        if (slots[i].sess)
+            bytes += eng_session_kv_bytes_committed(slots[i].sess);
+    srv_metrics_set_sessions(s->metrics, n, bytes);
+}
+
+static void *compute_main(void *arg)
+{
+    srv_sched *s = arg;
+    pthread_setname_np(pthread_self(), "qwen3d-compute");
+    if (load(s) != 0)
+        return NULL;
+    int cap = s->opts.parallel;
+    slot *slots = calloc((size_t)cap, sizeof *slots);
+    if (!slots) {
+        srv_log(SRV_LOG_ERROR, "compute_failed", "error=\"out of memory\"");
+        pthread_mutex_lock(&s->mu);
+        s->closed = true;
+        cancel_all_locked(s);
+        pthread_mutex_unlock(&s->mu);
+        wake_loop(s);
+        return NULL;
+    }
+    int n = 0, rr = 0;
+    int last_waiting = -1;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int admitted = 0;
+        while (n < cap && s->waiting.head) {
+            srv_job *j = s->waiting.head;
+            list_remove(&s->waiting, j);
+            list_push(&s->running, j);
+            j->state = JOB_RUNNING;
+            memset(&slots[n], 0, sizeof slots[n]);
+            slots[n].job = j;
+            slots[n].t_admit = srv_now();
+            n++;
+            admitted++;
+        }
+        int waiting = s->waiting.n;
+        if (n == 0) {
+            bool stop = s->stopping;
+            if (!stop)
+                pthread_cond_wait(&s->cv, &s->mu);
+            pthread_mutex_unlock(&s->mu);
+            if (stop)
+                break;
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (waiting != last_waiting || admitted) {
+            srv_metrics_set_waiting(s->metrics, waiting);
+            last_waiting = waiting;
+        }
+
+        /* Cancellations, deadlines and set-up of new arrivals, before any step. */
+        double now = srv_now();
+        for (int i = 0; i < n;) {
+            slot *sl = &slots[i];
+            srv_job *j = sl->job;
+            srv_finish why = (srv_finish)atomic_load(&j->cancel);
+            const char *msg = NULL;
+            if (!why && j->deadline > 0 && now >= j->deadline)
+                why = SRV_FINISH_DEADLINE;
+            if (!why && !sl->sess) {
+                srv_metrics_queue_wait(s->metrics, sl->t_admit - j->t_submit);
+                if ((msg = slot_setup(s, sl)))
+                    why = SRV_FINISH_ERROR;
+            }
+            if (!why) {
+                i++;
+                continue;
+            }
+            slot_finish(s, sl, why, msg);
+            memmove(&slots[i], &slots[i + 1], (size_t)(n - i - 1) * sizeof *slots);
+            n--;
+            if (i < rr)
+                rr--;
+        }
+        if (n == 0) {
+            update_gauges(s, slots, 0);
+            continue;
+        }
+        if (rr >= n)
+            rr = 0;
+        char msg[160] = "";
+        srv_finish f = step(s, &slots[rr], msg, sizeof msg);
+        if (f != SRV_FINISH_NONE) {
+            slot_finish(s, &slots[rr], f, f == SRV_FINISH_ERROR ? msg : NULL);
+            memmove(&slots[rr], &slots[rr + 1], (size_t)(n - rr - 1) * sizeof *slots);
+            n--;
+        } else {
+            rr++;
+        }
+        update_gauges(s, slots, n);
+    }
+    update_gauges(s, slots, 0);
+    srv_metrics_set_waiting(s->metrics, 0);
+    free(slots);
+    return NULL;
+}
+
+/* ---- life cycle ------------------------------------------------------------- */
+
+int srv_sched_new(uv_loop_t *loop, const srv_sched_opts *opts, srv_metrics *metrics, srv_sched_loaded_fn loaded,
+                  void *user, srv_sched **out)
+{
+    *out = NULL;
+    srv_sched *s = calloc(1, sizeof *s);
+    if (!s)
+        return SRV_ENOMEM;
+    s->loop = loop;
+    s->opts = *opts;
+    if (s->opts.parallel < 1)
+        s->opts.parallel = 1;
+    if (s->opts.queue < 0)
+        s->opts.queue = 0;
+    s->metrics = metrics;
+    s->loaded_fn = loaded;
+    s->loaded_user = user;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->model_dir = strdup(opts->model_dir);
+    if (!s->model_dir) {
+        srv_sched_free(s);
+        return SRV_ENOMEM;
+    }
+    s->opts.model_dir = s->model_dir;
+    if (uv_async_init(loop, &s->async, on_async) != 0) {
+        srv_sched_free(s);
+        return SRV_ELOOP;
+    }
+    s->async.data = s;
+    s->async_open = true;
+    if (pthread_create(&s->thread, NULL, compute_main, s) != 0) {
+        /* The handle is closed by srv_sched_stop(); the caller frees after the loop ran. */
+        *out = s;
+        return SRV_ETHREAD;
+    }
+    s->thread_started = true;
+    *out = s;
+    return 0;
+}
+
+void srv_sched_stop(srv_sched *s)
+{
+    if (!s)
+        return;
+    if (s->thread_started) {
+        pthread_mutex_lock(&s->mu);
+        s->closed = true;
+        s->stopping = true;
+        cancel_all_locked(s);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+        s->thread_started = false;
+    }
+    /* The last updates are delivered now: the handle is closed next. */
+    deliver(s);
+    if (s->async_open) {
+        uv_close((uv_handle_t *)&s->async, NULL);
+        s->async_open = false;
+    }
+}
+
+void srv_sched_free(srv_sched *s)
+{
+    if (!s)
+        return;
+    srv_sched_stop(s);
+    while (s->ready_head) {
+        srv_job *j = s->ready_head;
+        s->ready_head = j->ready_next;
+        srv_job_release(j);
+    }
+    eng_tok_free(s->tok);
+    eng_model_free(s->model);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->model_dir);
+    free(s);
+}

@@ -1,0 +1,137 @@
+/*
+ * sched: the compute thread and the request scheduler.
+ *
+ * srv_sched_new() starts one compute thread that loads the model and its
+ * tokenizer (so the compute pool's first participant, pinned by the pool, is
+ * that thread), reports the result to the loop, then runs jobs: a bounded
+ * FIFO of waiting jobs, up to `parallel` of them with a session each,
+ * advanced one eng_session_feed at a time in round-robin order. Generated
+ * text (after detokenization and stop strings) and the end of each job reach
+ * the loop thread through a uv_async and a locked list; the compute thread
+ * never touches a socket.
+ *
+ * Threads: the srv_sched_* functions below run on the loop thread (the one
+ * that owns LOOP), except where noted. The thread rules in full are stated at
+ * the top of sched.c.
+ */
+#ifndef QWEN3D_SERVER_SCHED_H
+#define QWEN3D_SERVER_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "engine/runner.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+#include "server/metrics.h"
+
+typedef struct srv_sched srv_sched;
+typedef struct srv_job srv_job;
+
+typedef struct srv_sched_opts {
+    const char *model_dir;
+    eng_model_opts engine; /* threads (0 = one per physical core), KV mode, ... */
+    int parallel;         /* sessions generating at once (>= 1) */
+    int queue;            /* jobs that may wait for a session (>= 0) */
+    int64_t ctx;          /* longest sequence (prompt + generated); 0 = the model's context length */
+    int64_t prefill_chunk; /* prompt tokens per step, so a long prompt does not stall the others; 0 = whole prompt */
+} srv_sched_opts;
+
+/* What the compute thread found when loading; passed to srv_sched_loaded_fn. */
+typedef struct srv_model_info {
+    int64_t ctx;             /* effective context (opts.ctx or the model's) */
+    int64_t vocab;           /* logits row width */
+    uint64_t weight_bytes;   /* resident prepared weight bytes */
+    double load_seconds;
+    int threads;
+} srv_model_info;
+
+/* On the loop thread once loading ends: STATUS 0 with INFO, or -1 with MESSAGE. */
+typedef void (*srv_sched_loaded_fn)(void *user, int status, const srv_model_info *info, const char *message);
+
+/*
+ * Starts the compute thread. Returns 0 and *out, or a negative SRV_E* code;
+ * when *out is set despite a failure, stop and free it as usual.
+ */
+int srv_sched_new(uv_loop_t *loop, const srv_sched_opts *opts, srv_metrics *metrics, srv_sched_loaded_fn loaded,
+                  void *user, srv_sched **out);
+/*
+ * Stops the compute thread (jobs still running end with SRV_FINISH_SHUTDOWN,
+ * their updates delivered), joins it and closes the async handle. The
+ * struct stays valid until srv_sched_free(), which must come after the loop
+ * has run the handle's close (uv_run until it returns).
+ */
+void srv_sched_stop(srv_sched *s);
+void srv_sched_free(srv_sched *s);
+
+/* The tokenizer, once loaded (NULL before). Encoding is done on the loop thread only. */
+eng_tok *srv_sched_tokenizer(srv_sched *s);
+
+/* New submissions fail with SRV_ESHUTDOWN from now on. */
+void srv_sched_close_queue(srv_sched *s);
+/* Ends every job, waiting or running, with SRV_FINISH_SHUTDOWN. */
+void srv_sched_cancel_all(srv_sched *s);
+
+/* Jobs waiting and running now. */
+void srv_sched_counts(srv_sched *s, int *waiting, int *running);
+
+/* ---- jobs ---------------------------------------------------------------- */
+
+typedef enum srv_finish {
+    SRV_FINISH_NONE = 0,
+    SRV_FINISH_STOP,      /* EOS or a stop string */
+    SRV_FINISH_LENGTH,    /* max_tokens or the session's capacity */
+    SRV_FINISH_CANCELLED, /* the client went away */
+    SRV_FINISH_DEADLINE,  /* the request's deadline passed */
+    SRV_FINISH_SHUTDOWN,  /* the server is stopping */
+    SRV_FINISH_ERROR,     /* the engine failed; see message */
+} srv_finish;
+
+const char *srv_finish_name(srv_finish f);
+
+typedef struct srv_job_params {
+    const int64_t *prompt;   /* copied */
+    size_t n_prompt;         /* >= 1 */
+    int64_t max_tokens;      /* >= 1 */
+    eng_sampling sampling;   /* validated */
+    const char *const *stop; /* copied; validated */
+    size_t n_stop;
+    double deadline;         /* srv_now() seconds; 0 = none */
+    const char *id;          /* for logs; copied */
+} srv_job_params;
+
+/* Called on the loop thread when JOB has new text or has ended. */
+typedef void (*srv_job_fn)(srv_job *job, void *user);
+
+/* A job holding one reference for the caller. NULL on out-of-memory. */
+srv_job *srv_job_new(const srv_job_params *p, srv_job_fn fn, void *user);
+/* Drops the caller's reference (any thread). NULL is fine. */
+void srv_job_release(srv_job *j);
+
+/* Queues JOB. Returns 0, SRV_EFULL, SRV_ESHUTDOWN or SRV_ELOADING. */
+int srv_sched_submit(srv_sched *s, srv_job *job);
+
+/* The client is gone: no more callbacks; a waiting job leaves the queue, a
+ * running one is stopped and its session freed within one step. */
+void srv_job_cancel(srv_job *j);
+
+/* What happened since the last take. */
+typedef struct srv_job_update {
+    char *text;             /* new text (malloc'd, caller frees; NULL when none) */
+    size_t len;
+    int64_t n_prompt, n_generated;
+    bool done;
+    srv_finish finish;
+    char message[160];      /* SRV_FINISH_ERROR: what failed */
+    double queue_ms, prompt_ms, ttft_ms, decode_tokens_per_s;
+} srv_job_update;
+
+/* Takes the job's new text and its state (loop thread). */
+void srv_job_take(srv_job *j, srv_job_update *u);
+
+/* Monotonic clock in seconds. */
+double srv_now(void);
+
+#endif

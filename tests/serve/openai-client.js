@@ -1,0 +1,119 @@
+// The official `openai` npm client against a running `qwen3d serve`:
+// models.list, completions and chat completions, streaming and not (greedy
+// streams must equal the non-streamed text), usage in streams, and the
+// client's typed errors for the documented statuses. With MODE=auth the
+// daemon requires KEY: the right key works, a wrong one is a 401.
+//
+// usage: node openai-client.js BASE_URL MODEL_NAME [auth KEY]
+'use strict';
+const assert = require('assert');
+const OpenAI = require('openai').default || require('openai');
+
+const [base, model, mode, key] = process.argv.slice(2);
+let failures = 0;
+const results = [];
+
+async function check(name, fn) {
+  try {
+    await fn();
+    results.push(`ok - ${name}`);
+  } catch (e) {
+    failures++;
+    results.push(`not ok - ${name}: ${e && e.stack ? e.stack : e}`);
+  }
+}
+
+function client(apiKey) {
+  return new OpenAI({ baseURL: `${base}/v1`, apiKey, maxRetries: 0, timeout: 30000 });
+}
+
+async function expectError(fn, Cls, status, code) {
+  let err = null;
+  try {
+    await fn();
+  } catch (e) {
+    err = e;
+  }
+  assert.ok(err, 'the call should have failed');
+  assert.ok(err instanceof Cls, `expected ${Cls.name}, got ${err && err.constructor.name}: ${err}`);
+  assert.strictEqual(err.status, status);
+  if (code) assert.strictEqual(err.code, code);
+}
+
+async function main() {
+  if (mode === 'auth') {
+    await check('auth: the right key is accepted', async () => {
+      const r = await client(key).completions.create({ model, prompt: 'Hi', max_tokens: 2, temperature: 0 });
+      assert.strictEqual(r.choices.length, 1);
+    });
+    await check('auth: a wrong key is a 401 AuthenticationError', async () => {
+      await expectError(() => client(key + 'x').models.list(), OpenAI.AuthenticationError, 401, 'invalid_api_key');
+    });
+    return;
+  }
+  const c = client('unused');
+
+  await check('models.list names the served model', async () => {
+    const page = await c.models.list();
+    assert.deepStrictEqual(page.data.map((m) => m.id), [model]);
+  });
+
+  await check('completions: create, and the stream of the same request, agree', async () => {
+    const req = { model, prompt: 'The capital of France is', max_tokens: 20, temperature: 0 };
+    const r = await c.completions.create(req);
+    assert.strictEqual(r.object, 'text_completion');
+    assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
+    assert.strictEqual(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+    const stream = await c.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+    let text = '', finish = null, usage = null;
+    for await (const chunk of stream) {
+      if (chunk.usage) usage = chunk.usage;
+      if (!chunk.choices.length) continue;
+      text += chunk.choices[0].text;
+      finish = chunk.choices[0].finish_reason || finish;
+    }
+    assert.strictEqual(text, r.choices[0].text);
+    assert.strictEqual(finish, r.choices[0].finish_reason);
+    assert.deepStrictEqual(usage, r.usage);
+  });
+
+  await check('chat: create, and the stream of the same request, agree', async () => {
+    const req = {
+      model,
+      messages: [{ role: 'system', content: 'Answer briefly.' }, { role: 'user', content: 'What is 2+2?' }],
+      max_tokens: 16, temperature: 0, chat_template_kwargs: { enable_thinking: false },
+    };
+    const r = await c.chat.completions.create(req);
+    assert.strictEqual(r.object, 'chat.completion');
+    assert.strictEqual(r.choices[0].message.role, 'assistant');
+    const stream = await c.chat.completions.create({ ...req, stream: true });
+    let content = '', finish = null, role = null;
+    for await (const chunk of stream) {
+      if (!chunk.choices.length) continue;
+      const d = chunk.choices[0].delta;
+      role = d.role || role;
+      content += d.content || '';
+      finish = chunk.choices[0].finish_reason || finish;
+    }
+    assert.strictEqual(role, 'assistant');
+    assert.strictEqual(content, r.choices[0].message.content);
+    assert.strictEqual(finish, r.choices[0].finish_reason);
+  });
+
+  await check('errors: unknown model is NotFoundError, n=2 and bad ranges are BadRequestError', async () => {
+    await expectError(() => c.completions.create({ model: 'nope', prompt: 'x' }), OpenAI.NotFoundError, 404, 'model_not_found');
+    await expectError(() => c.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], n: 2 }),
+      OpenAI.BadRequestError, 400, 'unsupported_value');
+    await expectError(() => c.completions.create({ model, prompt: 'x', temperature: 9 }), OpenAI.BadRequestError, 400, 'invalid_value');
+    await expectError(() => c.completions.create({ model, prompt: 'x', stream: true, top_p: 0 }), OpenAI.BadRequestError, 400, 'invalid_value');
+  });
+}
+
+main().then(() => {
+  for (const r of results) console.log(r);
+  console.log(`openai-client${mode ? ' (' + mode + ')' : ''}: ${results.length - failures} passed, ${failures} failed`);
+  process.exit(failures ? 1 : 0);
+}, (e) => {
+  console.error(e);
+  process.exit(1);
+});

@@ -1,0 +1,511 @@
+/*
+ * test_api: the api/ module. Request parsing runs the data-driven cases of
+ * tests/api/valid/<case>/ and tests/api/invalid/<case>/ (request.json and
+ * an `expected` file of "key = value" lines: the parsed fields, or the
+ * status, type, code and param of the error); then the error body, the
+ * constant-time key comparison, the response shapes, and the streaming
+ * renderer, whose concatenated deltas must equal the non-streamed fields
+ * however the text is cut.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/error.h"
+#include "api/parse.h"
+#include "api/render.h"
+
+/* ---- case files ------------------------------------------------------------ */
+
+typedef struct kv {
+    char key[64];
+    char value[512];
+} kv;
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strlen(src);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = b;
+        }
+    }
+    fclose(f);
+    if (buf)
+        buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* Reads an `expected` file; "\n" in values stands for a newline. */
+static int read_expected(const char *path, kv *out, int max)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    char line[700];
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n < max) {
+        char *eq = strstr(line, " = ");
+        if (!eq)
+            continue;
+        *eq = '\0';
+        char *v = eq + 3;
+        v[strcspn(v, "\n")] = '\0';
+        copy_str(out[n].key, sizeof out[n].key, line);
+        char *w = out[n].value;
+        for (char *r = v; *r && w < out[n].value + sizeof out[n].value - 1; r++) {
+            if (r[0] == '\\' && r[1] == 'n') {
+                *w++ = '\n';
+                r++;
+            } else {
+                *w++ = *r;
+            }
+        }
+        *w = '\0';
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+static const char *lookup(const kv *e, int n, const char *key)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(e[i].key, key))
+            return e[i].value;
+    return NULL;
+}
+
+static const char *srcdir(void)
+{
+    const char *s = getenv("QD_SRCDIR");
+    return s && *s ? s : ".";
+}
+
+/* The case folders under tests/api/WHICH, sorted. */
+static int list_cases(const char *which, char names[][128], int max)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/api/%s", srcdir(), which);
+    DIR *d = opendir(dir);
+    ck_assert_msg(d != NULL, "cannot open %s (set QD_SRCDIR)", dir);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max)
+        if (e->d_name[0] != '.')
+            copy_str(names[n++], 128, e->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, 128, (int (*)(const void *, const void *))strcmp);
+    return n;
+}
+
+static api_kind kind_of(const char *s) { return s && !strcmp(s, "chat") ? API_KIND_CHAT : API_KIND_COMPLETION; }
+
+static void check_float(const char *name, const char *field, float got, const char *want)
+{
+    if (!want)
+        return;
+    double w = atof(want);
+    ck_assert_msg(got > w - 1e-6 && got < w + 1e-6, "%s: %s is %g, expected %s", name, field, (double)got, want);
+}
+
+static void check_bool(const char *name, const char *field, bool got, const char *want)
+{
+    if (!want)
+        return;
+    ck_assert_msg(got == !strcmp(want, "true"), "%s: %s is %d, expected %s", name, field, got, want);
+}
+
+static void check_str(const char *name, const char *field, const char *got, const char *want)
+{
+    if (!want)
+        return;
+    ck_assert_msg(got && !strcmp(got, want), "%s: %s is '%s', expected '%s'", name, field, got ? got : "(null)", want);
+}
+
+static void check_valid(const char *name)
+{
+    char path[1200];
+    kv e[40];
+    snprintf(path, sizeof path, "%s/tests/api/valid/%s/expected", srcdir(), name);
+    int n = read_expected(path, e, 40);
+    snprintf(path, sizeof path, "%s/tests/api/valid/%s/request.json", srcdir(), name);
+    size_t len;
+    char *body = read_file(path, &len);
+    ck_assert_msg(body != NULL, "cannot read %s", path);
+    api_request *r = NULL;
+    api_error err;
+    int rc = api_parse_request(kind_of(lookup(e, n, "kind")), body, len, &r, &err);
+    ck_assert_msg(rc == 0, "valid/%s rejected: %s (param %s)", name, err.message, err.param);
+    const char *v;
+    check_str(name, "model", r->model, lookup(e, n, "model"));
+    check_str(name, "prompt", r->prompt, lookup(e, n, "prompt"));
+    if ((v = lookup(e, n, "prompt_ids"))) {
+        char got[512] = "";
+        for (size_t i = 0; i < r->n_prompt_ids; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%d", i ? "," : "", r->prompt_ids[i]);
+        ck_assert_msg(!strcmp(got, v), "%s: prompt ids %s, expected %s", name, got, v);
+        ck_assert_msg(r->prompt == NULL, "%s: both text and ids", name);
+    }
+    if ((v = lookup(e, n, "max_tokens")))
+        ck_assert_msg(r->max_tokens == atoll(v), "%s: max_tokens %lld, expected %s", name, (long long)r->max_tokens, v);
+    check_float(name, "temperature", r->sampling.temperature, lookup(e, n, "temperature"));
+    check_float(name, "top_p", r->sampling.top_p, lookup(e, n, "top_p"));
+    check_float(name, "min_p", r->sampling.min_p, lookup(e, n, "min_p"));
+    check_float(name, "presence_penalty", r->sampling.presence_penalty, lookup(e, n, "presence_penalty"));
+    check_float(name, "frequency_penalty", r->sampling.frequency_penalty, lookup(e, n, "frequency_penalty"));
+    check_float(name, "repetition_penalty", r->sampling.repetition_penalty, lookup(e, n, "repetition_penalty"));
+    if ((v = lookup(e, n, "top_k")))
+        ck_assert_msg(r->sampling.top_k == atoi(v), "%s: top_k %d, expected %s", name, r->sampling.top_k, v);
+    if ((v = lookup(e, n, "seed")))
+        ck_assert_msg(r->sampling.seed == strtoull(v, NULL, 10), "%s: seed %llu, expected %s", name,
+                      (unsigned long long)r->sampling.seed, v);
+    check_bool(name, "seed_given", r->seed_given, lookup(e, n, "seed_given"));
+    check_bool(name, "stream", r->stream, lookup(e, n, "stream"));
+    check_bool(name, "include_usage", r->include_usage, lookup(e, n, "include_usage"));
+    check_bool(name, "enable_thinking", r->enable_thinking, lookup(e, n, "enable_thinking"));
+    if ((v = lookup(e, n, "n_stop")))
+        ck_assert_msg(r->n_stop == (size_t)atoi(v), "%s: %zu stop strings, expected %s", name, r->n_stop, v);
+    if ((v = lookup(e, n, "n_messages")))
+        ck_assert_msg(r->n_messages == (size_t)atoi(v), "%s: %zu messages, expected %s", name, r->n_messages, v);
+    for (int i = 0; i < 4; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "stop%d", i);
+        if ((v = lookup(e, n, key)))
+            check_str(name, key, (size_t)i < r->n_stop ? r->stop[i] : NULL, v);
+        snprintf(key, sizeof key, "role%d", i);
+        if ((v = lookup(e, n, key)))
+            check_str(name, key, (size_t)i < r->n_messages ? r->messages[i].role : NULL, v);
+        snprintf(key, sizeof key, "content%d", i);
+        if ((v = lookup(e, n, key)))
+            check_str(name, key, (size_t)i < r->n_messages ? r->messages[i].content : NULL, v);
+        snprintf(key, sizeof key, "reasoning%d", i);
+        if ((v = lookup(e, n, key)))
+            check_str(name, key, (size_t)i < r->n_messages ? r->messages[i].reasoning_content : NULL, v);
+    }
+    api_request_free(r);
+    free(body);
+}
+
+static void check_invalid(const char *name)
+{
+    char path[1200];
+    kv e[16];
+    snprintf(path, sizeof path, "%s/tests/api/invalid/%s/expected", srcdir(), name);
+    int n = read_expected(path, e, 16);
+    snprintf(path, sizeof path, "%s/tests/api/invalid/%s/request.json", srcdir(), name);
+    size_t len;
+    char *body = read_file(path, &len);
+    ck_assert_msg(body != NULL, "cannot read %s", path);
+    api_request *r = NULL;
+    api_error err;
+    memset(&err, 0, sizeof err);
+    int rc = api_parse_request(kind_of(lookup(e, n, "kind")), body, len, &r, &err);
+    ck_assert_msg(rc != 0 && r == NULL, "invalid/%s was accepted", name);
+    ck_assert_msg(rc == err.code, "%s: returned %d, error struct says %d", name, rc, err.code);
+    char status[16];
+    snprintf(status, sizeof status, "%d", api_error_status(rc));
+    check_str(name, "status", status, lookup(e, n, "status"));
+    check_str(name, "type", api_error_type(rc), lookup(e, n, "type"));
+    check_str(name, "code", api_error_code(rc), lookup(e, n, "code"));
+    const char *param = lookup(e, n, "param");
+    check_str(name, "param", err.param[0] ? err.param : "null", param);
+    ck_assert_msg(err.message[0] != '\0', "%s: empty message", name);
+    free(body);
+}
+
+START_TEST(test_valid_cases)
+{
+    static char names[256][128];
+    int n = list_cases("valid", names, 256);
+    ck_assert_int_ge(n, 10);
+    for (int i = 0; i < n; i++)
+        check_valid(names[i]);
+}
+END_TEST
+
+START_TEST(test_invalid_cases)
+{
+    static char names[256][128];
+    int n = list_cases("invalid", names, 256);
+    ck_assert_int_ge(n, 10);
+    for (int i = 0; i < n; i++)
+        check_invalid(names[i]);
+}
+END_TEST
+
+/* ---- errors ------------------------------------------------------------------ */
+
+START_TEST(test_error_body)
+{
+    api_error e;
+    api_error_set(&e, API_ERANGE, "top_p", "top_p must be in (0, 1], got %d", 3);
+    char *body = api_error_body(&e);
+    json_error_t je;
+    json_t *j = json_loads(body, 0, &je);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_int_eq(json_object_size(j), 1);
+    json_t *err = json_object_get(j, "error");
+    ck_assert_str_eq(json_string_value(json_object_get(err, "message")), "top_p must be in (0, 1], got 3");
+    ck_assert_str_eq(json_string_value(json_object_get(err, "type")), "invalid_request_error");
+    ck_assert_str_eq(json_string_value(json_object_get(err, "param")), "top_p");
+    ck_assert_str_eq(json_string_value(json_object_get(err, "code")), "invalid_value");
+    json_decref(j);
+    free(body);
+
+    api_error_set(&e, API_EBODY, NULL, NULL);
+    body = api_error_body(&e);
+    j = json_loads(body, 0, &je);
+    err = json_object_get(j, "error");
+    ck_assert(json_is_null(json_object_get(err, "param")));
+    ck_assert_str_eq(json_string_value(json_object_get(err, "message")), api_strerror(API_EBODY));
+    json_decref(j);
+    free(body);
+
+    /* Every code has a status among the documented ones and a type. */
+    int codes[] = {API_EJSON, API_ETYPE, API_EMISSING, API_ERANGE, API_EUNSUPPORTED, API_ECONTEXT, API_EPROMPT,
+                   API_EAUTH, API_EMODEL, API_ENOTFOUND, API_EMETHOD, API_EBODY, API_ERATE, API_ELOADING,
+                   API_EOVERLOADED, API_ESHUTDOWN, API_ETIMEOUT, API_EINTERNAL, API_ENOMEM};
+    for (size_t i = 0; i < sizeof codes / sizeof *codes; i++) {
+        int s = api_error_status(codes[i]);
+        ck_assert(s == 400 || s == 401 || s == 404 || s == 405 || s == 413 || s == 429 || s == 500 || s == 503);
+        ck_assert(api_error_type(codes[i])[0] != '\0');
+        ck_assert(api_error_code(codes[i])[0] != '\0');
+    }
+    ck_assert_int_eq(api_error_status(API_EAUTH), 401);
+    ck_assert_str_eq(api_error_type(API_EAUTH), "authentication_error");
+    ck_assert_int_eq(api_error_status(API_EOVERLOADED), 503);
+}
+END_TEST
+
+START_TEST(test_secret_equal)
+{
+    ck_assert(api_secret_equal("abc", 3, "abc", 3));
+    ck_assert(!api_secret_equal("abc", 3, "abd", 3));
+    ck_assert(!api_secret_equal("abc", 3, "abcd", 4));
+    ck_assert(!api_secret_equal("", 0, "a", 1));
+    ck_assert(api_secret_equal("", 0, "", 0));
+}
+END_TEST
+
+/* ---- rendering ------------------------------------------------------------------- */
+
+static json_t *parse_ok(char *s)
+{
+    ck_assert_ptr_nonnull(s);
+    json_error_t je;
+    json_t *j = json_loads(s, 0, &je);
+    ck_assert_msg(j != NULL, "not JSON: %s", s);
+    free(s);
+    return j;
+}
+
+START_TEST(test_render_result)
+{
+    api_meta m = {"cmpl-1", 1700000000, "tiny"};
+    api_usage u = {5, 7};
+    api_timings t = {1.5, 2.25, 3.0, 100.0};
+    json_t *j = parse_ok(api_render_result(API_KIND_COMPLETION, &m, "hello", 5, "length", &u, &t));
+    ck_assert_str_eq(json_string_value(json_object_get(j, "object")), "text_completion");
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(c, "text")), "hello");
+    ck_assert_str_eq(json_string_value(json_object_get(c, "finish_reason")), "length");
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")), 12);
+    ck_assert(json_real_value(json_object_get(json_object_get(j, "timings"), "prompt_ms")) == 2.25);
+    json_decref(j);
+
+    const char *text = "<think>\nweighing it\n</think>\n\nBlue.";
+    j = parse_ok(api_render_result(API_KIND_CHAT, &m, text, strlen(text), "stop", &u, &t));
+    ck_assert_str_eq(json_string_value(json_object_get(j, "object")), "chat.completion");
+    json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    ck_assert_str_eq(json_string_value(json_object_get(msg, "role")), "assistant");
+    ck_assert_str_eq(json_string_value(json_object_get(msg, "content")), "Blue.");
+    ck_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "weighing it");
+    json_decref(j);
+
+    j = parse_ok(api_render_result(API_KIND_CHAT, &m, "Plain.", 6, "stop", &u, &t));
+    msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    ck_assert_ptr_null(json_object_get(msg, "reasoning_content"));
+    json_decref(j);
+
+    j = parse_ok(api_render_models("tiny", 1, 512));
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id")), "tiny");
+    json_decref(j);
+}
+END_TEST
+
+typedef struct streamed {
+    char content[1024], reasoning[1024];
+    bool saw_reasoning, saw_role, saw_usage, usage_null_everywhere;
+    char finish[16];
+    int chunks;
+} streamed;
+
+static void collect(api_stream *s, streamed *o)
+{
+    char *c;
+    while ((c = api_stream_next(s))) {
+        json_t *j = parse_ok(c);
+        o->chunks++;
+        json_t *usage = json_object_get(j, "usage");
+        json_t *choices = json_object_get(j, "choices");
+        if (json_array_size(choices) == 0) {
+            ck_assert(json_is_object(usage));
+            o->saw_usage = true;
+            json_decref(j);
+            continue;
+        }
+        if (!json_is_null(usage))
+            o->usage_null_everywhere = false;
+        json_t *ch = json_array_get(choices, 0);
+        json_t *fr = json_object_get(ch, "finish_reason");
+        if (json_is_string(fr))
+            snprintf(o->finish, sizeof o->finish, "%s", json_string_value(fr));
+        json_t *d = json_object_get(ch, "delta");
+        if (d) {
+            if (json_object_get(d, "role"))
+                o->saw_role = true;
+            json_t *cc = json_object_get(d, "content"), *rc = json_object_get(d, "reasoning_content");
+            if (json_is_string(cc))
+                strcat(o->content, json_string_value(cc));
+            if (json_is_string(rc)) {
+                strcat(o->reasoning, json_string_value(rc));
+                o->saw_reasoning = true;
+            }
+        } else {
+            strcat(o->content, json_string_value(json_object_get(ch, "text")));
+        }
+        json_decref(j);
+    }
+}
+
+/* Streams TEXT cut every STEP bytes and compares with the one-shot split. */
+static void stream_equals_result(const char *text, size_t step)
+{
+    api_meta m = {"chatcmpl-1", 1, "tiny"};
+    api_usage u = {1, 2};
+    api_timings t = {0};
+    api_stream *s = api_stream_new(API_KIND_CHAT, &m, true);
+    streamed o;
+    memset(&o, 0, sizeof o);
+    o.usage_null_everywhere = true;
+    ck_assert_int_eq(api_stream_begin(s), 0);
+    size_t n = strlen(text);
+    for (size_t i = 0; i < n; i += step)
+        ck_assert_int_eq(api_stream_text(s, text + i, i + step <= n ? step : n - i), 0);
+    ck_assert_int_eq(api_stream_end(s, "stop", &u, &t), 0);
+    collect(s, &o);
+    api_stream_free(s);
+
+    json_t *j = parse_ok(api_render_result(API_KIND_CHAT, &m, text, n, "stop", &u, &t));
+    json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    ck_assert_msg(!strcmp(o.content, json_string_value(json_object_get(msg, "content"))),
+                  "text %s step %zu: streamed content '%s', expected '%s'", text, step, o.content,
+                  json_string_value(json_object_get(msg, "content")));
+    json_t *r = json_object_get(msg, "reasoning_content");
+    if (r)
+        ck_assert_msg(!strcmp(o.reasoning, json_string_value(r)), "text %s step %zu: streamed reasoning '%s', expected '%s'",
+                      text, step, o.reasoning, json_string_value(r));
+    else
+        ck_assert_msg(o.reasoning[0] == '\0', "text %s: reasoning streamed but none expected", text);
+    ck_assert(o.saw_role);
+    ck_assert(o.saw_usage);
+    ck_assert(o.usage_null_everywhere);
+    ck_assert_str_eq(o.finish, "stop");
+    json_decref(j);
+}
+
+START_TEST(test_stream_split)
+{
+    static const char *texts[] = {
+        "Plain answer.",
+        "<think>\nLet me think.\n</think>\n\nThe answer is 4.",
+        "<think>\n\n</think>\n\nNo reasoning.",
+        "<think>cut short, still thinking\n",
+        "<think>",
+        "<thi",
+        "<thinking is not a tag",
+        "\n\nleading newlines stay in plain content\n\n",
+        "<think>a\n\nb</think>c\n<think>d",
+        "<think>x</think>\n\n\n",
+        "<think>one\n</thin k></think>two",
+        "",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
+        for (size_t step = 1; step <= 9; step++)
+            stream_equals_result(texts[i], step);
+}
+END_TEST
+
+START_TEST(test_stream_completion)
+{
+    api_meta m = {"cmpl-9", 1, "tiny"};
+    api_usage u = {3, 4};
+    api_timings t = {0};
+    api_stream *s = api_stream_new(API_KIND_COMPLETION, &m, false);
+    streamed o;
+    memset(&o, 0, sizeof o);
+    ck_assert_int_eq(api_stream_begin(s), 0);
+    ck_assert_ptr_null(api_stream_next(s));
+    api_stream_text(s, "<think>", 7);
+    api_stream_text(s, " héllo", strlen(" héllo"));
+    api_stream_end(s, "length", &u, &t);
+    collect(s, &o);
+    ck_assert_str_eq(o.content, "<think> héllo");
+    ck_assert_str_eq(o.finish, "length");
+    ck_assert(!o.saw_usage);
+    ck_assert_int_eq(o.chunks, 3);
+    api_stream_free(s);
+}
+END_TEST
+
+static Suite *api_suite(void)
+{
+    Suite *s = suite_create("api");
+    TCase *tc = tcase_create("parse");
+    tcase_add_test(tc, test_valid_cases);
+    tcase_add_test(tc, test_invalid_cases);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("errors");
+    tcase_add_test(tc, test_error_body);
+    tcase_add_test(tc, test_secret_equal);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("render");
+    tcase_add_test(tc, test_render_result);
+    tcase_add_test(tc, test_stream_split);
+    tcase_add_test(tc, test_stream_completion);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(api_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
