@@ -1,1 +1,22 @@
 # bench/: benchmarks; never run by `make check`.
+
+# Kernel micro-benchmark (MatMulNBits on the Qwen3 shapes, per kernel level).
+# Compiled by `make check` so it keeps building, never run by it:
+#   make bench/krn_bench && bench/krn_bench [--level avx2] [--shapes 4b]
+check_PROGRAMS += bench/krn_bench
+bench_krn_bench_SOURCES = bench/krn_bench.c
+bench_krn_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
+
+# Side by side with ONNX Runtime (onnxruntime-node from tests/npm of a build tree):
+#   NODE_PATH=tests/npm/node_modules node $(srcdir)/bench/compare-ort.js --qwen3d ./qwen3d --model DIR
+EXTRA_DIST += bench/ort-bench.js bench/compare-ort.js
+
+# Tokenizer throughput against Hugging Face's `tokenizers`, from a build tree:
+#   sh $(srcdir)/bench/tokenizer-bench.sh [RUNS]
+EXTRA_DIST += bench/tokenizer-bench.sh bench/tokenizer-bench.js
+
+# Memory-read roofline (single- and multi-thread GB/s) for the decode GEMV:
+#   make bench/bw_probe && bench/bw_probe [--mib 512] [--threads 1,2]
+check_PROGRAMS += bench/bw_probe
+bench_bw_probe_SOURCES = bench/bw_probe.c
+bench_bw_probe_LDADD = $(QD_LIBS)

@@ -13,4 +13,22 @@ libqwen3d_a_SOURCES += \
 	$(ONNX_PB) \
 	engine/diag.c engine/diag.h \
 	engine/model.c engine/model.h \
-	engine/genai_config.c engine/genai_config.h
+	engine/genai_config.c engine/genai_config.h \
+	engine/geometry.c engine/geometry.h
+libqwen3d_a_SOURCES += \
+	engine/onnx_write.c engine/onnx_write.h \
+	engine/synth.c engine/synth.h
+
+# Tokenizer: Hugging Face tokenizer.json, byte-level BPE (PCRE2, utf8proc).
+libqwen3d_a_SOURCES += engine/tokenizer.c engine/tokenizer.h
+
+# Execution: plan and executor, compute pool, model sessions.
+libqwen3d_a_SOURCES += \
+	engine/pool.c engine/pool.h \
+	engine/plan.c engine/plan.h \
+	engine/runner.c engine/runner.h
+
+# Sampler (penalties, temperature, top-k/top-p/min-p, seeded draw) and stop strings.
+libqwen3d_a_SOURCES += \
+	engine/sampler.c engine/sampler.h \
+	engine/stop.c engine/stop.h

@@ -17,7 +17,11 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"inspect", cmd_inspect, "print the graph inventory, geometry and weight bytes of a model"},
+    {"generate", cmd_generate, "run a prompt through a model and generate tokens (greedy unless sampling is asked)"},
+    {"bench", cmd_bench, "measure load, time to first token, prefill and decode speed, KV bytes and memory"},
     {"synth", cmd_synth, "write a synthetic Qwen3 model folder with deterministic random weights"},
+    {"tokenize", cmd_tokenize, "encode text to token ids, or decode ids to text, with a model's tokenizer"},
+    {"serve", cmd_serve, "serve the model over an OpenAI-compatible HTTP API (SSE streaming, metrics)"},
 };
 
 static void usage(FILE *out)
