@@ -134,7 +134,8 @@ int krn_level_parse(const char *s, krn_level *out)
     {                                                                                 \
         .level = KRN_LEVEL_REF, .level_name = "ref", ENTRY(quant_a8, ref),            \
         ENTRY(mmnb_f32, ref), ENTRY(mmnb_i8, ref), ENTRY(rmsnorm, ref),               \
-        ENTRY(skip_rmsnorm, ref), ENTRY(rotary, ref), ENTRY(gqa, ref),                \
+        ENTRY(skip_rmsnorm, ref), ENTRY(rotary, ref), ENTRY(kv_store, ref),           \
+        ENTRY(gqa, ref),                                                              \
         ENTRY(sigmoid, ref), ENTRY(mul, ref), ENTRY(add, ref), ENTRY(silu_mul, ref),  \
         ENTRY(gather, ref),                                                           \
     }
@@ -146,18 +147,21 @@ static void fill_ref(krn_table *t)
     *t = ref_table;
 }
 
-/* Rotary and gather stay scalar: both are a negligible share of a step. */
 static void fill_avx2(krn_table *t)
 {
     fill_ref(t);
     t->level = KRN_LEVEL_AVX2;
     t->level_name = "avx2";
+    t->q4_packed = true;
     SET(t, quant_a8, avx2);
     SET(t, mmnb_f32, avx2);
     SET(t, mmnb_i8, avx2);
     SET(t, rmsnorm, avx2);
     SET(t, skip_rmsnorm, avx2);
     SET(t, gqa, avx2);
+    SET(t, rotary, avx2);
+    SET(t, kv_store, avx2);
+    SET(t, gather, avx2);
     SET(t, sigmoid, avx2);
     SET(t, mul, avx2);
     SET(t, add, avx2);
@@ -173,6 +177,7 @@ static void fill_avx512(krn_table *t, const krn_cpu_features *f)
     fill_avx2(t);
     t->level = KRN_LEVEL_AVX512;
     t->level_name = "avx512";
+    t->q4_packed = false; /* its kernels read the ONNX layout */
     SET(t, mmnb_f32, avx512);
     if (f->avx512vnni) {
         t->mmnb_i8.fn = krn_avx512_mmnb_i8_vnni;
@@ -262,6 +267,40 @@ int krn_describe(char *buf, size_t len)
 void krn_q4_weights_set_blocks(krn_q4_weights *w)
 {
     w->k_blocks = w->block_size ? (w->k + w->block_size - 1) / w->block_size : 0;
+}
+
+size_t krn_q4_pack_size(const krn_q4_weights *w)
+{
+    if (w->block_size != 32 || w->zero_pts || !w->n || w->k_blocks != (w->k + 31) / 32)
+        return 0;
+    return (w->n + KRN_Q4P_NR - 1) / KRN_Q4P_NR * krn_q4p_tile_bytes(w->k_blocks);
+}
+
+int krn_q4_pack(const krn_q4_weights *w, void *dst)
+{
+    size_t bytes = krn_q4_pack_size(w);
+    if (!bytes || !w->b_data || !w->scales || !dst)
+        return KRN_EINVAL;
+    size_t kb = w->k_blocks, np = krn_qa_pairs(kb);
+    uint8_t *out = dst;
+    for (size_t n0 = 0; n0 < w->n; n0 += KRN_Q4P_NR)
+        for (size_t p = 0; p < np; p++, out += KRN_Q4P_PAIR_BYTES) {
+            float sc[8];
+            for (size_t j = 0; j < KRN_Q4P_NR; j++) {
+                size_t n = n0 + j;
+                for (size_t h = 0; h < 2; h++) {
+                    size_t b = 2 * p + h;
+                    bool have = n < w->n && b < kb;
+                    if (have)
+                        memcpy(out + j * 32 + h * 16, w->b_data + (n * kb + b) * 16, 16);
+                    else
+                        memset(out + j * 32 + h * 16, 0, 16);
+                    sc[h * 4 + j] = have ? w->scales[n * kb + b] : 0.0f;
+                }
+            }
+            memcpy(out + 128, sc, sizeof sc);
+        }
+    return KRN_OK;
 }
 
 size_t krn_quant_a8_size(size_t m, size_t k, size_t block_size)

@@ -89,6 +89,7 @@ int krn_level_parse(const char *s, krn_level *out);
  */
 typedef struct krn_q4_weights {
     const uint8_t *b_data;   /* [n, k_blocks, block_size / 2] */
+    const void *packed;      /* NULL, or krn_q4_pack() of these weights (see below) */
     const float *scales;     /* [n * k_blocks]; may be negative */
     const uint8_t *zero_pts; /* [n, (k_blocks + 1) / 2], even block in the low nibble; NULL = 8 */
     const float *bias;       /* [n] or NULL */
@@ -119,6 +120,23 @@ typedef void (*krn_mmnb_fn)(const krn_mmnb_args *args, size_t n_begin, size_t n_
 
 /* Fills k_blocks from k and block_size (callers may also set it themselves). */
 void krn_q4_weights_set_blocks(krn_q4_weights *w);
+
+/*
+ * Optional repacking of the weights, once at plan time, into the order in
+ * which the int8-mode GEMV streams them: columns in tiles of four and, per
+ * tile and pair of blocks, the four columns' 32 weight bytes followed by their
+ * eight scales, so a tile is read as one sequential stream with no scale
+ * shuffling. The packed copy has the same size as b_data plus scales (up to
+ * the padding of a last partial tile or odd block count). It only exists for
+ * block_size 32 without zero points (the form of the exported Qwen3 graphs):
+ * krn_q4_pack_size() is 0 otherwise. Tables whose q4_packed flag is set run
+ * mmnb_i8 from w.packed when it is non-NULL; every other kernel keeps reading
+ * b_data and scales, which must stay valid. The layout is private to kernels/.
+ */
+size_t krn_q4_pack_size(const krn_q4_weights *w);
+
+/* Writes krn_q4_pack_size(w) bytes to dst (64-byte aligned): KRN_OK or KRN_EINVAL. */
+int krn_q4_pack(const krn_q4_weights *w, void *dst);
 
 /* Plan-time validation of a MatMulNBits binding: KRN_OK or KRN_EINVAL. */
 int krn_mmnb_check(const krn_mmnb_args *args, bool int8_mode);
@@ -171,12 +189,42 @@ typedef struct krn_norm_args {
 typedef void (*krn_norm_fn)(const krn_norm_args *args, size_t r_begin, size_t r_end);
 
 /* ------------------------------------------------------------------------- */
+/* KV cache element types                                                      */
+
+/*
+ * What a KV cache stores: fp32, or IEEE binary16 (uint16_t bit patterns).
+ * Rows are written from fp32 with round-to-nearest-even (overflow to inf,
+ * NaN stays NaN) and widened exactly when read; every level produces the
+ * same bits (the avx2 level through F16C, the reference in portable C).
+ */
+typedef enum krn_kv_type { KRN_KV_F32 = 0, KRN_KV_F16 = 1 } krn_kv_type;
+
+/*
+ * Stores rows into a KV cache: for token t and head h the n floats at
+ * x + t*x_tok_stride + h*x_head_stride go to y + t*y_tok_stride + h*y_head_stride
+ * (strides in elements of each side's type), as fp32 copies or converted to
+ * fp16 per y_type. Work items are (t, h) pairs, item = t * n_heads + h.
+ */
+typedef struct krn_rows_args {
+    const float *x;
+    size_t x_tok_stride, x_head_stride;
+    void *y;
+    size_t y_tok_stride, y_head_stride;
+    size_t n_tok, n_heads, n;
+    krn_kv_type y_type;
+} krn_rows_args;
+
+typedef void (*krn_rows_fn)(const krn_rows_args *args, size_t i_begin, size_t i_end);
+
+/* ------------------------------------------------------------------------- */
 /* Rotary embedding                                                            */
 
 /*
  * For token t and head h, the head vector at x + t*x_tok_stride + h*x_head_stride
  * is rotated by the cache row p = pos[t] and written to the same place under y
- * (y may equal x with equal strides, or point into a KV cache). With R = rot_dim,
+ * (y may equal x with equal strides, or point into a KV cache, whose element
+ * type y_type may be fp16: the rotated fp32 values are then rounded as
+ * krn_kv_type describes; y strides count elements of that type). With R = rot_dim,
  * c_i = cos_cache[p * cache_ld + i], s_i = sin_cache[...], i < R/2:
  *   half split:  y[i] = x[i] c_i - x[i+R/2] s_i,  y[i+R/2] = x[i+R/2] c_i + x[i] s_i
  *   interleaved: y[2i] = x[2i] c_i - x[2i+1] s_i,  y[2i+1] = x[2i+1] c_i + x[2i] s_i
@@ -185,14 +233,15 @@ typedef void (*krn_norm_fn)(const krn_norm_args *args, size_t r_begin, size_t r_
  */
 typedef struct krn_rotary_args {
     const float *x;
-    float *y;
+    void *y;                             /* float, or uint16_t when y_type is KRN_KV_F16 */
     size_t x_tok_stride, x_head_stride;  /* floats */
-    size_t y_tok_stride, y_head_stride;
+    size_t y_tok_stride, y_head_stride;  /* elements of y_type */
     size_t n_tok, n_heads, head_dim, rot_dim;
     const float *cos_cache, *sin_cache;  /* [rows, cache_ld], first rot_dim/2 used */
     size_t cache_ld;
     const int64_t *pos;                  /* [n_tok] */
     bool interleaved;
+    krn_kv_type y_type;                  /* KRN_KV_F32 (0) unless writing an fp16 cache */
 } krn_rotary_args;
 
 typedef void (*krn_rotary_fn)(const krn_rotary_args *args, size_t i_begin, size_t i_end);
@@ -210,13 +259,20 @@ typedef void (*krn_rotary_fn)(const krn_rotary_args *args, size_t i_begin, size_
  * head is h / (n_heads / n_kv_heads).
  *   score_j = scale * dot(q, k_j); if softcap > 0: softcap * tanh(score_j / softcap)
  *   out = sum_j softmax(score)_j v_j   (fp32, max-subtracted)
- * Work items are (s, h) pairs, item = s * n_heads + h; consecutive heads that
- * share a kv head are cheaper to keep in one range.
+ * The cache holds fp32 or fp16 per kv_type (strides count its elements).
+ * Work items are (s, h) pairs ordered by kv head first: with G = n_heads /
+ * n_kv_heads, item = (g * S + s) * G + (h - g * G) for kv head g = h / G (for
+ * S = 1 simply item = h). An even split of the items thus gives each worker
+ * whole kv heads over all tokens, which balances causal prefill, keeps each
+ * head's K/V in one core's cache, and lets query blocks of several tokens
+ * share each pass over the keys.
+ * The kernels keep a bounded amount of state on the stack (an online softmax
+ * over blocks of keys): nothing proportional to the context or to S x T.
  */
 typedef struct krn_gqa_args {
     const float *q;       size_t q_ld;   /* [S, q_ld], head h at column h*head_dim */
-    const float *k_cache, *v_cache;
-    size_t kv_head_stride, kv_tok_stride; /* floats */
+    const void *k_cache, *v_cache;       /* float, or uint16_t when kv_type is KRN_KV_F16 */
+    size_t kv_head_stride, kv_tok_stride; /* elements */
     float *out;           size_t out_ld; /* [S, out_ld] */
     size_t seq;                          /* S */
     size_t past;                         /* P */
@@ -224,6 +280,7 @@ typedef struct krn_gqa_args {
     float scale;                         /* 1/sqrt(head_dim) when the graph says 0 */
     int64_t local_window;                /* -1: off */
     float softcap;                       /* 0: off */
+    krn_kv_type kv_type;                 /* KRN_KV_F32 (0) or KRN_KV_F16 */
 } krn_gqa_args;
 
 typedef void (*krn_gqa_fn)(const krn_gqa_args *args, size_t i_begin, size_t i_end);
@@ -278,12 +335,14 @@ typedef int (*krn_gather_fn)(const krn_gather_args *args, size_t i_begin, size_t
 typedef struct krn_table {
     krn_level level;
     const char *level_name;
+    bool q4_packed;        /* mmnb_i8 reads krn_q4_weights.packed when it is set */
     struct { krn_quant_fn fn;  const char *name; } quant_a8;
     struct { krn_mmnb_fn fn;   const char *name; } mmnb_f32;
     struct { krn_mmnb_fn fn;   const char *name; } mmnb_i8;
     struct { krn_norm_fn fn;   const char *name; } rmsnorm;
     struct { krn_norm_fn fn;   const char *name; } skip_rmsnorm;
     struct { krn_rotary_fn fn; const char *name; } rotary;
+    struct { krn_rows_fn fn;   const char *name; } kv_store;
     struct { krn_gqa_fn fn;    const char *name; } gqa;
     struct { krn_ew_fn fn;     const char *name; } sigmoid;
     struct { krn_ew_fn fn;     const char *name; } mul;

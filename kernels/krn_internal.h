@@ -13,26 +13,64 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/krn.h"
 
 /*
  * Quantized activations, one record per row of A, each record padded to 64
- * bytes so rows start on cache lines when the buffer does:
+ * bytes so rows start on cache lines when the buffer does. The record has a
+ * per-block part (read by the reference and the AVX-512 kernels) and, after
+ * it, a copy arranged for kernels that take 64 consecutive k at a time:
  *   int8_t  q[k_blocks * block_size]   values, zero past k
  *   float   scale[k_blocks]            sA = amax / 127 of the block
  *   int32_t qsum[k_blocks]             sum of the block's q values
  *   float   scaled_sum[k_blocks]       scale * qsum (as float product)
- * Within each block the q values are stored in chunks of min(block_size, 32)
- * logical elements, each chunk holding its even-indexed elements first and then
- * its odd-indexed ones. That is the order of the low nibbles and then the high
- * nibbles of the chunk's 16 weight bytes, so SIMD code pairs a weight vector with
- * activations without shuffling; the dot product itself is order-free.
+ *   (zeros up to a 32-byte boundary)
+ *   int8_t  q64[n_chunks * 64]         the same values in chunks of 64 k
+ *   float   sa8[n_pairs * 8]           per block pair: [sA(2p) x4 | sA(2p+1) x4]
+ *   int32_t qs8[n_pairs * 8]           per block pair: [qsum(2p) x4 | qsum(2p+1) x4]
+ * with n_chunks = ceil(k_blocks * block_size / 64), n_pairs = ceil(k_blocks / 2)
+ * and zeros for the values and statistics of blocks past the last.
+ * Within each block of q the values are stored in chunks of min(block_size,
+ * 32) logical elements, each chunk holding its even-indexed elements first and
+ * then its odd-indexed ones. That is the order of the low nibbles and then the
+ * high nibbles of the chunk's 16 weight bytes, so SIMD code pairs a weight
+ * vector with activations without shuffling; the dot product itself is
+ * order-free. q64 does the same for chunks of 64: 32 weight bytes (any block
+ * size, as the weights of one output column are contiguous along k) give 32
+ * low nibbles for k = 0, 2, ..., 62 and 32 high nibbles for k = 1, 3, ..., 63,
+ * which q64 holds as [evens | odds]. With block_size 32 one chunk is a pair of
+ * blocks, whose int32 sums land in 32-bit lanes 0-3 and 4-7 of a 256-bit
+ * multiply-add; sa8 and qs8 are the matching per-lane block statistics.
  */
-static inline size_t krn_qa_row_bytes(size_t k_blocks, size_t block_size)
+static inline size_t krn_qa_chunks(size_t k_blocks, size_t block_size)
+{
+    return (k_blocks * block_size + 63) / 64;
+}
+
+static inline size_t krn_qa_pairs(size_t k_blocks)
+{
+    return (k_blocks + 1) / 2;
+}
+
+/* Offset of q64 in a record: the per-block part rounded up to 32 bytes. */
+static inline size_t krn_qa_ext_offset(size_t k_blocks, size_t block_size)
 {
     size_t bytes = k_blocks * block_size + 3 * 4 * k_blocks;
-    return (bytes + 63) & ~(size_t)63;
+    return (bytes + 31) & ~(size_t)31;
+}
+
+/* Bytes of a record that the quantizers write (everything but the tail padding). */
+static inline size_t krn_qa_used_bytes(size_t k_blocks, size_t block_size)
+{
+    return krn_qa_ext_offset(k_blocks, block_size) + krn_qa_chunks(k_blocks, block_size) * 64 +
+           krn_qa_pairs(k_blocks) * 64;
+}
+
+static inline size_t krn_qa_row_bytes(size_t k_blocks, size_t block_size)
+{
+    return (krn_qa_used_bytes(k_blocks, block_size) + 63) & ~(size_t)63;
 }
 
 static inline int8_t *krn_qa_q(void *qa, size_t row, size_t k_blocks, size_t block_size)
@@ -55,12 +93,67 @@ static inline float *krn_qa_scaled_sum(void *qa, size_t row, size_t k_blocks, si
     return (float *)(void *)(krn_qa_qsum(qa, row, k_blocks, block_size) + k_blocks);
 }
 
+static inline int8_t *krn_qa_q64(void *qa, size_t row, size_t k_blocks, size_t block_size)
+{
+    return krn_qa_q(qa, row, k_blocks, block_size) + krn_qa_ext_offset(k_blocks, block_size);
+}
+
+static inline float *krn_qa_sa8(void *qa, size_t row, size_t k_blocks, size_t block_size)
+{
+    return (float *)(void *)(krn_qa_q64(qa, row, k_blocks, block_size) +
+                             krn_qa_chunks(k_blocks, block_size) * 64);
+}
+
+static inline int32_t *krn_qa_qs8(void *qa, size_t row, size_t k_blocks, size_t block_size)
+{
+    return (int32_t *)(void *)(krn_qa_sa8(qa, row, k_blocks, block_size) + krn_qa_pairs(k_blocks) * 8);
+}
+
+/* Storage slot of logical element j (0 <= j < 64) inside its q64 chunk. */
+static inline size_t krn_qa_slot64(size_t j)
+{
+    return (j & 1) ? 32 + j / 2 : j / 2;
+}
+
 /* Storage slot of logical element j (0 <= j < block_size) inside its block. */
 static inline size_t krn_qa_slot(size_t j, size_t block_size)
 {
     size_t chunk = block_size < 32 ? block_size : 32;
     size_t base = j & ~(chunk - 1), r = j & (chunk - 1);
     return base + ((r & 1) ? chunk / 2 + r / 2 : r / 2);
+}
+
+/*
+ * Fills the q64/sa8/qs8 part of a record from its per-block part (portable;
+ * the SIMD quantizers have faster paths for block_size 32 that write the same
+ * bytes). Also zeroes the gap between the two parts.
+ */
+static inline void krn_qa_fill_ext(void *qa, size_t row, size_t k_blocks, size_t block_size)
+{
+    int8_t *q = krn_qa_q(qa, row, k_blocks, block_size);
+    int8_t *q64 = krn_qa_q64(qa, row, k_blocks, block_size);
+    const float *sa = krn_qa_scale(qa, row, k_blocks, block_size);
+    const int32_t *qs = krn_qa_qsum(qa, row, k_blocks, block_size);
+    float *sa8 = krn_qa_sa8(qa, row, k_blocks, block_size);
+    int32_t *qs8 = krn_qa_qs8(qa, row, k_blocks, block_size);
+    size_t per_block = k_blocks * block_size + 3 * 4 * k_blocks;
+    for (size_t i = per_block; i < krn_qa_ext_offset(k_blocks, block_size); i++)
+        q[i] = 0;
+    size_t nk = krn_qa_chunks(k_blocks, block_size) * 64;
+    for (size_t j = 0; j < nk; j++) {
+        int8_t v = 0;
+        if (j < k_blocks * block_size)
+            v = q[(j / block_size) * block_size + krn_qa_slot(j % block_size, block_size)];
+        q64[(j / 64) * 64 + krn_qa_slot64(j % 64)] = v;
+    }
+    for (size_t p = 0; p < krn_qa_pairs(k_blocks); p++)
+        for (size_t h = 0; h < 2; h++) {
+            size_t b = 2 * p + h;
+            for (size_t l = 0; l < 4; l++) {
+                sa8[p * 8 + h * 4 + l] = b < k_blocks ? sa[b] : 0.0f;
+                qs8[p * 8 + h * 4 + l] = b < k_blocks ? qs[b] : 0;
+            }
+        }
 }
 
 /*
@@ -102,6 +195,21 @@ static inline int krn_q4_zp(const krn_q4_weights *w, size_t n, size_t b)
     return (b & 1) ? (byte >> 4) : (byte & 0x0F);
 }
 
+/*
+ * Packed weights (krn_q4_pack): for tile t = n / 4 and block pair p, the 160
+ * bytes at packed + (t * n_pairs + p) * 160 hold, for j = 0..3, the 32 ONNX
+ * weight bytes of blocks 2p and 2p+1 of column 4t + j, then the float scales
+ * [s(4t, 2p) .. s(4t+3, 2p), s(4t, 2p+1) .. s(4t+3, 2p+1)]. Columns past n and
+ * a block past k_blocks are zero bytes with scale 0, which add exact zeros.
+ */
+#define KRN_Q4P_NR 4
+#define KRN_Q4P_PAIR_BYTES 160
+
+static inline size_t krn_q4p_tile_bytes(size_t k_blocks)
+{
+    return krn_qa_pairs(k_blocks) * KRN_Q4P_PAIR_BYTES;
+}
+
 /* Numerically safe logistic function shared by the scalar kernels. */
 static inline float krn_sigmoidf(float x)
 {
@@ -109,6 +217,55 @@ static inline float krn_sigmoidf(float x)
         return 1.0f / (1.0f + expf(-x));
     float e = expf(x);
     return e / (1.0f + e);
+}
+
+/*
+ * IEEE binary16 conversions with the semantics of F16C (VCVTPS2PH with
+ * round-to-nearest-even, VCVTPH2PS): overflow rounds to inf, NaN keeps its
+ * sign and top payload bits and becomes quiet, subnormals are exact both ways.
+ */
+static inline uint16_t krn_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7FFFFFFFu;
+    if (ax >= 0x7F800000u) /* inf, NaN */
+        return (uint16_t)(sign | 0x7C00u | (ax > 0x7F800000u ? 0x200u | ((ax >> 13) & 0x3FFu) : 0));
+    if (ax >= 0x47800000u) /* >= 65536: beyond the tie with inf */
+        return (uint16_t)(sign | 0x7C00u);
+    if (ax < 0x38800000u) { /* below 2^-14: a subnormal half, units of 2^-24 */
+        if (ax <= 0x33000000u) /* <= 2^-25: rounds (ties to even) to zero */
+            return (uint16_t)sign;
+        uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;
+        unsigned shift = 126u - (ax >> 23); /* 14..24 */
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1)))
+            q++;
+        return (uint16_t)(sign | q);
+    }
+    /* Normal: rebias the exponent, round the 13 dropped mantissa bits (a carry may reach inf). */
+    uint32_t h = ((((ax >> 23) - 112u) << 10) | ((ax & 0x7FFFFFu) >> 13));
+    uint32_t rem = ax & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
+static inline float krn_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu, x;
+    if (e == 0) {
+        float v = (float)m * 0x1p-24f; /* exact */
+        memcpy(&x, &v, sizeof x);
+        x |= sign;
+    } else if (e == 31) {
+        x = sign | 0x7F800000u | (m << 13) | (m ? 0x400000u : 0);
+    } else {
+        x = sign | ((e + 112u) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
 }
 
 /* Prototypes of every level's kernels, by level. */
@@ -119,6 +276,7 @@ static inline float krn_sigmoidf(float x)
     void krn_##lvl##_rmsnorm(const krn_norm_args *a, size_t b, size_t e);                \
     void krn_##lvl##_skip_rmsnorm(const krn_norm_args *a, size_t b, size_t e);           \
     void krn_##lvl##_rotary(const krn_rotary_args *a, size_t b, size_t e);               \
+    void krn_##lvl##_kv_store(const krn_rows_args *a, size_t b, size_t e);               \
     void krn_##lvl##_gqa(const krn_gqa_args *a, size_t b, size_t e);                     \
     void krn_##lvl##_sigmoid(const krn_ew_args *a, size_t b, size_t e);                  \
     void krn_##lvl##_mul(const krn_ew_args *a, size_t b, size_t e);                      \
@@ -135,6 +293,9 @@ void krn_avx2_mmnb_i8(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_avx2_rmsnorm(const krn_norm_args *a, size_t b, size_t e);
 void krn_avx2_skip_rmsnorm(const krn_norm_args *a, size_t b, size_t e);
 void krn_avx2_gqa(const krn_gqa_args *a, size_t b, size_t e);
+void krn_avx2_rotary(const krn_rotary_args *a, size_t b, size_t e);
+void krn_avx2_kv_store(const krn_rows_args *a, size_t b, size_t e);
+int krn_avx2_gather(const krn_gather_args *a, size_t b, size_t e);
 void krn_avx2_sigmoid(const krn_ew_args *a, size_t b, size_t e);
 void krn_avx2_mul(const krn_ew_args *a, size_t b, size_t e);
 void krn_avx2_add(const krn_ew_args *a, size_t b, size_t e);

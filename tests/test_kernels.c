@@ -11,6 +11,9 @@
  * kernels/krn_internal.h.
  */
 #include <check.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -364,12 +367,25 @@ START_TEST(quant_a8_definition)
         ck_assert_int_eq(krn_qa_q(qz, 0, 2, 32)[i], 0);
     ck_assert(krn_qa_scale(qz, 0, 2, 32)[0] == 0.0f && krn_qa_scale(qz, 0, 2, 32)[1] == 0.0f);
 
+    /* The 64-k copy holds the same values as [evens | odds] per chunk, and per-pair stats. */
+    const int8_t *q64 = krn_qa_q64(qa, 0, kb, bs);
+    for (size_t j = 0; j < krn_qa_chunks(kb, bs) * 64; j++) {
+        int want = j < kb * bs ? q[(j / bs) * bs + krn_qa_slot(j % bs, bs)] : 0;
+        ck_assert_int_eq(q64[(j / 64) * 64 + krn_qa_slot64(j % 64)], want);
+    }
+    for (size_t p = 0; p < krn_qa_pairs(kb); p++)
+        for (size_t l = 0; l < 8; l++) {
+            size_t b = 2 * p + l / 4;
+            ck_assert(krn_qa_sa8(qa, 0, kb, bs)[8 * p + l] == (b < kb ? sc[b] : 0.0f));
+            ck_assert_int_eq(krn_qa_qs8(qa, 0, kb, bs)[8 * p + l], b < kb ? qs[b] : 0);
+        }
+
     krn_table tabs[KRN_LEVEL_COUNT];
     int nl = simd_levels(tabs);
     for (int l = 0; l < nl; l++) {
         void *q2 = qa_alloc(1, k, bs);
         quantize(&tabs[l], a, 1, k, bs, q2);
-        ck_assert_msg(memcmp(q2, qa, kb * bs + 3 * 4 * kb) == 0, "%s", tabs[l].quant_a8.name);
+        ck_assert_msg(memcmp(q2, qa, krn_qa_used_bytes(kb, bs)) == 0, "%s", tabs[l].quant_a8.name);
         free(q2);
     }
     free(qa);
@@ -457,17 +473,29 @@ static void mmnb_case(const krn_table *lv, size_t m, size_t n, size_t k, size_t 
     lv->quant_a8.fn(&qargs, 0, m / 2);
     lv->quant_a8.fn(&qargs, m / 2, m);
     for (size_t i = 0; i < m; i++)
-        ck_assert_msg(memcmp(krn_qa_q(qa, i, kb, bs), krn_qa_q(qal, i, kb, bs), kb * bs + 12 * kb) == 0,
+        ck_assert_msg(memcmp(krn_qa_q(qa, i, kb, bs), krn_qa_q(qal, i, kb, bs), krn_qa_used_bytes(kb, bs)) == 0,
                       "%s m=%zu k=%zu bs=%zu row %zu", lv->quant_a8.name, m, k, bs, i);
     free(qal);
 
-    for (int mode = 0; mode < 2; mode++) {
+    /* Levels that read repacked weights run the int8 mode a second time from them. */
+    void *packed = NULL;
+    size_t psize = krn_q4_pack_size(&q.w);
+    if (lv->q4_packed && psize) {
+        packed = aligned_alloc(64, (psize + 63) & ~(size_t)63);
+        ck_assert_ptr_nonnull(packed);
+        ck_assert_int_eq(krn_q4_pack(&q.w, packed), KRN_OK);
+    }
+    for (int mode = 0; mode < 3; mode++) {
+        if (mode == 2 && !packed)
+            break;
         krn_mmnb_args args = {.w = q.w, .m = m, .a = a, .a_ld = lda, .qa = qa, .y = yr, .y_ld = ldy};
-        ck_assert_int_eq(krn_mmnb_check(&args, mode == 1), KRN_OK);
+        ck_assert_int_eq(krn_mmnb_check(&args, mode >= 1), KRN_OK);
         (mode ? ref.mmnb_i8.fn : ref.mmnb_f32.fn)(&args, 0, n);
         for (size_t i = 0; i < m * ldy; i++)
             yl[i] = -12345.0f;
         args.y = yl;
+        if (mode == 2)
+            args.w.packed = packed;
         krn_mmnb_fn fn = mode ? lv->mmnb_i8.fn : lv->mmnb_f32.fn;
         /* Split the columns unevenly, as a thread pool would. */
         size_t cut = n / 3 + (n > 1);
@@ -498,13 +526,15 @@ static void mmnb_case(const krn_table *lv, size_t m, size_t n, size_t k, size_t 
                  */
                 tol += 2.0 * (k + kb + 16) * 0x1p-150;
                 CHECK_CLOSE(yl[i * ldy + j], yr[i * ldy + j], tol,
-                            "%s m=%zu n=%zu k=%zu bs=%zu zp=%d at (%zu,%zu)",
-                            mode ? lv->mmnb_i8.name : lv->mmnb_f32.name, m, n, k, bs, zp, i, j);
+                            "%s%s m=%zu n=%zu k=%zu bs=%zu zp=%d at (%zu,%zu)",
+                            mode ? lv->mmnb_i8.name : lv->mmnb_f32.name, mode == 2 ? " (packed)" : "",
+                            m, n, k, bs, zp, i, j);
             }
             for (size_t j = n; j < ldy; j++)
                 ck_assert(yl[i * ldy + j] == -12345.0f);
         }
     }
+    free(packed);
     free(a);
     free(yr);
     free(yl);
@@ -562,6 +592,54 @@ START_TEST(mmnb_levels_block_sizes_and_edges)
         mmnb_case(&tabs[l], 2, 7, 64, 32, false, false, 1e-39f, 1.0f, &r); /* subnormal A */
         mmnb_case(&tabs[l], 2, 7, 64, 32, false, true, 1.0f, 1e-20f, &r);
     }
+}
+END_TEST
+
+/*
+ * Repacking: only block 32 without zero points; the size covers whole 4-column
+ * tiles and block pairs; every byte and scale lands where krn_internal.h says,
+ * padding columns and blocks are zero.
+ */
+START_TEST(q4_pack_layout)
+{
+    rng r = {555};
+    qweights q;
+    qw_make(&q, 6, 100, 32, true, false, 0.1f, &r);
+    ck_assert_uint_eq(krn_q4_pack_size(&q.w), 0); /* zero points */
+    qw_free(&q);
+    qw_make(&q, 6, 100, 16, false, false, 0.1f, &r);
+    ck_assert_uint_eq(krn_q4_pack_size(&q.w), 0); /* block 16 */
+    qw_free(&q);
+
+    static const size_t ns[] = {1, 4, 6, 9}, ks[] = {32, 96, 100, 1024};
+    for (size_t in = 0; in < 4; in++)
+        for (size_t ik = 0; ik < 4; ik++) {
+            size_t n = ns[in], k = ks[ik];
+            qw_make(&q, n, k, 32, false, false, 0.1f, &r);
+            size_t kb = q.w.k_blocks, np = (kb + 1) / 2, tiles = (n + 3) / 4;
+            size_t sz = krn_q4_pack_size(&q.w);
+            ck_assert_uint_eq(sz, tiles * np * 160);
+            uint8_t *pk = aligned_alloc(64, (sz + 63) & ~(size_t)63);
+            ck_assert_ptr_nonnull(pk);
+            memset(pk, 0xEE, sz);
+            ck_assert_int_eq(krn_q4_pack(&q.w, pk), KRN_OK);
+            for (size_t t = 0; t < tiles; t++)
+                for (size_t p = 0; p < np; p++) {
+                    const uint8_t *g = pk + (t * np + p) * 160;
+                    for (size_t j = 0; j < 4; j++)
+                        for (size_t h = 0; h < 2; h++) {
+                            size_t col = 4 * t + j, b = 2 * p + h;
+                            bool have = col < n && b < kb;
+                            float sc;
+                            memcpy(&sc, g + 128 + 4 * (h * 4 + j), 4);
+                            ck_assert(sc == (have ? q.scales[col * kb + b] : 0.0f));
+                            for (size_t i = 0; i < 16; i++)
+                                ck_assert_int_eq(g[j * 32 + h * 16 + i], have ? q.b[(col * kb + b) * 16 + i] : 0);
+                        }
+                }
+            free(pk);
+            qw_free(&q);
+        }
 }
 END_TEST
 
@@ -749,8 +827,174 @@ START_TEST(rotary)
                     if (!inplace)
                         free(y);
                 }
+    /*
+     * Every level rotates with the reference's operations (no FMA), so fp32
+     * outputs are bit-identical, and fp16 outputs (a KV cache) are those values
+     * rounded to nearest even: bit-identical too.
+     */
+    for (int l = 1; l < nl; l++)
+        for (int f16 = 0; f16 < 2; f16++)
+            for (size_t ih = 0; ih < 4; ih++) {
+                size_t hd = hds[ih], rot = ih == 3 ? 96 : hd, nt = 5, nh = 3, n = nt * nh * hd;
+                int64_t pos[5] = {3, 0, 49, 17, 1};
+                float *x = frand(n, &r, -300, 300);
+                x[1] = 70000.0f; /* rounds to inf in fp16 */
+                x[2] = 1e-6f;    /* fp16 subnormal */
+                size_t esz = f16 ? 2 : 4;
+                uint8_t *yr = xmalloc(n * esz), *yl = xmalloc(n * esz);
+                memset(yr, 0x11, n * esz);
+                memset(yl, 0x11, n * esz);
+                krn_rotary_args a = {.x = x, .y = yr, .x_tok_stride = nh * hd, .x_head_stride = hd,
+                                     .y_tok_stride = hd, .y_head_stride = nt * hd, .n_tok = nt, .n_heads = nh,
+                                     .head_dim = hd, .rot_dim = rot, .cos_cache = cs, .sin_cache = sn,
+                                     .cache_ld = cache_ld, .pos = pos,
+                                     .y_type = f16 ? KRN_KV_F16 : KRN_KV_F32};
+                tabs[0].rotary.fn(&a, 0, nt * nh);
+                a.y = yl;
+                tabs[l].rotary.fn(&a, 0, 7);
+                tabs[l].rotary.fn(&a, 7, nt * nh);
+                ck_assert_msg(memcmp(yr, yl, n * esz) == 0, "%s f16=%d hd=%zu", tabs[l].rotary.name, f16, hd);
+                if (f16) /* and the reference's halves are the rounded fp32 rotation */
+                    for (size_t t = 0; t < nt; t++)
+                        for (size_t h = 0; h < nh; h++) {
+                            const float *xi = x + t * nh * hd + h * hd;
+                            const uint16_t *yo = (const uint16_t *)(const void *)yr + t * hd + h * nt * hd;
+                            const float *c = cs + pos[t] * cache_ld, *sv = sn + pos[t] * cache_ld;
+                            for (size_t j = 0; j < rot / 2; j++) {
+                                float o0 = xi[j] * c[j] - xi[j + rot / 2] * sv[j];
+                                ck_assert_uint_eq(yo[j], krn_f32_to_f16(o0));
+                            }
+                            for (size_t j = rot; j < hd; j++)
+                                ck_assert_uint_eq(yo[j], krn_f32_to_f16(xi[j]));
+                        }
+                free(x);
+                free(yr);
+                free(yl);
+            }
     free(cs);
     free(sn);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------- */
+/* fp16 KV cache                                                               */
+
+#if defined(__x86_64__)
+__attribute__((target("f16c"))) static uint16_t hw_f32_to_f16(float f)
+{
+    return (uint16_t)_cvtss_sh(f, 0); /* 0 = round to nearest even */
+}
+
+__attribute__((target("f16c"))) static float hw_f16_to_f32(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+#endif
+
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bitsf(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/*
+ * The portable conversions against their definition: every half widens to
+ * the float of the same value (so round trips are exact), and narrowing is
+ * round-to-nearest-even with overflow to inf (ties at the boundaries
+ * included). Where the CPU has F16C, both directions must give its exact bits
+ * for every half and for a sweep of floats (normal, subnormal, ties, NaN
+ * payloads), since SIMD levels convert with it.
+ */
+START_TEST(f16_conversions)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = krn_f16_to_f32((uint16_t)h);
+        unsigned e = (h >> 10) & 31, m = h & 1023;
+        if (e == 31) {
+            ck_assert(m ? isnan(f) : isinf(f));
+            continue;
+        }
+        double want = (e ? ldexp(1024 + m, (int)e - 25) : ldexp(m, -24)) * ((h & 0x8000) ? -1 : 1);
+        ck_assert_msg((double)f == want && !!signbit(f) == !!(h & 0x8000), "half %#x", h);
+        ck_assert_uint_eq(krn_f32_to_f16(f), h);
+    }
+    /* Ties and boundaries: 65504 max, 65520 ties to inf, 2^-25 ties to 0, 3 * 2^-25 to 2^-23. */
+    ck_assert_uint_eq(krn_f32_to_f16(65504.0f), 0x7BFF);
+    ck_assert_uint_eq(krn_f32_to_f16(65519.99f), 0x7BFF);
+    ck_assert_uint_eq(krn_f32_to_f16(65520.0f), 0x7C00);
+    ck_assert_uint_eq(krn_f32_to_f16(-1e9f), 0xFC00);
+    ck_assert_uint_eq(krn_f32_to_f16(0x1p-25f), 0);
+    ck_assert_uint_eq(krn_f32_to_f16(0x1.000002p-25f), 1);
+    ck_assert_uint_eq(krn_f32_to_f16(0x3p-25f), 2);
+    ck_assert_uint_eq(krn_f32_to_f16(1.0f + 0x1p-11f), 0x3C00);     /* tie, even stays */
+    ck_assert_uint_eq(krn_f32_to_f16(1.0f + 0x3p-11f), 0x3C02);     /* tie, odd rounds up */
+    ck_assert_uint_eq(krn_f32_to_f16(0x1.ffcp-15f), 0x0400);         /* subnormal carries into the smallest normal */
+    ck_assert_uint_eq(krn_f32_to_f16(-0.0f), 0x8000);
+#if defined(__x86_64__)
+    if (!krn_cpu_detect().f16c) {
+        fprintf(stderr, "test_kernels: no F16C, hardware comparison skipped\n");
+        return;
+    }
+    for (uint32_t h = 0; h < 65536; h++)
+        ck_assert_msg(fbits(krn_f16_to_f32((uint16_t)h)) == fbits(hw_f16_to_f32((uint16_t)h)), "half %#x", h);
+    rng r = {16};
+    for (uint32_t i = 0; i < 2000000; i++) {
+        uint32_t u;
+        if (i < 65536 * 8) /* every half's neighbourhood: exact, ties, just off ties */
+            u = fbits(krn_f16_to_f32((uint16_t)(i >> 3))) + (uint32_t)((int)(i & 7) - 3) * 0x800u;
+        else
+            u = (uint32_t)rnext(&r);
+        float f = bitsf(u);
+        ck_assert_msg(krn_f32_to_f16(f) == hw_f32_to_f16(f), "float %#x: %#x vs %#x", u, krn_f32_to_f16(f),
+                      hw_f32_to_f16(f));
+    }
+#endif
+}
+END_TEST
+
+/* Row stores into a strided cache: fp32 copies, fp16 as the portable conversion, every level. */
+START_TEST(kv_store)
+{
+    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    tabs[0] = ref_tab();
+    int nl = 1 + simd_levels(tabs + 1);
+    rng r = {21};
+    const size_t nt = 3, nh = 4, n = 37, xt = nh * 40, yt = 2 * nh * 40;
+    float *x = frand(nt * xt, &r, -70000, 70000);
+    for (int l = 0; l < nl; l++)
+        for (int f16 = 0; f16 < 2; f16++) {
+            size_t esz = f16 ? 2 : 4, ny = nt * yt;
+            uint8_t *y = xmalloc(ny * esz);
+            memset(y, 0x5C, ny * esz);
+            krn_rows_args a = {.x = x, .x_tok_stride = xt, .x_head_stride = 40, .y = y, .y_tok_stride = yt,
+                               .y_head_stride = 80, .n_tok = nt, .n_heads = nh, .n = n,
+                               .y_type = f16 ? KRN_KV_F16 : KRN_KV_F32};
+            tabs[l].kv_store.fn(&a, 0, 5);
+            tabs[l].kv_store.fn(&a, 5, nt * nh);
+            for (size_t t = 0; t < nt; t++)
+                for (size_t h = 0; h < nh; h++)
+                    for (size_t j = 0; j < 80; j++) {
+                        size_t yo = t * yt + h * 80 + j;
+                        float xv = x[t * xt + h * 40 + j];
+                        if (j >= n) { /* untouched */
+                            ck_assert_int_eq(y[yo * esz], 0x5C);
+                        } else if (f16) {
+                            ck_assert_uint_eq(((uint16_t *)(void *)y)[yo], krn_f32_to_f16(xv));
+                        } else {
+                            ck_assert(((float *)(void *)y)[yo] == xv);
+                        }
+                    }
+            free(y);
+        }
+    free(x);
 }
 END_TEST
 
@@ -762,6 +1006,7 @@ typedef struct gqa_case {
     int64_t window;
     float softcap;
     bool token_major; /* cache as [T, Nkv, H] instead of [Nkv, T, H] */
+    bool f16;         /* fp16 cache */
 } gqa_case;
 
 /*
@@ -786,6 +1031,22 @@ static void gqa_run(const krn_table *lv, const gqa_case *c, rng *r)
     float *o_ref = xmalloc(c->seq * out_ld * sizeof(float)), *o_l = xmalloc(c->seq * out_ld * sizeof(float));
     for (size_t i = 0; i < c->seq * out_ld; i++)
         o_ref[i] = o_l[i] = 3.0f;
+    /*
+     * fp16 cache: the halves of the random values, and kc/vc replaced by their
+     * exact widening, so the fp32 reference on kc/vc is what the fp16 kernels
+     * must match (the reference's fp16 path bit for bit).
+     */
+    uint16_t *k16 = NULL, *v16 = NULL;
+    if (c->f16) {
+        k16 = xmalloc(cache_sz * 2);
+        v16 = xmalloc(cache_sz * 2);
+        for (size_t i = 0; i < cache_sz; i++) {
+            k16[i] = krn_f32_to_f16(kc[i]);
+            v16[i] = krn_f32_to_f16(vc[i]);
+            kc[i] = krn_f16_to_f32(k16[i]);
+            vc[i] = krn_f16_to_f32(v16[i]);
+        }
+    }
     krn_gqa_args a = {.q = q, .q_ld = q_ld, .k_cache = kc, .v_cache = vc, .kv_head_stride = head_stride,
                       .kv_tok_stride = tok_stride, .out = o_ref, .out_ld = out_ld, .seq = c->seq,
                       .past = c->past, .n_heads = c->nq, .n_kv_heads = c->nkv, .head_dim = hd,
@@ -794,6 +1055,22 @@ static void gqa_run(const krn_table *lv, const gqa_case *c, rng *r)
     ck_assert_int_eq(krn_gqa_check(&a), KRN_OK);
     size_t items = c->seq * c->nq;
     ref.gqa.fn(&a, 0, items);
+    if (c->f16) {
+        float *o16 = xmalloc(c->seq * out_ld * sizeof(float));
+        for (size_t i = 0; i < c->seq * out_ld; i++)
+            o16[i] = 3.0f;
+        krn_gqa_args a16 = a;
+        a16.k_cache = k16;
+        a16.v_cache = v16;
+        a16.kv_type = KRN_KV_F16;
+        a16.out = o16;
+        ref.gqa.fn(&a16, 0, items);
+        ck_assert_msg(memcmp(o16, o_ref, c->seq * out_ld * sizeof(float)) == 0, "ref gqa fp16 != fp32 on widened");
+        free(o16);
+        a.k_cache = k16;
+        a.v_cache = v16;
+        a.kv_type = KRN_KV_F16;
+    }
     a.out = o_l;
     /* Odd cuts split kv groups across calls. */
     size_t cut1 = items / 3, cut2 = cut1 + (items - cut1) / 2 + 1;
@@ -851,6 +1128,8 @@ static void gqa_run(const krn_table *lv, const gqa_case *c, rng *r)
     free(q);
     free(kc);
     free(vc);
+    free(k16);
+    free(v16);
     free(o_ref);
     free(o_l);
 }
@@ -858,12 +1137,18 @@ static void gqa_run(const krn_table *lv, const gqa_case *c, rng *r)
 START_TEST(gqa)
 {
     static const gqa_case cases[] = {
-        {0, 1, 2, 1, 8, -1, 0, false},     {0, 7, 4, 2, 64, -1, 0, false},
-        {5, 1, 16, 8, 128, -1, 0, false},  {70, 3, 4, 2, 128, -1, 0, true},
-        {200, 1, 6, 2, 36, -1, 0, false},  {3, 17, 3, 3, 20, -1, 0, false},
-        {40, 5, 4, 1, 64, 4, 0, false},    {10, 3, 2, 2, 32, 0, 0, false},
-        {100, 2, 4, 2, 128, 50, 0, true},  {30, 4, 4, 2, 64, -1, 5.0f, false},
-        {130, 1, 16, 2, 128, -1, 0, false}, /* group of 8 heads, chunk boundaries */
+        {0, 1, 2, 1, 8, -1, 0, false, false},     {0, 7, 4, 2, 64, -1, 0, false, false},
+        {5, 1, 16, 8, 128, -1, 0, false, false},  {70, 3, 4, 2, 128, -1, 0, true, false},
+        {200, 1, 6, 2, 36, -1, 0, false, false},  {3, 17, 3, 3, 20, -1, 0, false, false},
+        {40, 5, 4, 1, 64, 4, 0, false, false},    {10, 3, 2, 2, 32, 0, 0, false, false},
+        {100, 2, 4, 2, 128, 50, 0, true, false},  {30, 4, 4, 2, 64, -1, 5.0f, false, false},
+        {130, 1, 16, 2, 128, -1, 0, false, false}, /* group of 8 heads, chunk boundaries */
+        /* Query blocks (prefill): groups of 2, 8, and 32 heads (more than one pass's rows). */
+        {0, 40, 4, 2, 64, -1, 0, true, false},    {9, 23, 8, 1, 24, -1, 0, false, false},
+        {0, 5, 32, 1, 16, -1, 0, false, false},   {17, 33, 4, 2, 128, 20, 0, true, false},
+        /* fp16 caches, decode and prefill. */
+        {70, 1, 16, 8, 128, -1, 0, true, true}, {300, 1, 4, 1, 128, -1, 0, false, true},
+        {0, 37, 4, 2, 128, -1, 0, true, true},  {12, 9, 6, 3, 36, 5, 0, true, true},
     };
     krn_table tabs[KRN_LEVEL_COUNT + 1];
     tabs[0] = ref_tab();
@@ -1013,8 +1298,11 @@ int main(void)
     tcase_add_test(tc, mmnb_i8_vs_f32_ref);
     tcase_add_test(tc, mmnb_levels_grid);
     tcase_add_test(tc, mmnb_levels_block_sizes_and_edges);
+    tcase_add_test(tc, q4_pack_layout);
     tcase_add_test(tc, norms);
     tcase_add_test(tc, rotary);
+    tcase_add_test(tc, f16_conversions);
+    tcase_add_test(tc, kv_store);
     tcase_add_test(tc, gqa);
     tcase_add_test(tc, elementwise);
     tcase_add_test(tc, gather);

@@ -1,18 +1,26 @@
 /*
- * avx2/attn: AVX2/FMA GroupQueryAttention core for one sequence (batch 1).
+ * avx2/attn: AVX2/FMA GroupQueryAttention core for one sequence (batch 1),
+ * reading an fp32 or fp16 KV cache.
  *
- * Single pass over the keys with an online softmax: keys are scored in chunks,
- * and when a chunk raises a head's running maximum the accumulated output and
- * denominator are rescaled by exp(old max - new max). Query heads that share a
- * kv head and a token (up to GMAX of them, consecutive items of the range) are
- * processed together, so each K and V row is fetched from memory once for the
- * whole group; with long contexts that halves the cache traffic of Qwen3's
- * 2:1 grouping. Needs no scratch beyond a few KiB of stack.
+ * A pass over the keys serves a "row set": up to RMAX query rows that share a
+ * kv head, i.e. the query heads of one kv group times a block of consecutive
+ * new tokens (prefill) or just the group's heads (decode). Keys are taken in
+ * chunks of CH with an online softmax: when a chunk raises a row's running
+ * maximum, its accumulated output and denominator are rescaled by
+ * exp(old max - new max). Nothing grows with the context: the state is the
+ * row set's accumulators and one chunk of scores, a few tens of KiB of stack.
+ *
+ * Scores are computed in 2-row x 4-key register tiles (each K vector loaded or
+ * widened from fp16 once for two rows, eight independent FMA chains, one
+ * horizontal reduction per eight scores); the weighted sum of values in
+ * 2-row x 32-dim tiles kept in registers across the chunk, so each V vector
+ * is read once per row pair and the accumulators touch memory once per chunk.
+ * Causality (and a local window) are per-row masks over the shared key range.
  *
  * Numerics versus the reference: the same scores up to summation order, the
  * vector exp (~2 ulp), and normalization by the total at the end instead of
- * per weight. Called by compute workers with an item range. Compiled with the
- * avx2 flags.
+ * per weight. fp16 values are widened exactly (F16C). Called by compute
+ * workers with an item range. Compiled with the avx2 flags.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -21,87 +29,222 @@
 #include "kernels/avx2/simd.h"
 #include "kernels/krn_internal.h"
 
-#define GMAX 8  /* query heads sharing a kv head processed together */
-#define CHUNK 64 /* keys scored per online-softmax step */
+#define RMAX 16 /* query rows sharing one pass over the keys */
+#define CH 32   /* keys per online-softmax step */
 
-static inline float dot(const float *q, const float *k, size_t n)
+#define INLINE static inline __attribute__((always_inline))
+
+typedef struct rowset {
+    size_t n;               /* rows */
+    const float *q[RMAX];   /* head_dim floats each */
+    float *out[RMAX];
+    size_t lo[RMAX], hi[RMAX]; /* visible keys [lo, hi) */
+} rowset;
+
+/* 8 cache values from element offset off, widened when the cache is fp16. */
+INLINE __m256 kv_load8(const void *base, size_t off, const bool F16)
 {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    size_t d = 0;
-    for (; d + 16 <= n; d += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(k + d + 8), s1);
+    if (F16)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)base + off)));
+    return _mm256_loadu_ps((const float *)base + off);
+}
+
+INLINE float kv_load1(const void *base, size_t off, const bool F16)
+{
+    if (F16)
+        return _cvtsh_ss(((const uint16_t *)base)[off]);
+    return ((const float *)base)[off];
+}
+
+/*
+ * Scaled dots of rows r0, r1 with keys j[0..3] (element offsets of the key
+ * rows), as [r0.k0 .. r0.k3 | r1.k0 .. r1.k3].
+ */
+INLINE __m256 score2x4(const krn_gqa_args *a, const float *q0, const float *q1, const size_t *koff, const bool F16)
+{
+    const size_t hd = a->head_dim, hd8 = hd & ~(size_t)7;
+    __m256 s00 = _mm256_setzero_ps(), s01 = s00, s02 = s00, s03 = s00;
+    __m256 s10 = s00, s11 = s00, s12 = s00, s13 = s00;
+    for (size_t d = 0; d < hd8; d += 8) {
+        __m256 k0 = kv_load8(a->k_cache, koff[0] + d, F16), k1 = kv_load8(a->k_cache, koff[1] + d, F16);
+        __m256 k2 = kv_load8(a->k_cache, koff[2] + d, F16), k3 = kv_load8(a->k_cache, koff[3] + d, F16);
+        __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);
+        s00 = _mm256_fmadd_ps(x0, k0, s00);
+        s01 = _mm256_fmadd_ps(x0, k1, s01);
+        s02 = _mm256_fmadd_ps(x0, k2, s02);
+        s03 = _mm256_fmadd_ps(x0, k3, s03);
+        s10 = _mm256_fmadd_ps(x1, k0, s10);
+        s11 = _mm256_fmadd_ps(x1, k1, s11);
+        s12 = _mm256_fmadd_ps(x1, k2, s12);
+        s13 = _mm256_fmadd_ps(x1, k3, s13);
     }
-    for (; d + 8 <= n; d += 8)
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), s0);
-    float s = krn_avx2_hsum(_mm256_add_ps(s0, s1));
-    for (; d < n; d++)
-        s += q[d] * k[d];
-    return s;
+    /* hadd pairs, then the two 128-bit halves: lane order r0 k0..k3, r1 k0..k3. */
+    __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(s00, s01), _mm256_hadd_ps(s02, s03));
+    __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(s10, s11), _mm256_hadd_ps(s12, s13));
+    __m256 r = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+    if (hd8 < hd) {
+        float t[8];
+        _mm256_storeu_ps(t, r);
+        for (size_t d = hd8; d < hd; d++)
+            for (int i = 0; i < 4; i++) {
+                float kd = kv_load1(a->k_cache, koff[i] + d, F16);
+                t[i] += q0[d] * kd;
+                t[4 + i] += q1[d] * kd;
+            }
+        r = _mm256_loadu_ps(t);
+    }
+    return _mm256_mul_ps(r, _mm256_set1_ps(a->scale));
 }
 
-/* acc = acc * c + p * v over n floats (c = 1 skips the rescale). */
-static inline void axpy(float *acc, float p, const float *v, size_t n)
+/* Scores of every row of the set against keys [jc, jc + cn) into sc (softcapped). */
+INLINE void chunk_scores(const krn_gqa_args *a, const rowset *rs, size_t kbase, size_t jc, size_t cn,
+                         float (*sc)[CH], const bool F16)
 {
-    __m256 vp = _mm256_set1_ps(p);
-    size_t d = 0;
-    for (; d + 8 <= n; d += 8)
-        _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(vp, _mm256_loadu_ps(v + d), _mm256_loadu_ps(acc + d)));
-    for (; d < n; d++)
-        acc[d] += p * v[d];
+    for (size_t r = 0; r < rs->n; r += 2) {
+        size_t r1 = r + 1 < rs->n ? r + 1 : r;
+        for (size_t jj = 0; jj < cn; jj += 4) {
+            size_t koff[4];
+            for (int i = 0; i < 4; i++) {
+                /* Keys past the chunk repeat its last one; their scores are dropped. */
+                size_t j = jc + (jj + (size_t)i < cn ? jj + (size_t)i : cn - 1);
+                koff[i] = kbase + j * a->kv_tok_stride;
+            }
+            __m256 v = score2x4(a, rs->q[r], rs->q[r1], koff, F16);
+            float t[8];
+            _mm256_storeu_ps(t, v);
+            size_t m = cn - jj < 4 ? cn - jj : 4;
+            for (size_t i = 0; i < m; i++) {
+                sc[r][jj + i] = t[i];
+                sc[r1][jj + i] = t[4 + i];
+            }
+        }
+    }
+    if (a->softcap > 0.0f)
+        for (size_t r = 0; r < rs->n; r++)
+            for (size_t jj = 0; jj < cn; jj++)
+                sc[r][jj] = a->softcap * tanhf(sc[r][jj] / a->softcap);
 }
 
-static inline void scale_row(float *acc, float c, size_t n)
+/* acc[r][0, hd) *= c */
+static void scale_row(float *acc, float c, size_t hd)
 {
     __m256 vc = _mm256_set1_ps(c);
     size_t d = 0;
-    for (; d + 8 <= n; d += 8)
-        _mm256_storeu_ps(acc + d, _mm256_mul_ps(vc, _mm256_loadu_ps(acc + d)));
-    for (; d < n; d++)
+    for (; d + 8 <= hd; d += 8)
+        _mm256_store_ps(acc + d, _mm256_mul_ps(vc, _mm256_load_ps(acc + d)));
+    for (; d < hd; d++)
         acc[d] *= c;
 }
 
-/* Token s, query heads [h0, h0 + nh), all sharing one kv head. */
-static void attend(const krn_gqa_args *a, size_t s, size_t h0, size_t nh)
+/*
+ * acc[r] += sum_jj p[r][jj] * v(jc + jj) for every row: 32 dims of two rows
+ * stay in eight registers over the whole chunk.
+ */
+INLINE void chunk_pv(const krn_gqa_args *a, const rowset *rs, size_t vbase, size_t jc, size_t cn,
+                     float (*p)[CH], float (*acc)[KRN_MAX_HEAD_DIM], const bool F16)
 {
-    const size_t hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
-    const float *kc = a->k_cache + (h0 / group) * a->kv_head_stride;
-    const float *vc = a->v_cache + (h0 / group) * a->kv_head_stride;
-    float acc[GMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(32)));
-    float sc[GMAX][CHUNK] __attribute__((aligned(32)));
-    float mx[GMAX], den[GMAX];
-    const float *q[GMAX];
+    const size_t hd = a->head_dim, ts = a->kv_tok_stride;
+    for (size_t r = 0; r < rs->n; r += 2) {
+        bool two = r + 1 < rs->n;
+        size_t d = 0;
+        for (; d + 32 <= hd; d += 32) {
+            __m256 a0 = _mm256_load_ps(acc[r] + d), a1 = _mm256_load_ps(acc[r] + d + 8);
+            __m256 a2 = _mm256_load_ps(acc[r] + d + 16), a3 = _mm256_load_ps(acc[r] + d + 24);
+            __m256 b0 = _mm256_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
+            if (two) {
+                b0 = _mm256_load_ps(acc[r + 1] + d);
+                b1 = _mm256_load_ps(acc[r + 1] + d + 8);
+                b2 = _mm256_load_ps(acc[r + 1] + d + 16);
+                b3 = _mm256_load_ps(acc[r + 1] + d + 24);
+            }
+            for (size_t jj = 0; jj < cn; jj++) {
+                size_t off = vbase + (jc + jj) * ts + d;
+                __m256 v0 = kv_load8(a->v_cache, off, F16), v1 = kv_load8(a->v_cache, off + 8, F16);
+                __m256 v2 = kv_load8(a->v_cache, off + 16, F16), v3 = kv_load8(a->v_cache, off + 24, F16);
+                __m256 pa = _mm256_broadcast_ss(&p[r][jj]);
+                a0 = _mm256_fmadd_ps(pa, v0, a0);
+                a1 = _mm256_fmadd_ps(pa, v1, a1);
+                a2 = _mm256_fmadd_ps(pa, v2, a2);
+                a3 = _mm256_fmadd_ps(pa, v3, a3);
+                if (two) {
+                    __m256 pb = _mm256_broadcast_ss(&p[r + 1][jj]);
+                    b0 = _mm256_fmadd_ps(pb, v0, b0);
+                    b1 = _mm256_fmadd_ps(pb, v1, b1);
+                    b2 = _mm256_fmadd_ps(pb, v2, b2);
+                    b3 = _mm256_fmadd_ps(pb, v3, b3);
+                }
+            }
+            _mm256_store_ps(acc[r] + d, a0);
+            _mm256_store_ps(acc[r] + d + 8, a1);
+            _mm256_store_ps(acc[r] + d + 16, a2);
+            _mm256_store_ps(acc[r] + d + 24, a3);
+            if (two) {
+                _mm256_store_ps(acc[r + 1] + d, b0);
+                _mm256_store_ps(acc[r + 1] + d + 8, b1);
+                _mm256_store_ps(acc[r + 1] + d + 16, b2);
+                _mm256_store_ps(acc[r + 1] + d + 24, b3);
+            }
+        }
+        for (; d + 8 <= hd; d += 8) {
+            __m256 a0 = _mm256_load_ps(acc[r] + d);
+            __m256 b0 = two ? _mm256_load_ps(acc[r + 1] + d) : _mm256_setzero_ps();
+            for (size_t jj = 0; jj < cn; jj++) {
+                __m256 v0 = kv_load8(a->v_cache, vbase + (jc + jj) * ts + d, F16);
+                a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[r][jj]), v0, a0);
+                if (two)
+                    b0 = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[r + 1][jj]), v0, b0);
+            }
+            _mm256_store_ps(acc[r] + d, a0);
+            if (two)
+                _mm256_store_ps(acc[r + 1] + d, b0);
+        }
+        for (; d < hd; d++)
+            for (size_t jj = 0; jj < cn; jj++) {
+                float v = kv_load1(a->v_cache, vbase + (jc + jj) * ts + d, F16);
+                acc[r][d] += p[r][jj] * v;
+                if (two)
+                    acc[r + 1][d] += p[r + 1][jj] * v;
+            }
+    }
+}
 
-    size_t len = a->past + s + 1, j0 = 0;
-    if (a->local_window >= 0 && len > (size_t)a->local_window)
-        j0 = len - (size_t)a->local_window;
-    for (size_t r = 0; r < nh; r++) {
-        q[r] = a->q + s * a->q_ld + (h0 + r) * hd;
+/* All rows of a set against kv head g. */
+INLINE void attend(const krn_gqa_args *a, const rowset *rs, size_t g, const bool F16)
+{
+    const size_t hd = a->head_dim;
+    const size_t kbase = g * a->kv_head_stride;
+    float acc[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(32)));
+    float sc[RMAX][CH] __attribute__((aligned(32)));
+    float mx[RMAX], den[RMAX];
+    size_t jlo = SIZE_MAX, jhi = 0;
+
+    for (size_t r = 0; r < rs->n; r++) {
         memset(acc[r], 0, hd * sizeof(float));
         mx[r] = -INFINITY;
         den[r] = 0.0f;
+        if (rs->lo[r] < rs->hi[r]) {
+            jlo = rs->lo[r] < jlo ? rs->lo[r] : jlo;
+            jhi = rs->hi[r] > jhi ? rs->hi[r] : jhi;
+        }
     }
 
-    for (size_t jc = j0; jc < len; jc += CHUNK) {
-        size_t cn = len - jc < CHUNK ? len - jc : CHUNK;
+    for (size_t jc = jlo; jc < jhi; jc += CH) {
+        size_t cn = jhi - jc < CH ? jhi - jc : CH;
         size_t cn8 = (cn + 7) & ~(size_t)7;
-        for (size_t jj = 0; jj < cn; jj++) {
-            const float *k = kc + (jc + jj) * a->kv_tok_stride;
-            for (size_t r = 0; r < nh; r++) {
-                float v = a->scale * dot(q[r], k, hd);
-                if (a->softcap > 0.0f)
-                    v = a->softcap * tanhf(v / a->softcap);
-                sc[r][jj] = v;
-            }
-        }
-        for (size_t r = 0; r < nh; r++) {
-            /* Padding lanes score -inf: they take no part in the max and exp to 0. */
-            for (size_t jj = cn; jj < cn8; jj++)
-                sc[r][jj] = -INFINITY;
+        chunk_scores(a, rs, kbase, jc, cn, sc, F16);
+        for (size_t r = 0; r < rs->n; r++) {
+            /* Keys this row may not see, and the padding lanes, score -inf: exp gives 0. */
+            for (size_t jj = 0; jj < cn8; jj++)
+                if (jj >= cn || jc + jj < rs->lo[r] || jc + jj >= rs->hi[r])
+                    sc[r][jj] = -INFINITY;
             __m256 vm = _mm256_set1_ps(-INFINITY);
             for (size_t jj = 0; jj < cn8; jj += 8)
                 vm = _mm256_max_ps(vm, _mm256_load_ps(&sc[r][jj]));
             float m_new = fmaxf(mx[r], krn_avx2_hmax(vm));
+            if (m_new == -INFINITY) { /* nothing visible yet: weights all zero */
+                memset(sc[r], 0, cn8 * sizeof(float));
+                continue;
+            }
             if (m_new > mx[r]) {
                 if (den[r] > 0.0f) {
                     float c = expf(mx[r] - m_new);
@@ -118,15 +261,11 @@ static void attend(const krn_gqa_args *a, size_t s, size_t h0, size_t nh)
             }
             den[r] += krn_avx2_hsum(vsum);
         }
-        for (size_t jj = 0; jj < cn; jj++) {
-            const float *v = vc + (jc + jj) * a->kv_tok_stride;
-            for (size_t r = 0; r < nh; r++)
-                axpy(acc[r], sc[r][jj], v, hd);
-        }
+        chunk_pv(a, rs, kbase, jc, cn, sc, acc, F16);
     }
 
-    for (size_t r = 0; r < nh; r++) {
-        float *out = a->out + s * a->out_ld + (h0 + r) * hd;
+    for (size_t r = 0; r < rs->n; r++) {
+        float *out = rs->out[r];
         if (den[r] > 0.0f) {
             __m256 vd = _mm256_set1_ps(den[r]);
             size_t d = 0;
@@ -140,18 +279,71 @@ static void attend(const krn_gqa_args *a, size_t s, size_t h0, size_t nh)
     }
 }
 
+/* Adds row (token s, head h) to a set, with its visible key range. */
+static void add_row(const krn_gqa_args *a, rowset *rs, size_t s, size_t h)
+{
+    size_t len = a->past + s + 1, j0 = 0;
+    if (a->local_window >= 0 && len > (size_t)a->local_window)
+        j0 = len - (size_t)a->local_window;
+    rs->q[rs->n] = a->q + s * a->q_ld + h * a->head_dim;
+    rs->out[rs->n] = a->out + s * a->out_ld + h * a->head_dim;
+    rs->lo[rs->n] = j0;
+    rs->hi[rs->n] = len;
+    rs->n++;
+}
+
+static void run_set(const krn_gqa_args *a, const rowset *rs, size_t g)
+{
+    if (a->kv_type == KRN_KV_F16)
+        attend(a, rs, g, true);
+    else
+        attend(a, rs, g, false);
+}
+
+/* Heads [hg, hg + cnt) of kv group g (hg counted within the group) for token s. */
+static void run_token_heads(const krn_gqa_args *a, size_t g, size_t s, size_t hg, size_t cnt, size_t group)
+{
+    while (cnt) {
+        size_t nh = cnt < RMAX ? cnt : RMAX;
+        rowset rs = {.n = 0};
+        for (size_t r = 0; r < nh; r++)
+            add_row(a, &rs, s, g * group + hg + r);
+        run_set(a, &rs, g);
+        hg += nh;
+        cnt -= nh;
+    }
+}
+
+/*
+ * Items are ordered (kv head, token, head in group) (krn.h). Within each kv
+ * head of the range, whole tokens are done in query blocks of qb tokens times
+ * up to RMAX / qb heads; a token cut by the range's ends alone.
+ */
 void krn_avx2_gqa(const krn_gqa_args *a, size_t i_begin, size_t i_end)
 {
-    size_t group = a->n_heads / a->n_kv_heads;
-    for (size_t i = i_begin; i < i_end;) {
-        size_t s = i / a->n_heads, h = i % a->n_heads;
-        size_t group_end = (h / group + 1) * group; /* first head of the next kv head */
-        size_t nh = group_end - h;
-        if (nh > i_end - i)
-            nh = i_end - i;
-        if (nh > GMAX)
-            nh = GMAX;
-        attend(a, s, h, nh);
-        i += nh;
+    const size_t group = a->n_heads / a->n_kv_heads, per_g = a->seq * group;
+    const size_t hpr = group < RMAX ? group : RMAX; /* heads per set */
+    const size_t qb = RMAX / hpr;                    /* tokens per set */
+    for (size_t g = i_begin / per_g; g < a->n_kv_heads && g * per_g < i_end; g++) {
+        size_t lb = i_begin > g * per_g ? i_begin - g * per_g : 0;
+        size_t le = i_end - g * per_g < per_g ? i_end - g * per_g : per_g;
+        size_t s_lo = (lb + group - 1) / group, s_hi = le / group;
+        if (s_lo > s_hi) { /* inside one token */
+            run_token_heads(a, g, lb / group, lb % group, le - lb, group);
+            continue;
+        }
+        if (lb % group)
+            run_token_heads(a, g, lb / group, lb % group, group - lb % group, group);
+        for (size_t h0 = 0; h0 < group; h0 += hpr)
+            for (size_t s0 = s_lo; s0 < s_hi; s0 += qb) {
+                rowset rs = {.n = 0};
+                size_t s1 = s_hi - s0 < qb ? s_hi : s0 + qb;
+                for (size_t s = s0; s < s1; s++)
+                    for (size_t h = h0; h < h0 + hpr && h < group; h++)
+                        add_row(a, &rs, s, g * group + h);
+                run_set(a, &rs, g);
+            }
+        if (le % group)
+            run_token_heads(a, g, s_hi, 0, le % group, group);
     }
 }

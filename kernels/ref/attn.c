@@ -13,11 +13,19 @@
 
 #include "kernels/krn_internal.h"
 
-static float score(const krn_gqa_args *a, const float *q, const float *k)
+/* Element d of cache row (g, j): head_off = g * kv_head_stride, already added. */
+static inline float kv_at(const krn_gqa_args *a, const void *base, size_t off)
+{
+    if (a->kv_type == KRN_KV_F16)
+        return krn_f16_to_f32(((const uint16_t *)base)[off]);
+    return ((const float *)base)[off];
+}
+
+static float score(const krn_gqa_args *a, const float *q, size_t koff)
 {
     float dot = 0.0f;
     for (size_t d = 0; d < a->head_dim; d++)
-        dot += q[d] * k[d];
+        dot += q[d] * kv_at(a, a->k_cache, koff + d);
     float s = a->scale * dot;
     if (a->softcap > 0.0f)
         s = a->softcap * tanhf(s / a->softcap);
@@ -29,10 +37,10 @@ void krn_ref_gqa(const krn_gqa_args *a, size_t i_begin, size_t i_end)
     size_t group = a->n_heads / a->n_kv_heads, hd = a->head_dim;
     float acc[KRN_MAX_HEAD_DIM];
     for (size_t i = i_begin; i < i_end; i++) {
-        size_t s = i / a->n_heads, h = i % a->n_heads, g = h / group;
+        /* item = (g * seq + s) * group + (h - g * group), see krn.h */
+        size_t g = i / (a->seq * group), s = i / group % a->seq, h = g * group + i % group;
         const float *q = a->q + s * a->q_ld + h * hd;
-        const float *kc = a->k_cache + g * a->kv_head_stride;
-        const float *vc = a->v_cache + g * a->kv_head_stride;
+        size_t kvo = g * a->kv_head_stride;
         float *out = a->out + s * a->out_ld + h * hd;
         size_t len = a->past + s + 1, j0 = 0;
         if (a->local_window >= 0 && len > (size_t)a->local_window)
@@ -41,15 +49,14 @@ void krn_ref_gqa(const krn_gqa_args *a, size_t i_begin, size_t i_end)
         if (j0 < len) {
             float mx = -INFINITY;
             for (size_t j = j0; j < len; j++)
-                mx = fmaxf(mx, score(a, q, kc + j * a->kv_tok_stride));
+                mx = fmaxf(mx, score(a, q, kvo + j * a->kv_tok_stride));
             float sum = 0.0f;
             for (size_t j = j0; j < len; j++)
-                sum += expf(score(a, q, kc + j * a->kv_tok_stride) - mx);
+                sum += expf(score(a, q, kvo + j * a->kv_tok_stride) - mx);
             for (size_t j = j0; j < len; j++) {
-                float p = expf(score(a, q, kc + j * a->kv_tok_stride) - mx) / sum;
-                const float *v = vc + j * a->kv_tok_stride;
+                float p = expf(score(a, q, kvo + j * a->kv_tok_stride) - mx) / sum;
                 for (size_t d = 0; d < hd; d++)
-                    acc[d] += p * v[d];
+                    acc[d] += p * kv_at(a, a->v_cache, kvo + j * a->kv_tok_stride + d);
             }
         }
         memcpy(out, acc, hd * sizeof(float));

@@ -44,10 +44,12 @@ void krn_ref_quant_a8(const krn_quant_args *args, size_t m_begin, size_t m_end)
 {
     size_t bs = args->block_size;
     size_t kb = (args->k + bs - 1) / bs;
-    for (size_t m = m_begin; m < m_end; m++)
+    for (size_t m = m_begin; m < m_end; m++) {
         quant_row(args->a + m * args->a_ld, args->k, bs, kb,
                   krn_qa_q(args->qa, m, kb, bs), krn_qa_scale(args->qa, m, kb, bs),
                   krn_qa_qsum(args->qa, m, kb, bs), krn_qa_scaled_sum(args->qa, m, kb, bs));
+        krn_qa_fill_ext(args->qa, m, kb, bs);
+    }
 }
 
 /*

@@ -1,18 +1,22 @@
 /*
  * ref/rotary: scalar rotary position embedding from cos/sin cache rows, in
  * the half-split form Qwen3's GroupQueryAttention uses and the interleaved
- * form for completeness. Called by compute workers with a (token, head) range;
- * the output may be the input itself or a KV-cache row.
+ * form for completeness, plus the KV-cache row store (fp32 copy or fp16
+ * conversion). Called by compute workers with a (token, head) range; the
+ * rotary output may be the input itself or a KV-cache row of either type.
  */
 #include "kernels/krn_internal.h"
 
 void krn_ref_rotary(const krn_rotary_args *args, size_t i_begin, size_t i_end)
 {
     size_t half = args->rot_dim / 2;
+    bool f16 = args->y_type == KRN_KV_F16;
     for (size_t i = i_begin; i < i_end; i++) {
         size_t t = i / args->n_heads, h = i % args->n_heads;
         const float *x = args->x + t * args->x_tok_stride + h * args->x_head_stride;
-        float *y = args->y + t * args->y_tok_stride + h * args->y_head_stride;
+        size_t yo = t * args->y_tok_stride + h * args->y_head_stride;
+        float *y = f16 ? NULL : (float *)args->y + yo;
+        uint16_t *y16 = f16 ? (uint16_t *)args->y + yo : NULL;
         const float *c = args->cos_cache + (size_t)args->pos[t] * args->cache_ld;
         const float *s = args->sin_cache + (size_t)args->pos[t] * args->cache_ld;
         /* Both inputs of a pair are read before either output is written: y may be x. */
@@ -20,11 +24,36 @@ void krn_ref_rotary(const krn_rotary_args *args, size_t i_begin, size_t i_end)
             size_t i0 = args->interleaved ? 2 * j : j;
             size_t i1 = args->interleaved ? 2 * j + 1 : j + half;
             float x0 = x[i0], x1 = x[i1];
-            y[i0] = x0 * c[j] - x1 * s[j];
-            y[i1] = x1 * c[j] + x0 * s[j];
+            float o0 = x0 * c[j] - x1 * s[j], o1 = x1 * c[j] + x0 * s[j];
+            if (f16) {
+                y16[i0] = krn_f32_to_f16(o0);
+                y16[i1] = krn_f32_to_f16(o1);
+            } else {
+                y[i0] = o0;
+                y[i1] = o1;
+            }
         }
-        if (y != x)
+        if (f16)
+            for (size_t j = args->rot_dim; j < args->head_dim; j++)
+                y16[j] = krn_f32_to_f16(x[j]);
+        else if (y != x)
             for (size_t j = args->rot_dim; j < args->head_dim; j++)
                 y[j] = x[j];
+    }
+}
+
+void krn_ref_kv_store(const krn_rows_args *args, size_t i_begin, size_t i_end)
+{
+    for (size_t i = i_begin; i < i_end; i++) {
+        size_t t = i / args->n_heads, h = i % args->n_heads;
+        const float *x = args->x + t * args->x_tok_stride + h * args->x_head_stride;
+        size_t yo = t * args->y_tok_stride + h * args->y_head_stride;
+        if (args->y_type == KRN_KV_F16) {
+            uint16_t *y = (uint16_t *)args->y + yo;
+            for (size_t j = 0; j < args->n; j++)
+                y[j] = krn_f32_to_f16(x[j]);
+        } else {
+            memcpy((float *)args->y + yo, x, args->n * sizeof(float));
+        }
     }
 }

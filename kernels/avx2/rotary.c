@@ -1,0 +1,116 @@
+/*
+ * avx2/rotary: AVX2 rotary embedding (half-split form), KV-cache row stores
+ * (fp32 copy or F16C conversion to fp16) and the embedding row gather.
+ *
+ * The rotation uses the reference's operations in the same order (two
+ * products, then a difference or sum; no FMA), so its fp32 results are
+ * bit-identical to the reference and an fp32 KV cache holds exactly what the
+ * scalar path would write. The interleaved form, which no exported Qwen3
+ * graph uses, is a scalar loop. fp16 outputs round to nearest even
+ * like the reference's portable conversion. Called by compute workers with a
+ * (token, head) or row range. Compiled with the avx2 flags.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/krn_internal.h"
+
+/* 8 floats to y (fp32) or to 8 halves. */
+static inline void store8(void *y, size_t off, __m256 v, bool f16)
+{
+    if (f16)
+        _mm_storeu_si128((__m128i *)(void *)((uint16_t *)y + off), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    else
+        _mm256_storeu_ps((float *)y + off, v);
+}
+
+static inline void store1(void *y, size_t off, float v, bool f16)
+{
+    if (f16)
+        ((uint16_t *)y)[off] = krn_f32_to_f16(v);
+    else
+        ((float *)y)[off] = v;
+}
+
+void krn_avx2_rotary(const krn_rotary_args *args, size_t i_begin, size_t i_end)
+{
+    const size_t half = args->rot_dim / 2;
+    const bool f16 = args->y_type == KRN_KV_F16;
+    for (size_t i = i_begin; i < i_end; i++) {
+        size_t t = i / args->n_heads, h = i % args->n_heads;
+        const float *x = args->x + t * args->x_tok_stride + h * args->x_head_stride;
+        size_t yo = t * args->y_tok_stride + h * args->y_head_stride;
+        const float *c = args->cos_cache + (size_t)args->pos[t] * args->cache_ld;
+        const float *s = args->sin_cache + (size_t)args->pos[t] * args->cache_ld;
+        size_t j = 0;
+        if (args->interleaved) {
+            for (; j < half; j++) {
+                float x0 = x[2 * j], x1 = x[2 * j + 1];
+                store1(args->y, yo + 2 * j, x0 * c[j] - x1 * s[j], f16);
+                store1(args->y, yo + 2 * j + 1, x1 * c[j] + x0 * s[j], f16);
+            }
+            j = half; /* the vector loop below has nothing left to do */
+        }
+        /* Both halves are loaded before either is stored: y may be x. */
+        for (; !args->interleaved && j + 8 <= half; j += 8) {
+            __m256 x0 = _mm256_loadu_ps(x + j), x1 = _mm256_loadu_ps(x + half + j);
+            __m256 cv = _mm256_loadu_ps(c + j), sv = _mm256_loadu_ps(s + j);
+            __m256 o0 = _mm256_sub_ps(_mm256_mul_ps(x0, cv), _mm256_mul_ps(x1, sv));
+            __m256 o1 = _mm256_add_ps(_mm256_mul_ps(x1, cv), _mm256_mul_ps(x0, sv));
+            store8(args->y, yo + j, o0, f16);
+            store8(args->y, yo + half + j, o1, f16);
+        }
+        for (; !args->interleaved && j < half; j++) {
+            float x0 = x[j], x1 = x[j + half];
+            store1(args->y, yo + j, x0 * c[j] - x1 * s[j], f16);
+            store1(args->y, yo + j + half, x1 * c[j] + x0 * s[j], f16);
+        }
+        if (f16 || (const void *)((float *)args->y + yo) != (const void *)x)
+            for (j = args->rot_dim; j < args->head_dim; j++)
+                store1(args->y, yo + j, x[j], f16);
+    }
+}
+
+void krn_avx2_kv_store(const krn_rows_args *args, size_t i_begin, size_t i_end)
+{
+    const bool f16 = args->y_type == KRN_KV_F16;
+    for (size_t i = i_begin; i < i_end; i++) {
+        size_t t = i / args->n_heads, h = i % args->n_heads;
+        const float *x = args->x + t * args->x_tok_stride + h * args->x_head_stride;
+        size_t yo = t * args->y_tok_stride + h * args->y_head_stride;
+        if (!f16) {
+            memcpy((float *)args->y + yo, x, args->n * sizeof(float));
+            continue;
+        }
+        size_t j = 0;
+        for (; j + 8 <= args->n; j += 8)
+            store8(args->y, yo + j, _mm256_loadu_ps(x + j), true);
+        for (; j < args->n; j++)
+            store1(args->y, yo + j, x[j], true);
+    }
+}
+
+int krn_avx2_gather(const krn_gather_args *a, size_t i_begin, size_t i_end)
+{
+    int64_t rows = (int64_t)a->n_rows;
+    for (size_t i = i_begin; i < i_end; i++) {
+        int64_t ix = a->idx[i];
+        if (ix < -rows || ix >= rows)
+            return KRN_ERANGE;
+        if (ix < 0)
+            ix += rows;
+        const float *src = a->table + (size_t)ix * a->table_ld;
+        float *dst = a->y + i * a->y_ld;
+        size_t j = 0;
+        for (; j + 32 <= a->n_cols; j += 32) {
+            __m256 v0 = _mm256_loadu_ps(src + j), v1 = _mm256_loadu_ps(src + j + 8);
+            __m256 v2 = _mm256_loadu_ps(src + j + 16), v3 = _mm256_loadu_ps(src + j + 24);
+            _mm256_storeu_ps(dst + j, v0);
+            _mm256_storeu_ps(dst + j + 8, v1);
+            _mm256_storeu_ps(dst + j + 16, v2);
+            _mm256_storeu_ps(dst + j + 24, v3);
+        }
+        memcpy(dst + j, src + j, (a->n_cols - j) * sizeof(float));
+    }
+    return KRN_OK;
+}
