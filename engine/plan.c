@@ -140,6 +140,7 @@ struct eng_exec {
     bool profiling;
     uint64_t prof_ns[32], prof_calls[32]; /* per op_defs entry */
     bool *fused_now;      /* per step: its SiLU fusion applies to this run's shapes */
+    bool *last_row;       /* per step: compute its output for the last input row only */
     eng_diag *diag;       /* of the current run */
 };
 
@@ -1168,7 +1169,11 @@ static int run_mmnb(eng_exec *x, const step *s)
     if (m->int8) {
         quant_call q = {&x->p->krn, {.a = a->v.data, .a_ld = m->w.k, .m = rows, .k = m->w.k,
                                      .block_size = m->w.block_size, .qa = x->scratch}};
-        run_par(x, rows, 1, do_quant, &q);
+        /* A few rows (decode) take a microsecond: cheaper here than a pool round trip. */
+        if (rows <= 4)
+            do_quant(&q, 0, rows);
+        else
+            run_par(x, rows, 1, do_quant, &q);
         c.a.qa = x->scratch;
     }
     run_par(x, m->w.n, 16, do_mmnb, &c);
@@ -1712,7 +1717,8 @@ eng_exec *eng_exec_new(const eng_plan *p, eng_pool *pool)
     x->need = calloc(nv, sizeof *x->need);
     x->kv = calloc((size_t)p->n_gqa + 1, sizeof *x->kv);
     x->fused_now = calloc(p->n_steps + 1, sizeof *x->fused_now);
-    if (!x->vals || !x->input_set || !x->bound || !x->slot_off || !x->slot_cap || !x->need || !x->kv || !x->fused_now) {
+    x->last_row = calloc(p->n_steps + 1, sizeof *x->last_row);
+    if (!x->vals || !x->input_set || !x->bound || !x->slot_off || !x->slot_cap || !x->need || !x->kv || !x->fused_now || !x->last_row) {
         eng_exec_free(x);
         return NULL;
     }
@@ -1736,6 +1742,7 @@ void eng_exec_free(eng_exec *x)
     free(x->need);
     free(x->kv);
     free(x->fused_now);
+    free(x->last_row);
     free(x->arena);
     free(x->scratch);
     free(x->shape_buf);
@@ -1781,6 +1788,23 @@ int eng_exec_bind_output(eng_exec *x, const char *name, void *buf, uint64_t cap,
         return -1;
     }
     x->bound[v] = (bound_buf){buf, buf ? cap : 0};
+    return 0;
+}
+
+int eng_exec_last_row_only(eng_exec *x, const char *name, bool on, eng_diag *diag)
+{
+    const eng_plan *p = x->p;
+    int v = eng_graph_value(p->g, name);
+    int i = v >= 0 ? producer_step(p, v) : -1;
+    if (i < 0 || !p->vals[v].graph_output) {
+        eng_diag_add(diag, "'%s' is not a computed output of the graph", name);
+        return -1;
+    }
+    if (p->steps[i].op->run != run_mmnb) {
+        eng_diag_add(diag, "output '%s' comes from %s, not a row-wise MatMulNBits", name, p->steps[i].node->op_type);
+        return -1;
+    }
+    x->last_row[i] = on;
     return 0;
 }
 
@@ -1941,6 +1965,25 @@ static bool outputs_are_int(const eng_exec *x, const step *s)
 /* Infers, places and (where this pass runs it) executes one step. */
 static int exec_step(eng_exec *x, const step *s, bool shape_pass)
 {
+    if (x->last_row[s - x->p->steps]) {
+        /* Present the input as its last row alone for this step. */
+        rt_val *in = &x->vals[s->in[0]];
+        rt_val saved = *in;
+        if (in->v.rank >= 1 && eng_view_numel(&in->v) > 0) {
+            uint64_t row = (uint64_t)in->v.dims[in->v.rank - 1];
+            uint64_t rows = eng_view_numel(&in->v) / (row ? row : 1);
+            for (int k = 0; k + 1 < in->v.rank; k++)
+                in->v.dims[k] = 1;
+            if (in->v.data)
+                in->v.data = (char *)in->v.data + (rows - 1) * row * eng_dtype_size(in->v.dtype);
+            in->nbytes = row * eng_dtype_size(in->v.dtype);
+        }
+        x->last_row[s - x->p->steps] = false;
+        int r = exec_step(x, s, shape_pass);
+        x->last_row[s - x->p->steps] = true;
+        *in = saved;
+        return r;
+    }
     if (s->op->infer(x, s) != 0)
         return -1;
     int r = place_outputs(x, s);

@@ -90,6 +90,14 @@ typedef struct eng_kv_binding {
  * node whose past_key input is the graph input PAST_KEY_INPUT. */
 int eng_exec_bind_kv(eng_exec *x, const char *past_key_input, const eng_kv_binding *b, eng_diag *diag);
 
+/*
+ * Computes graph output NAME for the last row (position) of its input only,
+ * e.g. the logits of a prefill whose other positions nobody reads. Only for
+ * an output produced by a row-wise op (MatMulNBits); its shape then has 1 in
+ * every leading dimension.
+ */
+int eng_exec_last_row_only(eng_exec *x, const char *name, bool on, eng_diag *diag);
+
 /* Runs the graph once. On failure the diag names the node. */
 int eng_exec_run(eng_exec *x, eng_diag *diag);
 

@@ -42,6 +42,7 @@ typedef struct kv_pair {
 struct eng_session {
     eng_model *m;
     eng_exec *x;
+    bool last_row_only;  /* the lm_head runs for the last position only */
     kv_cache *kv;        /* persistent mode */
     int64_t cap;         /* tokens */
     int64_t len;
@@ -226,6 +227,16 @@ static float *reserve(uint64_t bytes)
     return p == MAP_FAILED ? NULL : p;
 }
 
+/* A session only ever reads the last position's logits: where the logits
+ * come from a row-wise projection (the LM head), compute only that row. */
+static void logits_last_row(eng_session *s)
+{
+    eng_diag quiet;
+    eng_diag_init(&quiet);
+    s->last_row_only = eng_exec_last_row_only(s->x, s->m->logits, true, &quiet) == 0;
+    eng_diag_clear(&quiet);
+}
+
 eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag)
 {
     int64_t limit = eng_model_max_context(m);
@@ -247,6 +258,7 @@ eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag)
         s->mask = malloc((size_t)max_ctx * sizeof *s->mask);
         if (!s->kv || !s->x || !s->mask)
             goto oom;
+        logits_last_row(s);
         for (int64_t i = 0; i < max_ctx; i++)
             s->mask[i] = 1;
         int32_t dt = m->opts.kv_type == KV_F16 ? ENG_DT_FLOAT16 : ENG_DT_FLOAT;
@@ -266,6 +278,7 @@ eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag)
     s->x = eng_exec_new(m->plan, m->pool);
     if (!s->k || !s->v || !s->mask || !s->x)
         goto oom;
+    logits_last_row(s);
     for (int64_t i = 0; i < max_ctx; i++)
         s->mask[i] = 1;
     for (int64_t l = 0; l < L; l++)
@@ -383,11 +396,13 @@ static int finish_feed(eng_session *s, size_t n, int64_t total, const float **lo
     if (eng_exec_run(s->x, diag) != 0)
         return -1;
     eng_view lv;
-    if (eng_exec_value(s->x, m->logits, &lv) != 0 || lv.rank != 3 || lv.dims[1] != (int64_t)n || lv.dims[2] != V) {
-        eng_diag_add(diag, "output '%s' does not have shape [1, %zu, %lld]", m->logits, n, (long long)V);
+    /* the logits of the last position only, or of every position */
+    int64_t rows = s->last_row_only ? 1 : (int64_t)n;
+    if (eng_exec_value(s->x, m->logits, &lv) != 0 || lv.rank != 3 || lv.dims[1] != rows || lv.dims[2] != V) {
+        eng_diag_add(diag, "output '%s' does not have shape [1, %lld, %lld]", m->logits, (long long)rows, (long long)V);
         return -1;
     }
-    *logits = (const float *)lv.data + (n - 1) * (size_t)V;
+    *logits = (const float *)lv.data + (size_t)(rows - 1) * (size_t)V;
     s->len = total;
     if (s->kv)
         kv_set_length(s->kv, total);

@@ -25,10 +25,13 @@ check_DATA += tests/npm/.stamp
 tests/npm/.stamp: $(srcdir)/tests/npm-deps/package.json $(srcdir)/tests/npm-deps/setup.sh
 	$(AM_V_GEN)$(SHELL) $(srcdir)/tests/npm-deps/setup.sh $(abs_top_srcdir) $(abs_top_builddir)/tests/npm
 EXTRA_DIST += tests/npm-deps/package.json tests/npm-deps/setup.sh
-clean-local: clean-npm
+clean-local: clean-npm clean-test-tmp
 clean-npm:
 	-rm -rf $(builddir)/tests/npm
-.PHONY: clean-npm
+# scratch models and cases the check programs write
+clean-test-tmp:
+	-rm -rf $(builddir)/tests/tmp
+.PHONY: clean-npm clean-test-tmp
 
 check_PROGRAMS += tests/test_loader
 tests_test_loader_SOURCES = tests/test_loader.c
