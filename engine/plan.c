@@ -1038,6 +1038,8 @@ static int run_skip_sln(eng_exec *x, const step *s)
 
 /* ---- MatMulNBits ---------------------------------------------------------------- */
 
+static int prep_mmnb(plan_builder *b, step *s);
+
 /*
  * Repacked weights (krn_q4_pack) are one long sequential stream per matrix;
  * transparent huge pages, where the system grants them on request, spare the
@@ -1053,6 +1055,64 @@ static void *alloc_weights(size_t bytes)
     if (p && align == huge)
         madvise(p, sz, MADV_HUGEPAGE); /* a hint; failure only costs speed */
     return p;
+}
+
+/*
+ * Bytes of krn_q4_pack for a MatMulNBits node as its attributes describe it
+ * (0 when the packed form does not apply): the sizing pass of the arena below.
+ */
+static size_t node_pack_size(const eng_node *n)
+{
+    if (strcmp(n->op_type, "MatMulNBits") || eng_node_attr_int(n, "bits", 4) != 4 ||
+        eng_node_attr_int(n, "block_size", 0) != 32 || eng_node_attr_int(n, "accuracy_level", 0) != 4 ||
+        (n->n_inputs > 3 && n->input_values[3] >= 0))
+        return 0;
+    int64_t N = eng_node_attr_int(n, "N", 0), K = eng_node_attr_int(n, "K", 0);
+    if (N <= 0 || K <= 0)
+        return 0;
+    krn_q4_weights w = {.n = (size_t)N, .k = (size_t)K, .block_size = 32};
+    krn_q4_weights_set_blocks(&w);
+    return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+/*
+ * Room for the next packed matrix. All packed weights of a plan share one
+ * allocation, sized up front from the graph's MatMulNBits attributes, so the
+ * whole set sits on huge pages (most matrices are a few MiB, too small to get
+ * them on their own) and is faulted in with a few hundred faults. Matrices
+ * are carved in step order after the last one packed; whatever does not fit
+ * (a node the sizing pass counted differently) gets its own buffer. *counted
+ * is the number of bytes this call newly allocated.
+ */
+static void *packed_slot(plan_builder *b, const step *s, size_t bytes, uint64_t *counted)
+{
+    eng_plan *p = b->p;
+    size_t total = 0;
+    for (size_t i = 0; i < p->g->n_nodes; i++)
+        total += node_pack_size(&p->g->nodes[i]);
+    /* The arena is the first packed matrix's buffer; only matrices inside it count for the next offset. */
+    uintptr_t base = 0, used = 0;
+    for (const step *t = p->steps; t < s; t++) {
+        if (!t->op || t->op->prepare != prep_mmnb || !t->p.mmnb.w.packed)
+            continue;
+        uintptr_t q = (uintptr_t)t->p.mmnb.w.packed;
+        if (!base)
+            base = q;
+        if (q >= base && q - base < total) {
+            uintptr_t e = q - base + (krn_q4_pack_size(&t->p.mmnb.w) + ALIGN - 1) / ALIGN * ALIGN;
+            used = e > used ? e : used;
+        }
+    }
+    *counted = 0;
+    if (base && used + bytes <= total)
+        return (void *)(base + used);
+    size_t want = base ? bytes : (total >= bytes ? total : bytes);
+    void *buf = alloc_weights(want);
+    if (buf) {
+        p->owned[p->n_owned++] = buf;
+        *counted = want;
+    }
+    return buf;
 }
 
 /*
@@ -1114,18 +1174,17 @@ static int prep_mmnb(plan_builder *b, step *s)
     uint64_t resident = B->nbytes + sc->nbytes;
     size_t pack = m->int8 && b->p->krn.q4_packed ? krn_q4_pack_size(&m->w) : 0;
     if (pack) {
-        void *buf = alloc_weights(pack);
+        void *buf = packed_slot(b, s, pack, &resident);
         if (!buf)
             PREP_FAIL(b, s, "out of memory repacking %zu bytes of weights", pack);
         krn_q4_pack(&m->w, buf);
-        b->p->owned[b->p->n_owned++] = buf;
         m->w.packed = buf;
         /* The kernels now stream the copy; the mapped originals need not stay resident. */
         release_mapped(B);
         release_mapped(sc);
-        resident = pack;
     }
-    /* otherwise the weights are used in place from the mapping: resident as they are */
+    /* (unpacked, the weights are used in place from the mapping: resident as they are;
+     * packed, the arena is counted once, when it is allocated) */
     b->p->prepared_bytes += resident + (zp ? zp->nbytes : 0) + (bias ? bias->nbytes : 0);
     if (m->int8)
         snprintf(s->kernel, sizeof s->kernel, "%s + %s%s", b->p->krn.quant_a8.name, b->p->krn.mmnb_i8.name,
@@ -1701,6 +1760,23 @@ uint64_t eng_plan_prepared_bytes(const eng_plan *p)
 
 /* ---- exec ----------------------------------------------------------------------- */
 
+/*
+ * The arena and scratch of an executor come straight from mmap and go back
+ * with munmap: sessions come and go with arenas of many sizes, and malloc
+ * would keep the freed ones in its heap (resident memory that only grows).
+ */
+static void *map_bytes(uint64_t n)
+{
+    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void unmap_bytes(void *p, uint64_t n)
+{
+    if (p)
+        munmap(p, n ? n : 1);
+}
+
 eng_exec *eng_exec_new(const eng_plan *p, eng_pool *pool)
 {
     eng_exec *x = calloc(1, sizeof *x);
@@ -1743,8 +1819,8 @@ void eng_exec_free(eng_exec *x)
     free(x->kv);
     free(x->fused_now);
     free(x->last_row);
-    free(x->arena);
-    free(x->scratch);
+    unmap_bytes(x->arena, x->arena_bytes);
+    unmap_bytes(x->scratch, x->scratch_cap);
     free(x->shape_buf);
     free(x);
 }
@@ -1899,10 +1975,10 @@ static int layout_arena(eng_exec *x)
     free(ord);
     free(placed);
     if (total > x->arena_bytes) {
-        void *na = aligned_alloc(ALIGN, total);
+        void *na = map_bytes(total);
         if (!na)
             return -1;
-        free(x->arena);
+        unmap_bytes(x->arena, x->arena_bytes);
         x->arena = na;
         x->arena_bytes = total;
     }
@@ -2071,9 +2147,9 @@ int eng_exec_run(eng_exec *x, eng_diag *diag)
         return -1;
     }
     if (x->scratch_need > x->scratch_cap) {
-        free(x->scratch);
+        unmap_bytes(x->scratch, x->scratch_cap);
         uint64_t cap = (x->scratch_need + ALIGN - 1) / ALIGN * ALIGN;
-        x->scratch = aligned_alloc(ALIGN, cap);
+        x->scratch = map_bytes(cap);
         x->scratch_cap = x->scratch ? cap : 0;
         if (!x->scratch) {
             eng_diag_add(diag, "out of memory for kernel scratch");
