@@ -1,9 +1,10 @@
 /*
- * krn_bench: single-thread micro-benchmark of the MatMulNBits kernels on the
+ * krn_bench: micro-benchmark of the MatMulNBits kernels on the
  * Qwen3 projection shapes, for every kernel level this CPU has.
  *
  * Usage: bench/krn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all]
  *                        [--mode i8|f32|both] [--m M] [--min-ms T] [--hot] [--packed]
+ *                        [--threads N] [--roofline]
  *
  * For each shape (N x K, block 32, no zero points, as the exported graph) it
  * reports the median time of one call over the whole column range and the
@@ -14,13 +15,23 @@
  * compute ceiling for matrices that fit in cache). --packed gives the int8 kernels of levels
  * that read repacked weights (krn_q4_pack) the packed copy; the GB/s figure always counts the
  * ONNX bytes (int4 data plus scales), which the packed copy matches. Activation quantization
- * (int8 mode) is timed separately; it is O(K) per row. Never run by `make check`.
+ * (int8 mode) is timed separately; it is O(K) per row. --threads N splits each call's columns
+ * over N pinned threads as the engine's pool does; --roofline adds, per shape, the rate at
+ * which the same threads read memory at that moment and the kernel's share of it (see
+ * also bench/bw_probe). Never run by `make check`.
  */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "kernels/krn.h"
 
@@ -79,6 +90,141 @@ static void *xmalloc(size_t n)
     if (align > 64)
         madvise(p, sz, MADV_HUGEPAGE);
     return p;
+}
+
+/*
+ * --threads N: the column range is split as the engine's pool splits it
+ * (16-column units, contiguous per thread) over N spinning pinned threads, the
+ * caller included, so a call's time is that of the slowest slice with no
+ * sleep/wake latency in it.
+ */
+typedef struct team {
+    int n;
+    pthread_t tid[16];
+    atomic_uint gen;
+    atomic_int done;
+    atomic_bool quit;
+    const krn_mmnb_args *args;
+    krn_mmnb_fn fn;
+} team;
+
+static team tm;
+
+static void team_slice(int i, size_t n, size_t *b, size_t *e)
+{
+    size_t units = (n + 15) / 16, per = units / (size_t)tm.n, extra = units % (size_t)tm.n;
+    size_t ub = (size_t)i * per + ((size_t)i < extra ? (size_t)i : extra);
+    size_t ue = ub + per + ((size_t)i < extra ? 1 : 0);
+    *b = ub * 16 < n ? ub * 16 : n;
+    *e = ue * 16 < n ? ue * 16 : n;
+}
+
+static void pin(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    sched_setaffinity(0, sizeof set, &set); /* best effort */
+}
+
+static void *team_worker(void *v)
+{
+    int i = (int)(intptr_t)v;
+    pin(i);
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        while ((g = atomic_load(&tm.gen)) == seen && !atomic_load(&tm.quit))
+            ;
+        if (atomic_load(&tm.quit))
+            return NULL;
+        seen = g;
+        size_t b, e;
+        team_slice(i, tm.args->w.n, &b, &e);
+        if (b < e)
+            tm.fn(tm.args, b, e);
+        atomic_fetch_add(&tm.done, 1);
+    }
+}
+
+static void team_start(int n)
+{
+    tm.n = n;
+    pin(0);
+    for (int i = 1; i < n; i++)
+        pthread_create(&tm.tid[i], NULL, team_worker, (void *)(intptr_t)i);
+}
+
+static void team_stop(void)
+{
+    atomic_store(&tm.quit, true);
+    for (int i = 1; i < tm.n; i++)
+        pthread_join(tm.tid[i], NULL);
+}
+
+static void team_run(krn_mmnb_fn fn, const krn_mmnb_args *args)
+{
+    if (tm.n <= 1) {
+        fn(args, 0, args->w.n);
+        return;
+    }
+    tm.fn = fn;
+    tm.args = args;
+    atomic_store(&tm.done, 0);
+    atomic_fetch_add(&tm.gen, 1);
+    size_t b, e;
+    team_slice(0, args->w.n, &b, &e);
+    if (b < e)
+        fn(args, b, e);
+    while (atomic_load(&tm.done) < tm.n - 1)
+        ;
+}
+
+/*
+ * --roofline: the rate at which the same threads read a 256 MiB buffer
+ * (32-byte loads) right before each shape's timing, so the kernel's GB/s can
+ * be set against the memory system as it is at that moment (on a shared
+ * machine it varies by a factor of several). Posed as a "kernel" over
+ * 4 KiB "columns" so the team splits it as it splits a matrix.
+ */
+#define RL_BYTES ((size_t)256 << 20)
+static uint8_t *rl_buf;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static void rl_read(const krn_mmnb_args *a, size_t b, size_t e)
+{
+    const uint8_t *p = a->w.b_data + b * 4096, *end = a->w.b_data + e * 4096;
+    __m256i x0 = _mm256_setzero_si256(), x1 = x0;
+    for (; p < end; p += 64) {
+        x0 = _mm256_or_si256(x0, _mm256_load_si256((const __m256i *)(const void *)p));
+        x1 = _mm256_or_si256(x1, _mm256_load_si256((const __m256i *)(const void *)(p + 32)));
+    }
+    volatile uint64_t sink = (uint64_t)_mm256_extract_epi64(_mm256_or_si256(x0, x1), 0);
+    (void)sink;
+}
+#else
+static void rl_read(const krn_mmnb_args *a, size_t b, size_t e)
+{
+    const uint64_t *p = (const uint64_t *)(const void *)(a->w.b_data + b * 4096);
+    uint64_t x = 0;
+    for (size_t i = 0; i < (e - b) * 512; i++)
+        x |= p[i];
+    volatile uint64_t sink = x;
+    (void)sink;
+}
+#endif
+
+static double roofline_gbs(void)
+{
+    krn_mmnb_args a = {.w = {.b_data = rl_buf, .n = RL_BYTES / 4096}};
+    double t[5];
+    for (int r = 0; r < 5; r++) {
+        double t0 = now_ms();
+        team_run(rl_read, &a);
+        t[r] = now_ms() - t0;
+    }
+    qsort(t, 5, sizeof t[0], cmp_double);
+    return RL_BYTES / t[2] / 1e6;
 }
 
 typedef struct wcopy {
@@ -148,19 +294,22 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
                 args.w.scales = c->scales;
                 args.w.packed = mode && tab->q4_packed ? c->packed : NULL;
                 double t0 = now_ms();
-                fn(&args, 0, sh->n);
+                team_run(fn, &args);
                 double dt = now_ms() - t0;
                 times[reps++] = dt;
                 total += dt;
             }
             qsort(times, (size_t)reps, sizeof times[0], cmp_double);
             double med = times[reps / 2];
+            double roof = rl_buf ? roofline_gbs() : 0.0;
             printf("%-5s %-8s N=%6zu K=%5zu M=%3zu  %-20s %-6s %9.3f ms  %6.2f GB/s  %7.2f GMAC/s",
                    sh->model, sh->what, sh->n, sh->k, m, name, args.w.packed ? "packed" : "onnx", med,
                    w_bytes / med / 1e6,
                    (double)m * sh->n * sh->k / med / 1e6);
             if (mode)
                 printf("  (quant %.3f ms)", tq);
+            if (roof > 0)
+                printf("  [read %.2f GB/s: %.0f%%]", roof, 100.0 * w_bytes / med / 1e6 / roof);
             printf("\n");
             fflush(stdout);
         }
@@ -178,7 +327,7 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
 static void usage(void)
 {
     fprintf(stderr, "usage: krn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all] "
-                    "[--mode i8|f32|both] [--m M] [--min-ms T] [--hot] [--packed]\n");
+                    "[--mode i8|f32|both] [--m M] [--min-ms T] [--hot] [--packed] [--threads N] [--roofline]\n");
     exit(2);
 }
 
@@ -188,6 +337,7 @@ int main(int argc, char **argv)
     size_t m = 1;
     double min_ms = 300;
     bool hot = false, pack = false;
+    int threads = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hot")) {
             hot = true;
@@ -195,6 +345,11 @@ int main(int argc, char **argv)
         }
         if (!strcmp(argv[i], "--packed")) {
             pack = true;
+            continue;
+        }
+        if (!strcmp(argv[i], "--roofline")) {
+            rl_buf = xmalloc(RL_BYTES);
+            memset(rl_buf, 1, RL_BYTES);
             continue;
         }
         if (i + 1 >= argc)
@@ -209,10 +364,12 @@ int main(int argc, char **argv)
             m = (size_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--min-ms"))
             min_ms = strtod(argv[++i], NULL);
+        else if (!strcmp(argv[i], "--threads"))
+            threads = atoi(argv[++i]);
         else
             usage();
     }
-    if (m < 1 || m > 4096)
+    if (m < 1 || m > 4096 || threads < 1 || threads > 16)
         usage();
     int mode_mask = !strcmp(mode, "both") ? 3 : !strcmp(mode, "i8") ? 2 : !strcmp(mode, "f32") ? 1 : 0;
     if (!mode_mask)
@@ -234,12 +391,14 @@ int main(int argc, char **argv)
     char line[256];
     krn_describe(line, sizeof line);
     if (hot)
-        printf("# %s; single thread; one weight copy (hot in cache when it fits)\n", line);
+        printf("# %s; %d thread(s); one weight copy (hot in cache when it fits)\n", line, threads);
     else
-        printf("# %s; single thread; weights streamed cold (rotating copies >= %zu MiB)\n", line,
+        printf("# %s; %d thread(s); weights streamed cold (rotating copies >= %zu MiB)\n", line, threads,
                COLD_BYTES >> 20);
+    team_start(threads);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         if (!strcmp(which, "all") || !strcmp(which, shapes[s].model))
             bench_shape(&shapes[s], tabs, n_tabs, m, mode_mask, min_ms, hot, pack);
+    team_stop();
     return 0;
 }

@@ -173,6 +173,10 @@ size_t krn_quant_a8_size(size_t m, size_t k, size_t block_size);
  *                  y = v / sqrt(mean(v^2) + eps) * gamma
  * mean(x^2) is accumulated in fp32 as ONNX Runtime does; y may alias x, and
  * sum may alias x or skip (the row is read before it is written).
+ * Fused quantization: with qa non-NULL (and group <= 1), each finished row of
+ * y is also quantized into record r of qa exactly as quant_a8 with k = n and
+ * block_size = qa_block would do it, so a following int8-mode MatMulNBits can
+ * skip its own quantization step (the bytes are identical; y is still written).
  * Work items are rows r in [0, rows).
  */
 typedef struct krn_norm_args {
@@ -184,6 +188,8 @@ typedef struct krn_norm_args {
     float *sum;         size_t sum_ld;   /* NULL: not stored */
     size_t rows, n, group;
     float eps;
+    void *qa;           /* NULL, or krn_quant_a8_size(rows, n, qa_block) bytes */
+    size_t qa_block;
 } krn_norm_args;
 
 typedef void (*krn_norm_fn)(const krn_norm_args *args, size_t r_begin, size_t r_end);

@@ -286,6 +286,10 @@ static inline float krn_f16_to_f32(uint16_t h)
 
 KRN_DECLARE_LEVEL(ref)
 
+/* Quantizes one row of k values into record m of qa (what quant_a8 does per row). */
+void krn_ref_quant_row(const float *a, size_t k, size_t block_size, void *qa, size_t m);
+void krn_avx2_quant_row(const float *a, size_t k, size_t block_size, void *qa, size_t m);
+
 /* The SIMD levels implement the ops where they pay off; krn.c fills the rest from below. */
 void krn_avx2_quant_a8(const krn_quant_args *a, size_t b, size_t e);
 void krn_avx2_mmnb_f32(const krn_mmnb_args *a, size_t b, size_t e);

@@ -568,6 +568,12 @@ START_TEST(mmnb_levels_grid)
             mmnb_case(&tabs[l], 1, 129, 1024, 32, zp, true, 2.0f, 0.1f, &r);
             mmnb_case(&tabs[l], 7, 33, 1024, 32, zp, false, 2.0f, 0.1f, &r);
             mmnb_case(&tabs[l], 33, 7, 1024, 32, zp, true, 2.0f, 0.1f, &r);
+            /* K beyond one unpacked GEMM segment (32 block pairs), even and odd block counts. */
+            mmnb_case(&tabs[l], 6, 9, 4160, 32, zp, true, 2.0f, 0.1f, &r);
+            mmnb_case(&tabs[l], 5, 6, 4120, 32, zp, false, 2.0f, 0.1f, &r);
+            mmnb_case(&tabs[l], 1, 6, 4120, 32, zp, false, 2.0f, 0.1f, &r);
+            /* More rows than one row block (64). */
+            mmnb_case(&tabs[l], 70, 5, 96, 32, zp, true, 2.0f, 0.1f, &r);
         }
 }
 END_TEST
@@ -762,6 +768,60 @@ START_TEST(norms)
             norm_case(&tabs[l], 6, ns[i], 3, false, false, false, true, &r); /* per-head view */
             norm_case(&tabs[l], 7, ns[i], 2, true, true, true, false, &r);
         }
+}
+END_TEST
+
+/*
+ * Norms with fused quantization: y is unchanged and the quantized records are
+ * byte for byte what quant_a8 of the same level makes of y (and every level's
+ * are the reference's, as the quantizers agree exactly); for block sizes 32
+ * and 64 and rows whose length is not a multiple of the block.
+ */
+START_TEST(norm_quant_fused)
+{
+    static const size_t ns[] = {32, 100, 1024};
+    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    tabs[0] = ref_tab();
+    int nl = 1 + simd_levels(tabs + 1);
+    rng r = {55};
+    for (int l = 0; l < nl; l++)
+        for (size_t in = 0; in < 3; in++)
+            for (int skip = 0; skip < 2; skip++)
+                for (size_t bs = 32; bs <= 64; bs *= 2) {
+                    size_t n = ns[in], rows = 5, kb = (n + bs - 1) / bs;
+                    float *x = frand(rows * n, &r, -3, 3), *sk = frand(rows * n, &r, -3, 3);
+                    float *g = frand(n, &r, 0.5f, 1.5f);
+                    float *y1 = xmalloc(rows * n * sizeof(float)), *y2 = xmalloc(rows * n * sizeof(float));
+                    void *qf = qa_alloc(rows, n, bs), *qs = qa_alloc(rows, n, bs), *qr = qa_alloc(rows, n, bs);
+                    krn_norm_args a = {.x = x, .x_ld = n, .skip = skip ? sk : NULL, .skip_ld = n, .gamma = g,
+                                       .y = y1, .y_ld = n, .rows = rows, .n = n, .group = 1, .eps = 1e-6f,
+                                       .qa = qf, .qa_block = bs};
+                    krn_norm_fn fn = skip ? tabs[l].skip_rmsnorm.fn : tabs[l].rmsnorm.fn;
+                    fn(&a, 0, 2);
+                    fn(&a, 2, rows);
+                    a.y = y2;
+                    a.qa = NULL;
+                    fn(&a, 0, rows);
+                    ck_assert(memcmp(y1, y2, rows * n * sizeof(float)) == 0);
+                    quantize(&tabs[l], y2, rows, n, bs, qs);
+                    quantize(&tabs[0], y2, rows, n, bs, qr);
+                    for (size_t i = 0; i < rows; i++) {
+                        ck_assert_msg(memcmp(krn_qa_q(qf, i, kb, bs), krn_qa_q(qs, i, kb, bs),
+                                             krn_qa_used_bytes(kb, bs)) == 0,
+                                      "%s n=%zu bs=%zu row %zu", skip ? tabs[l].skip_rmsnorm.name : tabs[l].rmsnorm.name,
+                                      n, bs, i);
+                        ck_assert(memcmp(krn_qa_q(qf, i, kb, bs), krn_qa_q(qr, i, kb, bs),
+                                         krn_qa_used_bytes(kb, bs)) == 0);
+                    }
+                    free(x);
+                    free(sk);
+                    free(g);
+                    free(y1);
+                    free(y2);
+                    free(qf);
+                    free(qs);
+                    free(qr);
+                }
 }
 END_TEST
 
@@ -983,7 +1043,8 @@ START_TEST(kv_store)
                 for (size_t h = 0; h < nh; h++)
                     for (size_t j = 0; j < 80; j++) {
                         size_t yo = t * yt + h * 80 + j;
-                        float xv = x[t * xt + h * 40 + j];
+                        /* x ends 40 values after the last head starts: read it for j < n only. */
+                        float xv = j < n ? x[t * xt + h * 40 + j] : 0.0f;
                         if (j >= n) { /* untouched */
                             ck_assert_int_eq(y[yo * esz], 0x5C);
                         } else if (f16) {
@@ -1146,6 +1207,9 @@ START_TEST(gqa)
         /* Query blocks (prefill): groups of 2, 8, and 32 heads (more than one pass's rows). */
         {0, 40, 4, 2, 64, -1, 0, true, false},    {9, 23, 8, 1, 24, -1, 0, false, false},
         {0, 5, 32, 1, 16, -1, 0, false, false},   {17, 33, 4, 2, 128, 20, 0, true, false},
+        /* Decode over a token-major cache: passes span kv heads (odd groups, 1:1, > 16 heads). */
+        {33, 1, 6, 2, 40, -1, 0, true, false},  {50, 1, 4, 4, 64, -1, 0, true, true},
+        {9, 1, 32, 2, 128, -1, 0, true, false}, {20, 1, 12, 4, 24, 7, 0, true, false},
         /* fp16 caches, decode and prefill. */
         {70, 1, 16, 8, 128, -1, 0, true, true}, {300, 1, 4, 1, 128, -1, 0, false, true},
         {0, 37, 4, 2, 128, -1, 0, true, true},  {12, 9, 6, 3, 36, 5, 0, true, true},
@@ -1300,6 +1364,7 @@ int main(void)
     tcase_add_test(tc, mmnb_levels_block_sizes_and_edges);
     tcase_add_test(tc, q4_pack_layout);
     tcase_add_test(tc, norms);
+    tcase_add_test(tc, norm_quant_fused);
     tcase_add_test(tc, rotary);
     tcase_add_test(tc, f16_conversions);
     tcase_add_test(tc, kv_store);

@@ -2,17 +2,20 @@
  * avx2/attn: AVX2/FMA GroupQueryAttention core for one sequence (batch 1),
  * reading an fp32 or fp16 KV cache.
  *
- * A pass over the keys serves a "row set": up to RMAX query rows that share a
- * kv head, i.e. the query heads of one kv group times a block of consecutive
- * new tokens (prefill) or just the group's heads (decode). Keys are taken in
+ * A pass over the keys serves a "row set" of up to RMAX query rows: in
+ * prefill the query heads of one kv group times a block of consecutive new
+ * tokens, so each K/V row fetched serves many rows; in decode up to RMAX
+ * heads across kv groups, so the pass walks the session cache's token rows
+ * (all kv heads of a token side by side) as one stream. Keys are taken in
  * chunks of CH with an online softmax: when a chunk raises a row's running
  * maximum, its accumulated output and denominator are rescaled by
  * exp(old max - new max). Nothing grows with the context: the state is the
  * row set's accumulators and one chunk of scores, a few tens of KiB of stack.
  *
- * Scores are computed in 2-row x 4-key register tiles (each K vector loaded or
- * widened from fp16 once for two rows, eight independent FMA chains, one
- * horizontal reduction per eight scores); the weighted sum of values in
+ * Scores are computed in 2-row x 4-key register tiles of rows sharing a kv
+ * head (each K vector loaded or widened from fp16 once for two rows, eight
+ * independent FMA chains, one horizontal reduction per eight scores); the
+ * weighted sum of values in
  * 2-row x 32-dim tiles kept in registers across the chunk, so each V vector
  * is read once per row pair and the accumulators touch memory once per chunk.
  * Causality (and a local window) are per-row masks over the shared key range.
@@ -29,17 +32,25 @@
 #include "kernels/avx2/simd.h"
 #include "kernels/krn_internal.h"
 
-#define RMAX 16 /* query rows sharing one pass over the keys */
-#define CH 32   /* keys per online-softmax step */
+#define RMAX 16   /* query rows sharing one pass over the keys */
+#define CH 32     /* keys per online-softmax step */
+#define PF_KEYS 16 /* keys ahead that are prefetched, into L2: 128 KiB of an fp32 decode pass */
 
 #define INLINE static inline __attribute__((always_inline))
 
 typedef struct rowset {
-    size_t n;               /* rows */
+    size_t n;               /* rows; rows of one kv head are consecutive */
     const float *q[RMAX];   /* head_dim floats each */
     float *out[RMAX];
     size_t lo[RMAX], hi[RMAX]; /* visible keys [lo, hi) */
+    size_t g[RMAX];         /* kv head of each row */
 } rowset;
+
+/* The partner of row r in a 2-row tile: the next row if it shares r's kv head, else r itself. */
+static inline size_t partner(const rowset *rs, size_t r)
+{
+    return r + 1 < rs->n && rs->g[r + 1] == rs->g[r] ? r + 1 : r;
+}
 
 /* 8 cache values from element offset off, widened when the cache is fp16. */
 INLINE __m256 kv_load8(const void *base, size_t off, const bool F16)
@@ -54,6 +65,23 @@ INLINE float kv_load1(const void *base, size_t off, const bool F16)
     if (F16)
         return _cvtsh_ss(((const uint16_t *)base)[off]);
     return ((const float *)base)[off];
+}
+
+/*
+ * Asks for cache row `off` (head_dim elements) ahead of use, into L2 (L1 is
+ * too small for the distance that covers DRAM latency). The session
+ * cache is [token, kv_head, head_dim], so one head's consecutive keys are a
+ * kv_heads * head_dim stride apart (4 KiB for Qwen3 in fp32): every key row
+ * starts a new page, where hardware prefetchers stop, and without this a
+ * decode step waits on DRAM latency key by key. Prefetches never fault, so
+ * rows past the end of the cache are harmless.
+ */
+INLINE void prefetch_row(const void *base, size_t off, size_t hd, const bool F16)
+{
+    const char *p = (const char *)base + off * (F16 ? 2 : 4);
+    size_t bytes = hd * (F16 ? 2 : 4);
+    for (size_t b = 0; b < bytes; b += 64)
+        _mm_prefetch(p + b, _MM_HINT_T1);
 }
 
 /*
@@ -97,18 +125,25 @@ INLINE __m256 score2x4(const krn_gqa_args *a, const float *q0, const float *q1, 
 }
 
 /* Scores of every row of the set against keys [jc, jc + cn) into sc (softcapped). */
-INLINE void chunk_scores(const krn_gqa_args *a, const rowset *rs, size_t kbase, size_t jc, size_t cn,
-                         float (*sc)[CH], const bool F16)
+INLINE void chunk_scores(const krn_gqa_args *a, const rowset *rs, size_t jc, size_t cn, float (*sc)[CH],
+                         const bool F16)
 {
-    for (size_t r = 0; r < rs->n; r += 2) {
-        size_t r1 = r + 1 < rs->n ? r + 1 : r;
-        for (size_t jj = 0; jj < cn; jj += 4) {
-            size_t koff[4];
-            for (int i = 0; i < 4; i++) {
-                /* Keys past the chunk repeat its last one; their scores are dropped. */
-                size_t j = jc + (jj + (size_t)i < cn ? jj + (size_t)i : cn - 1);
-                koff[i] = kbase + j * a->kv_tok_stride;
-            }
+    const size_t ts = a->kv_tok_stride;
+    /* Keys outer: four key rows per kv head stay in L1 while its row pairs use them. */
+    for (size_t jj = 0; jj < cn; jj += 4) {
+        size_t rel[4];
+        for (int i = 0; i < 4; i++) /* keys past the chunk repeat its last one; their scores are dropped */
+            rel[i] = (jc + (jj + (size_t)i < cn ? jj + (size_t)i : cn - 1)) * ts;
+        for (size_t r = 0, r1; r < rs->n; r = r1 + 1) {
+            r1 = partner(rs, r);
+            size_t kb = rs->g[r] * a->kv_head_stride;
+            if (r == 0 || rs->g[r] != rs->g[r - 1])
+                for (int i = 0; i < 4; i++) { /* the same keys of the next chunk, K and V */
+                    size_t nj = (jc + PF_KEYS + jj + (size_t)i) * ts + kb;
+                    prefetch_row(a->k_cache, nj, a->head_dim, F16);
+                    prefetch_row(a->v_cache, nj, a->head_dim, F16);
+                }
+            size_t koff[4] = {kb + rel[0], kb + rel[1], kb + rel[2], kb + rel[3]};
             __m256 v = score2x4(a, rs->q[r], rs->q[r1], koff, F16);
             float t[8];
             _mm256_storeu_ps(t, v);
@@ -140,14 +175,17 @@ static void scale_row(float *acc, float c, size_t hd)
  * acc[r] += sum_jj p[r][jj] * v(jc + jj) for every row: 32 dims of two rows
  * stay in eight registers over the whole chunk.
  */
-INLINE void chunk_pv(const krn_gqa_args *a, const rowset *rs, size_t vbase, size_t jc, size_t cn,
-                     float (*p)[CH], float (*acc)[KRN_MAX_HEAD_DIM], const bool F16)
+INLINE void chunk_pv(const krn_gqa_args *a, const rowset *rs, size_t jc, size_t cn, float (*p)[CH],
+                     float (*acc)[KRN_MAX_HEAD_DIM], const bool F16)
 {
     const size_t hd = a->head_dim, ts = a->kv_tok_stride;
-    for (size_t r = 0; r < rs->n; r += 2) {
-        bool two = r + 1 < rs->n;
-        size_t d = 0;
-        for (; d + 32 <= hd; d += 32) {
+    size_t d = 0;
+    /* Dims outer: the chunk's 32-dim slice of V stays in L1 while every row pair uses it. */
+    for (; d + 32 <= hd; d += 32)
+        for (size_t r = 0, r1; r < rs->n; r = r1 + 1) {
+            r1 = partner(rs, r);
+            bool two = r1 > r;
+            size_t vbase = rs->g[r] * a->kv_head_stride;
             __m256 a0 = _mm256_load_ps(acc[r] + d), a1 = _mm256_load_ps(acc[r] + d + 8);
             __m256 a2 = _mm256_load_ps(acc[r] + d + 16), a3 = _mm256_load_ps(acc[r] + d + 24);
             __m256 b0 = _mm256_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
@@ -185,7 +223,11 @@ INLINE void chunk_pv(const krn_gqa_args *a, const rowset *rs, size_t vbase, size
                 _mm256_store_ps(acc[r + 1] + d + 24, b3);
             }
         }
-        for (; d + 8 <= hd; d += 8) {
+    for (; d + 8 <= hd; d += 8)
+        for (size_t r = 0, r1; r < rs->n; r = r1 + 1) {
+            r1 = partner(rs, r);
+            bool two = r1 > r;
+            size_t vbase = rs->g[r] * a->kv_head_stride;
             __m256 a0 = _mm256_load_ps(acc[r] + d);
             __m256 b0 = two ? _mm256_load_ps(acc[r + 1] + d) : _mm256_setzero_ps();
             for (size_t jj = 0; jj < cn; jj++) {
@@ -198,21 +240,16 @@ INLINE void chunk_pv(const krn_gqa_args *a, const rowset *rs, size_t vbase, size
             if (two)
                 _mm256_store_ps(acc[r + 1] + d, b0);
         }
-        for (; d < hd; d++)
-            for (size_t jj = 0; jj < cn; jj++) {
-                float v = kv_load1(a->v_cache, vbase + (jc + jj) * ts + d, F16);
-                acc[r][d] += p[r][jj] * v;
-                if (two)
-                    acc[r + 1][d] += p[r + 1][jj] * v;
-            }
-    }
+    for (; d < hd; d++)
+        for (size_t r = 0; r < rs->n; r++)
+            for (size_t jj = 0; jj < cn; jj++)
+                acc[r][d] += p[r][jj] * kv_load1(a->v_cache, rs->g[r] * a->kv_head_stride + (jc + jj) * ts + d, F16);
 }
 
-/* All rows of a set against kv head g. */
-INLINE void attend(const krn_gqa_args *a, const rowset *rs, size_t g, const bool F16)
+/* All rows of a set, each against its kv head. */
+INLINE void attend(const krn_gqa_args *a, const rowset *rs, const bool F16)
 {
     const size_t hd = a->head_dim;
-    const size_t kbase = g * a->kv_head_stride;
     float acc[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(32)));
     float sc[RMAX][CH] __attribute__((aligned(32)));
     float mx[RMAX], den[RMAX];
@@ -228,10 +265,17 @@ INLINE void attend(const krn_gqa_args *a, const rowset *rs, size_t g, const bool
         }
     }
 
+    /*
+     * Chunks start at multiples of CH whatever rows share the pass, so a row's
+     * result does not depend on how the work was split (runs with different
+     * thread counts stay bit-identical).
+     */
+    if (jlo < jhi)
+        jlo -= jlo % CH;
     for (size_t jc = jlo; jc < jhi; jc += CH) {
         size_t cn = jhi - jc < CH ? jhi - jc : CH;
         size_t cn8 = (cn + 7) & ~(size_t)7;
-        chunk_scores(a, rs, kbase, jc, cn, sc, F16);
+        chunk_scores(a, rs, jc, cn, sc, F16);
         for (size_t r = 0; r < rs->n; r++) {
             /* Keys this row may not see, and the padding lanes, score -inf: exp gives 0. */
             for (size_t jj = 0; jj < cn8; jj++)
@@ -261,7 +305,7 @@ INLINE void attend(const krn_gqa_args *a, const rowset *rs, size_t g, const bool
             }
             den[r] += krn_avx2_hsum(vsum);
         }
-        chunk_pv(a, rs, kbase, jc, cn, sc, acc, F16);
+        chunk_pv(a, rs, jc, cn, sc, acc, F16);
     }
 
     for (size_t r = 0; r < rs->n; r++) {
@@ -289,51 +333,67 @@ static void add_row(const krn_gqa_args *a, rowset *rs, size_t s, size_t h)
     rs->out[rs->n] = a->out + s * a->out_ld + h * a->head_dim;
     rs->lo[rs->n] = j0;
     rs->hi[rs->n] = len;
+    rs->g[rs->n] = h / (a->n_heads / a->n_kv_heads);
     rs->n++;
 }
 
-static void run_set(const krn_gqa_args *a, const rowset *rs, size_t g)
+static void run_set(const krn_gqa_args *a, const rowset *rs)
 {
     if (a->kv_type == KRN_KV_F16)
-        attend(a, rs, g, true);
+        attend(a, rs, true);
     else
-        attend(a, rs, g, false);
+        attend(a, rs, false);
 }
 
-/* Heads [hg, hg + cnt) of kv group g (hg counted within the group) for token s. */
-static void run_token_heads(const krn_gqa_args *a, size_t g, size_t s, size_t hg, size_t cnt, size_t group)
+/*
+ * Heads [h, h + cnt) of token s, RMAX at a time, across kv heads. For a
+ * decode step this makes one pass over the keys serve every kv head of the
+ * range: the session cache keeps a token's kv heads side by side, so the pass
+ * reads each token's rows as one contiguous span instead of a 4 KiB-strided
+ * stream per head.
+ */
+static void run_token_heads(const krn_gqa_args *a, size_t s, size_t h, size_t cnt)
 {
     while (cnt) {
         size_t nh = cnt < RMAX ? cnt : RMAX;
         rowset rs = {.n = 0};
         for (size_t r = 0; r < nh; r++)
-            add_row(a, &rs, s, g * group + hg + r);
-        run_set(a, &rs, g);
-        hg += nh;
+            add_row(a, &rs, s, h + r);
+        run_set(a, &rs);
+        h += nh;
         cnt -= nh;
     }
 }
 
 /*
- * Items are ordered (kv head, token, head in group) (krn.h). Within each kv
- * head of the range, whole tokens are done in query blocks of qb tokens times
- * up to RMAX / qb heads; a token cut by the range's ends alone.
+ * Items are ordered (kv head, token, head in group) (krn.h). A decode step's
+ * items are just heads: with a token-major cache, sets of RMAX heads across kv
+ * heads. Otherwise (each kv head's keys contiguous), within each kv head of
+ * the range, whole tokens are done in query blocks of qb tokens times up to
+ * RMAX / qb heads, so each pass over the keys serves several tokens; a token
+ * cut by the range's ends goes alone.
  */
 void krn_avx2_gqa(const krn_gqa_args *a, size_t i_begin, size_t i_end)
 {
     const size_t group = a->n_heads / a->n_kv_heads, per_g = a->seq * group;
     const size_t hpr = group < RMAX ? group : RMAX; /* heads per set */
     const size_t qb = RMAX / hpr;                    /* tokens per set */
+    /* Token-major caches (a token's kv heads adjacent): decode passes span kv heads. */
+    if (a->seq == 1 && a->kv_tok_stride >= a->kv_head_stride) {
+        run_token_heads(a, 0, i_begin, i_end - i_begin);
+        return;
+    }
     for (size_t g = i_begin / per_g; g < a->n_kv_heads && g * per_g < i_end; g++) {
         size_t lb = i_begin > g * per_g ? i_begin - g * per_g : 0;
         size_t le = i_end - g * per_g < per_g ? i_end - g * per_g : per_g;
         size_t s_lo = (lb + group - 1) / group, s_hi = le / group;
         if (s_lo > s_hi) { /* inside one token */
-            run_token_heads(a, g, lb / group, lb % group, le - lb, group);
+            run_token_heads(a, lb / group, g * group + lb % group, le - lb);
             continue;
         }
+        /* (run_token_heads only ever sees heads of kv head g here.) */
         if (lb % group)
-            run_token_heads(a, g, lb / group, lb % group, group - lb % group, group);
+            run_token_heads(a, lb / group, g * group + lb % group, group - lb % group);
         for (size_t h0 = 0; h0 < group; h0 += hpr)
             for (size_t s0 = s_lo; s0 < s_hi; s0 += qb) {
                 rowset rs = {.n = 0};
@@ -341,9 +401,9 @@ void krn_avx2_gqa(const krn_gqa_args *a, size_t i_begin, size_t i_end)
                 for (size_t s = s0; s < s1; s++)
                     for (size_t h = h0; h < h0 + hpr && h < group; h++)
                         add_row(a, &rs, s, g * group + h);
-                run_set(a, &rs, g);
+                run_set(a, &rs);
             }
         if (le % group)
-            run_token_heads(a, g, s_hi, 0, le % group, group);
+            run_token_heads(a, s_hi, g * group, le % group);
     }
 }

@@ -1,22 +1,30 @@
 /*
- * avx2/mmnb: AVX2/FMA MatMulNBits (4-bit weights in the ONNX layout) in both
- * numeric modes, plus the activation quantizer of the int8 mode.
+ * avx2/mmnb: AVX2/FMA MatMulNBits (4-bit weights) in both numeric modes, plus
+ * the activation quantizer of the int8 mode.
  *
- * The work is done in register tiles of MR rows of A by NR output columns:
- * each 16-byte group of weights is unpacked once per tile and used for all MR
- * rows, so the GEMV case (M = 1, decode) streams four weight rows side by side
- * and the GEMM case (prefill) amortizes the unpacking over four rows of A.
+ * int8 mode (ONNX Runtime's accuracy_level 4 numerics). The unit of work is 64
+ * consecutive k of one output column: 32 weight bytes, split into their low
+ * nibbles (even k) and high nibbles (odd k) with one AND and one shift, which
+ * meet the quantizer's q64 copy of the activations ([evens | odds] per 64 k,
+ * krn_internal.h) without any shuffle. _mm256_maddubs_epi16 multiplies the
+ * unsigned 4-bit q by the int8 activations; the zero point enters afterwards
+ * as zp * (block sum of the activations), a shift for the default zp = 8, so
+ * every block's int32 dot is exact as in the reference. With block_size 32 a
+ * 64-k step covers blocks 2p and 2p+1: four columns' 16-bit pair sums are
+ * reduced with horizontal adds into one vector [c0..c3 of 2p | c0..c3 of 2p+1],
+ * converted once and accumulated with one FMA against sA * sB for those eight
+ * (column, block) pairs. Register tiles are MR rows x 4 columns: the weights
+ * are unpacked once per tile for all MR rows, so prefill (M > 1) amortizes
+ * the unpacking, and rows are blocked so their activations stay in L2.
+ * Decode (M = 1) is limited by how fast the weights stream in, so the tile
+ * reads the repacked copy (krn_q4_pack) when the plan made one: each tile is
+ * one sequential stream of [4 x 32 weight bytes | 8 scales] per block pair,
+ * prefetched 2 KiB ahead. Without it, four ONNX rows are read side by side
+ * and the scales gathered per pair. Other block sizes, and odd leftovers, go
+ * through a generic per-column loop on the same q64 activations.
  *
- * int8 mode: a weight chunk of 32 nibbles is loaded as [low nibbles | high
- * nibbles], the order the quantizer stores activations in (krn_internal.h).
- * _mm256_maddubs_epi16 multiplies unsigned by signed bytes. With per-block zero
- * points the signed weight w = q - zp (in [-15, 15]) enters as |w| and its sign
- * is moved onto the activation with _mm256_sign_epi8; pair sums are at most
- * 2 * 15 * 127 = 3810, far from int16 saturation, and activations are never
- * -128, so the product is exact. Without zero points (the exported graph) the
- * unsigned q multiplies directly and 8 * (qa pair sum) is subtracted, also
- * exact. _mm256_madd_epi16 with ones widens to int32. The int32 block dot is
- * exact, as in the reference; only the fp32 accumulation order differs.
+ * fp32 mode (accuracy levels 0/1): weights dequantized exactly as the
+ * reference forms them, 16 at a time, FMA against fp32 activations.
  *
  * Called by compute workers through the dispatch table, each with its own
  * column range. Compiled with -mavx2 -mfma -mf16c only.
@@ -92,16 +100,20 @@ static void fill_ext32(void *qa, size_t m, size_t kb)
 
 void krn_avx2_quant_a8(const krn_quant_args *args, size_t m_begin, size_t m_end)
 {
-    size_t bs = args->block_size, k = args->k;
+    for (size_t m = m_begin; m < m_end; m++)
+        krn_avx2_quant_row(args->a + m * args->a_ld, args->k, args->block_size, args->qa, m);
+}
+
+void krn_avx2_quant_row(const float *a, size_t k, size_t bs, void *qa, size_t m)
+{
     size_t kb = (k + bs - 1) / bs;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
     const __m256 lim = _mm256_set1_ps(127.0f), nlim = _mm256_set1_ps(-127.0f);
-    for (size_t m = m_begin; m < m_end; m++) {
-        const float *a = args->a + m * args->a_ld;
-        int8_t *q = krn_qa_q(args->qa, m, kb, bs);
-        float *scale = krn_qa_scale(args->qa, m, kb, bs);
-        int32_t *qsum = krn_qa_qsum(args->qa, m, kb, bs);
-        float *ssum = krn_qa_scaled_sum(args->qa, m, kb, bs);
+    {
+        int8_t *q = krn_qa_q(qa, m, kb, bs);
+        float *scale = krn_qa_scale(qa, m, kb, bs);
+        int32_t *qsum = krn_qa_qsum(qa, m, kb, bs);
+        float *ssum = krn_qa_scaled_sum(qa, m, kb, bs);
         for (size_t b = 0; b < kb; b++) {
             size_t k0 = b * bs, len = k - k0 < bs ? k - k0 : bs;
             const float *ab = a + k0;
@@ -147,9 +159,9 @@ void krn_avx2_quant_a8(const krn_quant_args *args, size_t m_begin, size_t m_end)
             ssum[b] = scale[b] * (float)qsum[b];
         }
         if (bs == 32)
-            fill_ext32(args->qa, m, kb);
+            fill_ext32(qa, m, kb);
         else
-            krn_qa_fill_ext(args->qa, m, kb, bs);
+            krn_qa_fill_ext(qa, m, kb, bs);
     }
 }
 
@@ -349,6 +361,15 @@ static void store_tile(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, 
 {
     const float *bias = a->w.bias;
     size_t j0 = n0 < n_begin ? n_begin - n0 : 0, j1 = n_end - n0 < 4 ? n_end - n0 : 4;
+    if (j0 == 0 && j1 == 4) { /* the common whole tile */
+        for (size_t i = 0; i < mr; i++) {
+            __m128 v = _mm_loadu_ps(out[i]);
+            if (bias)
+                v = _mm_add_ps(v, _mm_loadu_ps(bias + n0));
+            _mm_storeu_ps(a->y + (m0 + i) * a->y_ld + n0, v);
+        }
+        return;
+    }
     for (size_t i = 0; i < mr; i++) {
         float *y = a->y + (m0 + i) * a->y_ld + n0;
         for (size_t j = j0; j < j1; j++)
@@ -363,9 +384,7 @@ static void store_tile(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, 
  * block's rows pass over it.
  */
 #define ROW_BLOCK 64
-#ifndef MR_TILE
-#define MR_TILE 4
-#endif
+#define MR_TILE 4 /* rows per register tile in the GEMM case */
 
 INLINE void i8_cols32(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool PACKED, const bool ZP)
 {
@@ -440,7 +459,8 @@ void krn_avx2_mmnb_i8(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
     const krn_q4_weights *w = &a->w;
     if (n_begin >= n_end)
         return;
-    if (w->block_size == 32 && w->packed && !w->zero_pts)
+    bool packed = w->packed && !w->zero_pts;
+    if (w->block_size == 32 && packed)
         i8_cols32(a, n_begin, n_end, true, false);
     else if (w->block_size == 32 && w->zero_pts)
         i8_cols32(a, n_begin, n_end, false, true);

@@ -5,7 +5,9 @@
  * d = sqrt(ms + eps)); only the mean of squares is summed in eight lanes
  * instead of one, which changes it by a few ulp at most. The skip sum is
  * recomputed in the second pass, as in the reference, so outputs may alias
- * inputs. Called by compute workers with a row range. Compiled with the avx2 flags.
+ * inputs. With args->qa set, each output row is then quantized for an
+ * int8-mode MatMulNBits by the avx2 quantizer (same bytes as quant_a8).
+ * Called by compute workers with a row range. Compiled with the avx2 flags.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -78,6 +80,9 @@ static void norm_rows(const krn_norm_args *args, size_t r_begin, size_t r_end, b
                 _mm256_maskstore_ps(y + i, mask, out);
             }
         }
+        /* Fused quantization of the finished row, still in L1. */
+        if (args->qa)
+            krn_avx2_quant_row(y, n, args->qa_block, args->qa, r);
     }
 }
 

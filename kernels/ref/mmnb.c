@@ -40,16 +40,18 @@ static void quant_row(const float *a, size_t k, size_t block_size, size_t k_bloc
     }
 }
 
+void krn_ref_quant_row(const float *a, size_t k, size_t bs, void *qa, size_t m)
+{
+    size_t kb = (k + bs - 1) / bs;
+    quant_row(a, k, bs, kb, krn_qa_q(qa, m, kb, bs), krn_qa_scale(qa, m, kb, bs), krn_qa_qsum(qa, m, kb, bs),
+              krn_qa_scaled_sum(qa, m, kb, bs));
+    krn_qa_fill_ext(qa, m, kb, bs);
+}
+
 void krn_ref_quant_a8(const krn_quant_args *args, size_t m_begin, size_t m_end)
 {
-    size_t bs = args->block_size;
-    size_t kb = (args->k + bs - 1) / bs;
-    for (size_t m = m_begin; m < m_end; m++) {
-        quant_row(args->a + m * args->a_ld, args->k, bs, kb,
-                  krn_qa_q(args->qa, m, kb, bs), krn_qa_scale(args->qa, m, kb, bs),
-                  krn_qa_qsum(args->qa, m, kb, bs), krn_qa_scaled_sum(args->qa, m, kb, bs));
-        krn_qa_fill_ext(args->qa, m, kb, bs);
-    }
+    for (size_t m = m_begin; m < m_end; m++)
+        krn_ref_quant_row(args->a + m * args->a_ld, args->k, args->block_size, args->qa, m);
 }
 
 /*

@@ -4,7 +4,9 @@
  *
  * Follows ONNX Runtime's CPU kernels: the mean of squares is accumulated in
  * fp32 and the row is divided by sqrt(ms + eps) rather than multiplied by a
- * reciprocal square root. Called by compute workers with a row range.
+ * reciprocal square root. With args->qa set, each output row is also
+ * quantized for an int8-mode MatMulNBits (the reference quantizer, so the
+ * bytes equal a separate quant_a8 step). Called by compute workers with a row range.
  */
 #include <math.h>
 
@@ -27,6 +29,8 @@ void krn_ref_rmsnorm(const krn_norm_args *args, size_t r_begin, size_t r_end)
         float d = sqrtf(ss / (float)n + args->eps);
         for (size_t i = 0; i < n; i++)
             y[i] = x[i] / d * args->gamma[i];
+        if (args->qa)
+            krn_ref_quant_row(y, n, args->qa_block, args->qa, r);
     }
 }
 
@@ -58,5 +62,7 @@ void krn_ref_skip_rmsnorm(const krn_norm_args *args, size_t r_begin, size_t r_en
                 sum[i] = v;
             y[i] = v / d * args->gamma[i];
         }
+        if (args->qa)
+            krn_ref_quant_row(y, n, args->qa_block, args->qa, r);
     }
 }

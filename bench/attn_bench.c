@@ -1,0 +1,212 @@
+/*
+ * attn_bench: single-thread micro-benchmark of the GroupQueryAttention core
+ * on Qwen3 shapes, per kernel level and KV cache type.
+ *
+ * Usage: bench/attn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all]
+ *                         [--contexts 1024,4096] [--prefill 512] [--min-ms T] [--hot]
+ *                         [--head-major]
+ *
+ * Decode: one new token over a context of C cached tokens, the cache laid
+ * out as the session cache ([token, kv_head, head_dim]; --head-major: the
+ * tensor contract's [kv_head, token, head_dim]), one layer's worth of
+ * heads per call; reported as ms per layer and the rate at which K and V were
+ * read (2 * C * kv_heads * head_dim elements of the cache type). Every call
+ * uses the next of several caches that together exceed the last-level cache,
+ * as a decode step sees 28-36 layers' caches in turn (--hot reuses one, the
+ * compute ceiling when it fits in cache). Prefill: S new tokens
+ * attending causally to themselves, ms per layer. Never run by `make check`.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "kernels/krn.h"
+#include "kernels/krn_internal.h"
+
+typedef struct shape {
+    const char *model;
+    size_t nq, nkv, hd;
+} shape;
+
+static const shape shapes[] = {{"0.6b", 16, 8, 128}, {"4b", 32, 8, 128}};
+
+#define COLD_BYTES ((size_t)256 << 20)
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static bool hot;        /* one cache copy: the compute ceiling when it fits in cache */
+static bool head_major; /* [kv_head, token, head_dim] (the tensor contract) instead of the session layout */
+
+static float rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)(rng_state >> 40) / 16777216.0f - 0.5f;
+}
+
+static void *xmalloc(size_t n)
+{
+    size_t align = n >= ((size_t)4 << 20) ? (size_t)2 << 20 : 64;
+    size_t sz = (n + align - 1) & ~(align - 1);
+    void *p = aligned_alloc(align, sz);
+    if (!p) {
+        fprintf(stderr, "attn_bench: out of memory allocating %zu bytes\n", n);
+        exit(1);
+    }
+    if (align > 64)
+        madvise(p, sz, MADV_HUGEPAGE);
+    return p;
+}
+
+/* A cache of `tokens` rows of fp32 or fp16 values in [-0.5, 0.5). */
+static void *make_cache(size_t elems, krn_kv_type t)
+{
+    void *c = xmalloc(elems * (t == KRN_KV_F16 ? 2 : 4));
+    for (size_t i = 0; i < elems; i++) {
+        float v = rnd();
+        if (t == KRN_KV_F16)
+            ((uint16_t *)c)[i] = krn_f32_to_f16(v);
+        else
+            ((float *)c)[i] = v;
+    }
+    return c;
+}
+
+static double run(const krn_table *tab, const shape *sh, size_t ctx, size_t seq, krn_kv_type kt, double min_ms,
+                  size_t *bytes_per_call)
+{
+    size_t T = ctx + seq, elems = T * sh->nkv * sh->hd, esz = kt == KRN_KV_F16 ? 2 : 4;
+    size_t copies = seq > 1 || hot ? 1 : COLD_BYTES / (2 * elems * esz) + 1;
+    if (copies > 32)
+        copies = 32;
+    void **k = calloc(copies, sizeof *k), **v = calloc(copies, sizeof *v);
+    for (size_t c = 0; c < copies; c++) {
+        k[c] = make_cache(elems, kt);
+        v[c] = make_cache(elems, kt);
+    }
+    size_t qn = seq * sh->nq * sh->hd;
+    float *q = xmalloc(qn * sizeof(float)), *out = xmalloc(qn * sizeof(float));
+    for (size_t i = 0; i < qn; i++)
+        q[i] = rnd();
+    krn_gqa_args a = {.q = q, .q_ld = sh->nq * sh->hd, .kv_head_stride = head_major ? T * sh->hd : sh->hd,
+                      .kv_tok_stride = head_major ? sh->hd : sh->nkv * sh->hd,
+                      .out = out, .out_ld = sh->nq * sh->hd, .seq = seq, .past = ctx, .n_heads = sh->nq,
+                      .n_kv_heads = sh->nkv, .head_dim = sh->hd, .scale = 0.0883883476f, .local_window = -1,
+                      .kv_type = kt};
+    double times[400], total = 0;
+    int reps = 0;
+    while (reps < 400 && (reps < 3 || total < min_ms)) {
+        a.k_cache = k[(size_t)reps % copies];
+        a.v_cache = v[(size_t)reps % copies];
+        double t0 = now_ms();
+        tab->gqa.fn(&a, 0, seq * sh->nq);
+        times[reps] = now_ms() - t0;
+        total += times[reps++];
+    }
+    qsort(times, (size_t)reps, sizeof times[0], cmp_double);
+    for (size_t c = 0; c < copies; c++) {
+        free(k[c]);
+        free(v[c]);
+    }
+    free(k);
+    free(v);
+    free(q);
+    free(out);
+    *bytes_per_call = 2 * (ctx + seq) * sh->nkv * sh->hd * esz;
+    return times[reps / 2];
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: attn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all] "
+                    "[--contexts 1024,4096] [--prefill S] [--min-ms T] [--hot] [--head-major]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    const char *level = "all", *which = "all", *ctxs = "1024,4096";
+    size_t prefill = 512;
+    double min_ms = 300;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--hot")) {
+            hot = true;
+            continue;
+        }
+        if (!strcmp(argv[i], "--head-major")) {
+            head_major = true;
+            continue;
+        }
+        if (i + 1 >= argc)
+            usage();
+        if (!strcmp(argv[i], "--level"))
+            level = argv[++i];
+        else if (!strcmp(argv[i], "--shapes"))
+            which = argv[++i];
+        else if (!strcmp(argv[i], "--contexts"))
+            ctxs = argv[++i];
+        else if (!strcmp(argv[i], "--prefill"))
+            prefill = (size_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--min-ms"))
+            min_ms = strtod(argv[++i], NULL);
+        else
+            usage();
+    }
+    krn_init();
+    char line[256];
+    krn_describe(line, sizeof line);
+    if (hot)
+        printf("# %s; single thread; one cache copy (hot when it fits)", line);
+    else
+        printf("# %s; single thread; decode caches rotate over >= %zu MiB", line, COLD_BYTES >> 20);
+    printf("; cache %s\n", head_major ? "[kv_head, token, dim]" : "[token, kv_head, dim]");
+    for (int l = 0; l < KRN_LEVEL_COUNT; l++) {
+        krn_table tab;
+        if ((strcmp(level, "all") && strcmp(level, krn_level_name((krn_level)l))) ||
+            krn_table_for_level((krn_level)l, &tab) != KRN_OK)
+            continue;
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const shape *sh = &shapes[s];
+            if (strcmp(which, "all") && strcmp(which, sh->model))
+                continue;
+            for (int t = 0; t < 2; t++) {
+                krn_kv_type kt = t ? KRN_KV_F16 : KRN_KV_F32;
+                const char *tn = t ? "f16" : "f32";
+                for (const char *c = ctxs; *c;) {
+                    size_t ctx = (size_t)strtoul(c, NULL, 10), bytes;
+                    double ms = run(&tab, sh, ctx, 1, kt, min_ms, &bytes);
+                    printf("%-5s %-9s decode  ctx %6zu  kv %s  %8.3f ms/layer  %6.2f GB/s\n", sh->model, tab.gqa.name,
+                           ctx, tn, ms, bytes / ms / 1e6);
+                    fflush(stdout);
+                    const char *comma = strchr(c, ',');
+                    if (!comma)
+                        break;
+                    c = comma + 1;
+                }
+                if (prefill) {
+                    size_t bytes;
+                    double ms = run(&tab, sh, 0, prefill, kt, min_ms, &bytes);
+                    printf("%-5s %-9s prefill S %6zu  kv %s  %8.3f ms/layer\n", sh->model, tab.gqa.name, prefill, tn,
+                           ms);
+                    fflush(stdout);
+                }
+            }
+        }
+    }
+    return 0;
+}
