@@ -101,9 +101,12 @@ char *api_error_body(const api_error *err)
 
 int api_secret_equal(const char *a, size_t alen, const char *b, size_t blen)
 {
-    /* Walks the longer length whatever the contents, so the time does not
-     * depend on where the first difference lies. */
+    /* Walks at least API_SECRET_SPAN bytes and the longer length whatever
+     * the contents, so the time depends neither on where the first
+     * difference lies nor on the length of a key shorter than the span. */
     size_t n = alen > blen ? alen : blen;
+    if (n < API_SECRET_SPAN)
+        n = API_SECRET_SPAN;
     uint8_t diff = (uint8_t)(alen != blen);
     for (size_t i = 0; i < n; i++) {
         uint8_t x = i < alen ? (uint8_t)a[i] : 0;

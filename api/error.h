@@ -33,7 +33,11 @@
     X(API_ESHUTDOWN, -16, 503, "server_error", "shutting_down", "the server is shutting down")             \
     X(API_ETIMEOUT, -17, 503, "server_error", "timeout", "the request's deadline passed before it ran")    \
     X(API_EINTERNAL, -18, 500, "server_error", "internal_error", "internal error")                         \
-    X(API_ENOMEM, -19, 500, "server_error", "out_of_memory", "out of memory")
+    X(API_ENOMEM, -19, 500, "server_error", "out_of_memory", "out of memory")                              \
+    X(API_EHEADER, -20, 431, "invalid_request_error", "request_header_too_large",                          \
+      "request headers too large")                                                                         \
+    X(API_EKVBUDGET, -21, 503, "server_error", "kv_budget_exceeded",                                       \
+      "the request needs more KV cache than the server's budget")
 
 enum {
 #define API_ERR_ENUM(name, value, status, type, code, msg) name = value,
@@ -63,7 +67,12 @@ int api_error_set(api_error *err, int code, const char *param, const char *fmt, 
 /* The JSON error body of ERR, malloc'd and NUL-terminated; NULL on out-of-memory. */
 char *api_error_body(const api_error *err);
 
-/* Constant-time comparison of two byte strings (for API keys). */
+/*
+ * Constant-time comparison of two byte strings (for API keys): the time
+ * depends on neither content nor, up to API_SECRET_SPAN bytes, on the
+ * lengths, so it tells a client nothing about the key, not even its length.
+ */
+#define API_SECRET_SPAN 1024
 int api_secret_equal(const char *a, size_t alen, const char *b, size_t blen);
 
 #endif

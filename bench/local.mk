@@ -20,3 +20,15 @@ EXTRA_DIST += bench/tokenizer-bench.sh bench/tokenizer-bench.js
 check_PROGRAMS += bench/bw_probe
 bench_bw_probe_SOURCES = bench/bw_probe.c
 bench_bw_probe_LDADD = $(QD_LIBS)
+
+# GroupQueryAttention core: decode over long contexts (fp32 and fp16 caches)
+# and causal prefill, per kernel level:
+#   make bench/attn_bench && bench/attn_bench [--level avx2] [--contexts 1024,4096]
+check_PROGRAMS += bench/attn_bench
+bench_attn_bench_SOURCES = bench/attn_bench.c
+bench_attn_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
+
+# `qwen3d serve` under HTTP load (TTFT and inter-token percentiles, tokens/s),
+# and its overhead over `qwen3d bench` with --compare (bench/README.md):
+#   node $(srcdir)/bench/http-load.js --qwen3d ./qwen3d --model DIR [--compare]
+EXTRA_DIST += bench/http-load.js bench/README.md

@@ -237,6 +237,19 @@ static void logits_last_row(eng_session *s)
     eng_diag_clear(&quiet);
 }
 
+uint64_t eng_model_kv_bytes(const eng_model *m, int64_t capacity)
+{
+    if (capacity <= 0)
+        return 0;
+    if (m->opts.kv_mode == ENG_KV_PERSISTENT) {
+        kv_geometry kg = {.layers = m->geo.layers, .kv_heads = m->geo.kv_heads, .head_dim = m->geo.head_size,
+                          .capacity = capacity, .type = m->opts.kv_type};
+        return kv_bytes_for(&kg);
+    }
+    /* Tensor mode: two alternating buffers each for keys and values, per layer. */
+    return 4 * (uint64_t)(m->geo.kv_heads * capacity * m->geo.head_size) * sizeof(float) * (uint64_t)m->geo.layers;
+}
+
 eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag)
 {
     int64_t limit = eng_model_max_context(m);

@@ -60,6 +60,13 @@ int64_t eng_model_max_context(const eng_model *m);
 /* True if ID is one of the end-of-sequence ids. */
 bool eng_model_is_eos(const eng_model *m, int64_t id);
 
+/*
+ * The bytes a session of CAPACITY tokens reserves for its KV state: what
+ * eng_session_kv_bytes_reserved() reports for it, known before it exists
+ * (the server's KV budget). Any thread.
+ */
+uint64_t eng_model_kv_bytes(const eng_model *m, int64_t capacity);
+
 /* A session for up to max_ctx tokens (<= eng_model_max_context). */
 eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag);
 void eng_session_free(eng_session *s);

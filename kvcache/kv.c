@@ -52,6 +52,14 @@ static uint64_t round_up(uint64_t v, uint64_t a)
     return (v + a - 1) / a * a;
 }
 
+uint64_t kv_bytes_for(const kv_geometry *geo)
+{
+    if (geo->layers <= 0 || geo->kv_heads <= 0 || geo->head_dim <= 0 || geo->capacity <= 0)
+        return 0;
+    uint64_t token = (uint64_t)(geo->kv_heads * geo->head_dim) * kv_elem_size(geo->type);
+    return round_up(token * (uint64_t)geo->capacity, (uint64_t)sysconf(_SC_PAGESIZE)) * 2 * (uint64_t)geo->layers;
+}
+
 kv_cache *kv_new(const kv_geometry *geo)
 {
     if (geo->layers <= 0 || geo->kv_heads <= 0 || geo->head_dim <= 0 || geo->capacity <= 0)

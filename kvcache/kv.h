@@ -31,6 +31,8 @@ typedef struct kv_geometry {
 
 /* Reserves the address range; commits nothing yet. NULL on failure. */
 kv_cache *kv_new(const kv_geometry *geo);
+/* The bytes kv_new(GEO) reserves (kv_bytes_reserved of that cache); 0 for an invalid geometry. */
+uint64_t kv_bytes_for(const kv_geometry *geo);
 /* Returns every page, committed ones included. */
 void kv_free(kv_cache *kv);
 

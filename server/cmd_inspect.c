@@ -213,7 +213,7 @@ static void print_text(const eng_graph *g, const eng_geometry *geo, const eng_ge
     for (int r = 0; r < ENG_ROLE_COUNT; r++)
         printf("  %-16s %14llu\n", eng_weight_role_name((eng_weight_role)r), (unsigned long long)role_bytes[r]);
     printf("  %-16s %14llu\n", "total", (unsigned long long)total);
-    printf("  %-16s %14llu  (INT4 projections used in place from the mapping)\n", "prepared",
+    printf("  %-16s %14llu  (resident INT4 projections: repacked, or used in place)\n", "prepared",
            (unsigned long long)eng_plan_prepared_bytes(the_plan));
     char kd[256];
     krn_describe(kd, sizeof kd);

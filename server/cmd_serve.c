@@ -153,9 +153,20 @@ static void on_loaded(void *user, int status, const srv_model_info *info, const 
     srv_routes_set_loaded(sv->routes, info);
     srv_metrics_set_model(sv->metrics, info->weight_bytes, info->load_seconds);
     char q[600];
-    srv_log(SRV_LOG_INFO, "model_loaded", "model=%s name=%s ctx=%lld vocab=%lld threads=%d weight_bytes=%llu load_ms=%.1f",
+    srv_log(SRV_LOG_INFO, "model_loaded",
+            "model=%s name=%s ctx=%lld vocab=%lld threads=%d weight_bytes=%llu load_ms=%.1f kv_bytes_full_ctx=%llu "
+            "kv_budget=%llu",
             srv_log_quote(q, 300, sv->cfg.model, strlen(sv->cfg.model)), sv->cfg.model_name, (long long)info->ctx,
-            (long long)info->vocab, info->threads, (unsigned long long)info->weight_bytes, info->load_seconds * 1e3);
+            (long long)info->vocab, info->threads, (unsigned long long)info->weight_bytes, info->load_seconds * 1e3,
+            (unsigned long long)info->kv_bytes_full, (unsigned long long)sv->cfg.kv_budget);
+    /* Without a budget, sessions that all grow to the full context could
+     * need more memory than the machine has: say so once. */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t worst = info->kv_bytes_full * (uint64_t)sv->cfg.parallel;
+    if (!sv->cfg.kv_budget && pages > 0 && page > 0 && worst > (uint64_t)pages * (uint64_t)page)
+        srv_log(SRV_LOG_WARN, "kv_budget", "parallel=%lld kv_bytes_worst=%llu memory_bytes=%llu "
+                "advice=\"set --kv-budget or lower --ctx or --parallel\"", (long long)sv->cfg.parallel,
+                (unsigned long long)worst, (unsigned long long)pages * (unsigned long long)page);
     srv_notifyf("READY=1\nSTATUS=serving %s on port %d", sv->cfg.model_name, srv_http_port(sv->http));
 }
 
@@ -248,19 +259,22 @@ int cmd_serve(int argc, char **argv)
         .queue = (int)cfg->queue,
         .ctx = cfg->ctx,
         .prefill_chunk = cfg->prefill_chunk,
+        .kv_budget = (uint64_t)cfg->kv_budget,
     };
     srv_routes_opts ro = {
         .model_name = cfg->model_name,
         .api_key = api_key,
         .log_prompts = cfg->log_prompts,
         .request_timeout = (double)cfg->request_timeout,
+        .max_tokens = cfg->max_tokens,
     };
     srv_http_opts ho = {
         .host = cfg->host,
         .port = (int)cfg->port,
         .max_body = (size_t)cfg->max_body,
-        .connection_limit = 1024,
-        .idle_timeout_s = 120,
+        .max_header = (size_t)cfg->max_header,
+        .connection_limit = (unsigned)cfg->max_connections,
+        .idle_timeout_s = (unsigned)cfg->idle_timeout,
     };
     srv_http_handlers hh = {srv_routes_on_request, srv_routes_on_done};
     /* Listen first, so /health answers 503 while the model loads. */

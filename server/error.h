@@ -14,7 +14,8 @@
     X(SRV_ECONFIG, -5, "invalid configuration")                         \
     X(SRV_EHTTP, -6, "the HTTP server could not start")                 \
     X(SRV_ELOOP, -7, "the event loop failed")                           \
-    X(SRV_ETHREAD, -8, "a thread could not be started")
+    X(SRV_ETHREAD, -8, "a thread could not be started")                 \
+    X(SRV_EKVBUDGET, -9, "the request needs more KV cache than the budget")
 
 enum {
 #define SRV_ERR_ENUM(name, value, msg) name = value,

@@ -32,6 +32,8 @@
 
 #define MAX_HEADERS 8
 #define STREAM_BLOCK (16 * 1024)
+/* Longest wait between two MHD runs (see run()). */
+#define RUN_CEILING_MS 1000
 
 typedef struct header {
     char *name, *value;
@@ -46,7 +48,7 @@ struct srv_req {
     double t_start;
     char *body;
     size_t body_len, body_cap;
-    bool too_large, dispatched;
+    bool too_large, header_too_large, dispatched;
     void *user;
     int status;
     header headers[MAX_HEADERS];
@@ -69,9 +71,10 @@ struct srv_http {
     bool handles_open;
     srv_http_handlers handlers;
     void *user;
-    size_t max_body;
+    size_t max_body, max_header;
     int port;
     size_t active;
+    unsigned n_conns;              /* MHD's connections after the last run */
     srv_req *live;
     bool quiesced;
 };
@@ -80,16 +83,32 @@ struct srv_http {
 
 static void on_timer(uv_timer_t *t);
 
+static unsigned n_connections(srv_http *h)
+{
+    const union MHD_DaemonInfo *i = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return i ? i->num_connections : 0;
+}
+
+/*
+ * One MHD_run, then the timer for the next. MHD takes its listening socket
+ * out of its epoll set while the connection limit is reached and puts it
+ * back only at the start of a run: a run that closed connections is
+ * followed by another at once, or nothing would ever accept again (the
+ * clients waiting to connect cannot wake the loop). The wait is also capped,
+ * so no other state MHD only re-checks at the start of a run can stall it.
+ */
 static void run(srv_http *h)
 {
     if (!h->d)
         return;
     MHD_run(h->d);
+    unsigned n = n_connections(h);
+    uint64_t wait = n < h->n_conns ? 0 : RUN_CEILING_MS;
+    h->n_conns = n;
     MHD_UNSIGNED_LONG_LONG to = 0;
-    if (MHD_get_timeout(h->d, &to) == MHD_YES)
-        uv_timer_start(&h->timer, on_timer, (uint64_t)to, 0);
-    else
-        uv_timer_stop(&h->timer);
+    if (MHD_get_timeout(h->d, &to) == MHD_YES && (uint64_t)to < wait)
+        wait = (uint64_t)to;
+    uv_timer_start(&h->timer, on_timer, wait, 0);
 }
 
 static void on_timer(uv_timer_t *t) { run(t->data); }
@@ -269,10 +288,25 @@ static enum MHD_Result answer(srv_req *r)
     return MHD_YES;
 }
 
+static enum MHD_Result add_header_size(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    /* "Name: value\r\n" */
+    *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 4;
+    return MHD_YES;
+}
+
+/* Bytes of the request line and headers as the client sent them (give or take whitespace). */
+static size_t head_size(struct MHD_Connection *c, const char *method, const char *url, const char *version)
+{
+    size_t n = strlen(method) + strlen(url) + strlen(version) + 4;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, add_header_size, &n);
+    return n;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                  const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
-    (void)version;
     srv_http *h = cls;
     srv_req *r = *con_cls;
     if (!r) {
@@ -280,6 +314,14 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
             return MHD_NO;
         *con_cls = r;
         h->active++;
+        /* Headers over the limit (MHD's memory pool stops only far larger
+         * ones) are refused with the body unread. */
+        if (head_size(c, method, url, version) > h->max_header) {
+            r->header_too_large = true;
+            r->dispatched = true;
+            h->handlers.on_request(h->user, r);
+            return answer(r);
+        }
         /* A declared body over the limit is refused before it is sent. */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
@@ -296,7 +338,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         return MHD_YES;
     }
     if (*upload_size) {
-        if (!r->too_large) {
+        if (!r->too_large && !r->header_too_large) {
             size_t n = *upload_size;
             if (r->body_len + n > h->max_body) {
                 r->too_large = true;
@@ -381,6 +423,7 @@ static void stream_free(void *cls) { req_unref(cls); }
 const char *srv_req_method(const srv_req *r) { return r->method; }
 const char *srv_req_path(const srv_req *r) { return r->path; }
 bool srv_req_body_too_large(const srv_req *r) { return r->too_large; }
+bool srv_req_header_too_large(const srv_req *r) { return r->header_too_large; }
 double srv_req_start(const srv_req *r) { return r->t_start; }
 int srv_req_status(const srv_req *r) { return r->status; }
 void srv_req_set_user(srv_req *r, void *user) { r->user = user; }
@@ -477,6 +520,17 @@ void srv_req_stream_end(srv_req *r)
 
 /* ---- the server ------------------------------------------------------------ */
 
+/*
+ * MHD's per-connection memory: it holds the request line and headers while
+ * they are parsed, then the buffers of the body and of the response; it
+ * gets MAX_HEADER plus room for those buffers, so headers a little over the
+ * limit still reach on_access() and get the API's 431 body.
+ */
+static size_t pool_bytes(size_t max_header)
+{
+    return max_header + max_header / 4 + STREAM_BLOCK + 4096;
+}
+
 int srv_http_new(uv_loop_t *loop, const srv_http_opts *o, const srv_http_handlers *handlers, void *user,
                  srv_http **out, char *err, size_t err_cap)
 {
@@ -490,6 +544,7 @@ int srv_http_new(uv_loop_t *loop, const srv_http_opts *o, const srv_http_handler
     h->handlers = *handlers;
     h->user = user;
     h->max_body = o->max_body;
+    h->max_header = o->max_header ? o->max_header : 16 * 1024;
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     struct addrinfo *ai = NULL;
@@ -514,7 +569,8 @@ int srv_http_new(uv_loop_t *loop, const srv_http_opts *o, const srv_http_handler
                             on_mhd_log, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT,
                             o->connection_limit ? o->connection_limit : 1024u, MHD_OPTION_CONNECTION_TIMEOUT,
-                            o->idle_timeout_s ? o->idle_timeout_s : 60u, MHD_OPTION_END);
+                            o->idle_timeout_s ? o->idle_timeout_s : 60u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                            pool_bytes(h->max_header), MHD_OPTION_END);
     if (!h->d) {
         snprintf(err, err_cap, "cannot listen on %s port %d: %s", o->host, o->port,
                  errno ? strerror(errno) : "libmicrohttpd failed to start");

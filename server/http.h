@@ -4,7 +4,8 @@
  * MHD_get_timeout() drives a uv_timer, so MHD never starts a thread.
  *
  * A request is handed to the routes once its headers and body have arrived
- * (srv_http_handlers.on_request). The routes answer at once or later: until
+ * (srv_http_handlers.on_request), or as soon as its headers show it is over
+ * a limit (body or header size), so the routes can refuse it. The routes answer at once or later: until
  * they do, the connection is suspended (MHD_suspend_connection) and a
  * uv_poll watches its socket for the client closing it. A streamed response
  * is produced by MHD's content-reader callback from a buffer the routes
@@ -29,8 +30,9 @@ typedef struct srv_http_opts {
     const char *host;          /* numeric address or name; resolved once */
     int port;                  /* 0 = any free port */
     size_t max_body;           /* larger bodies are not kept: srv_req_body_too_large() */
-    unsigned connection_limit;
-    unsigned idle_timeout_s;   /* idle keep-alive connections are closed after this */
+    size_t max_header;         /* request line plus headers; larger: srv_req_header_too_large() (0 = 16 KiB) */
+    unsigned connection_limit; /* connections beyond it are closed at once (0 = 1024) */
+    unsigned idle_timeout_s;   /* a connection without traffic for this long is closed (0 = 60) */
 } srv_http_opts;
 
 typedef struct srv_http_handlers {
@@ -66,6 +68,8 @@ const char *srv_req_path(const srv_req *r);
 const char *srv_req_header(const srv_req *r, const char *name);
 const char *srv_req_body(const srv_req *r, size_t *len);
 bool srv_req_body_too_large(const srv_req *r);
+/* The request line and headers together are longer than max_header. */
+bool srv_req_header_too_large(const srv_req *r);
 /* Arrival time, srv_now() seconds. */
 double srv_req_start(const srv_req *r);
 /* The status sent (0 before a response). */

@@ -40,6 +40,16 @@ static const opt_def OPTS[] = {
     INT("queue", queue, 0, 1 << 20, "N", "requests that may wait for a session (default 64; more get 503)"),
     STR("api-key-file", api_key_file, "FILE", "require 'Authorization: Bearer KEY' with KEY read from FILE"),
     INT("max-body", max_body, 1024, 1 << 30, "BYTES", "largest request body (default 4194304; more get 413)"),
+    INT("max-header-bytes", max_header, 1024, 1 << 20, "BYTES",
+        "largest request line plus headers (default 16384; more get 431)"),
+    INT("max-connections", max_connections, 1, 65536, "N",
+        "open connections at most (default 1024; more wait until one closes)"),
+    INT("idle-timeout", idle_timeout, 1, 86400, "S",
+        "close a connection after S seconds without traffic (default 120)"),
+    INT("max-tokens", max_tokens, 0, INT32_MAX, "N",
+        "largest max_tokens of a request, and the default's cap (default 0: the context)"),
+    INT("kv-budget", kv_budget, 0, INT64_MAX, "BYTES",
+        "KV cache bytes all sessions may reserve; requests wait for room (default 0: no budget)"),
     INT("request-timeout", request_timeout, 1, 86400, "S", "deadline of one request in seconds (default 600)"),
     INT("drain-timeout", drain_timeout, 0, 3600, "S", "on SIGTERM, time given to running requests (default 30)"),
     INT("prefill-chunk", prefill_chunk, 1, 1 << 20, "N", "prompt tokens per scheduling step (default 256)"),
@@ -260,6 +270,9 @@ int srv_config_parse(int argc, char **argv, srv_config *cfg)
     cfg->parallel = 4;
     cfg->queue = 64;
     cfg->max_body = 4 << 20;
+    cfg->max_header = 16 << 10;
+    cfg->max_connections = 1024;
+    cfg->idle_timeout = 120;
     cfg->request_timeout = 600;
     cfg->drain_timeout = 30;
     cfg->prefill_chunk = 256;

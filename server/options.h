@@ -27,6 +27,11 @@ typedef struct srv_config {
     int64_t queue;          /* --queue, default 64 */
     char *api_key_file;     /* --api-key-file */
     int64_t max_body;       /* --max-body bytes, default 4 MiB */
+    int64_t max_header;     /* --max-header-bytes: request line and headers, default 16 KiB */
+    int64_t max_connections; /* --max-connections, default 1024 */
+    int64_t idle_timeout;   /* --idle-timeout seconds without traffic on a connection, default 120 */
+    int64_t max_tokens;     /* --max-tokens per request, default 0 = up to the context */
+    int64_t kv_budget;      /* --kv-budget bytes of KV cache for all sessions, default 0 = no budget */
     int64_t request_timeout; /* --request-timeout seconds, default 600 */
     int64_t drain_timeout;  /* --drain-timeout seconds, default 30 */
     int64_t prefill_chunk;  /* --prefill-chunk tokens, default 256 */

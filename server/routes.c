@@ -378,7 +378,12 @@ static void do_generate(call *c, api_kind kind)
                       ctx, n);
         goto reject;
     }
-    int64_t max_tokens = q->max_tokens;
+    int64_t max_tokens = q->max_tokens, limit = rt->o.max_tokens;
+    if (limit > 0 && max_tokens > limit) {
+        api_error_set(&e, API_ERANGE, "max_tokens",
+                      "'max_tokens' must be at most %" PRId64 " on this server, not %" PRId64, limit, max_tokens);
+        goto reject;
+    }
     if (max_tokens > 0 && n + max_tokens > ctx) {
         api_error_set(&e, API_ECONTEXT, "max_tokens",
                       "this model's maximum context length is %" PRId64 " tokens; the request asks for %" PRId64
@@ -386,9 +391,12 @@ static void do_generate(call *c, api_kind kind)
                       ctx, n + max_tokens, n, max_tokens);
         goto reject;
     }
-    if (max_tokens <= 0)
+    if (max_tokens <= 0) {
         max_tokens = kind == API_KIND_COMPLETION && ctx - n > DEFAULT_COMPLETION_TOKENS ? DEFAULT_COMPLETION_TOKENS
                                                                                          : ctx - n;
+        if (limit > 0 && max_tokens > limit)
+            max_tokens = limit;
+    }
     if (!q->seed_given)
         q->sampling.seed = next_random(rt);
     ids64 = malloc((size_t)n * sizeof *ids64);
@@ -426,6 +434,13 @@ static void do_generate(call *c, api_kind kind)
         }
     }
     int rc = srv_sched_submit(rt->sched, job);
+    if (rc == SRV_EKVBUDGET) {
+        api_error_set(&e, API_EKVBUDGET, "max_tokens",
+                      "this request needs %" PRIu64 " bytes of KV cache for %" PRId64 " tokens, more than the "
+                      "server's budget of %" PRIu64 " bytes; ask for fewer tokens",
+                      srv_sched_kv_bytes(rt->sched, n + max_tokens), n + max_tokens, srv_sched_kv_budget(rt->sched));
+        goto reject;
+    }
     if (rc) {
         int code = rc == SRV_EFULL ? API_EOVERLOADED : rc == SRV_ELOADING ? API_ELOADING : API_ESHUTDOWN;
         api_error_set(&e, code, NULL, NULL);
@@ -509,6 +524,10 @@ void srv_routes_on_request(void *user, srv_req *r)
     snprintf(c->id, sizeof c->id, "%s-%016" PRIx64, c->ep == SRV_EP_CHAT ? "chatcmpl" : c->ep == SRV_EP_COMPLETIONS ? "cmpl" : "req",
              next_random(rt));
 
+    if (srv_req_header_too_large(r)) {
+        fail(c, API_EHEADER, NULL, "the request line and headers are larger than the server's limit");
+        return;
+    }
     if (srv_req_body_too_large(r)) {
         fail(c, API_EBODY, NULL, "the request body is larger than the server's limit");
         return;

@@ -27,6 +27,7 @@ typedef struct srv_routes_opts {
     const char *api_key;      /* NULL = no authentication */
     bool log_prompts;
     double request_timeout;   /* seconds from arrival to the end of generation */
+    int64_t max_tokens;       /* largest max_tokens accepted, and the cap of the default; 0 = the context */
 } srv_routes_opts;
 
 /* NULL on out-of-memory. SCHED and METRICS must outlive the routes. */

@@ -55,6 +55,7 @@ struct srv_job {
     size_t n_stop;
     double deadline;
     char *id;
+    uint64_t kv_need;            /* KV bytes its session reserves; set by submit, then immutable */
     /* loop thread only */
     srv_job_fn fn;
     void *user;
@@ -340,6 +341,23 @@ static void on_async(uv_async_t *h)
     deliver(h->data);
 }
 
+/* The session capacity of a job: its prompt and max_tokens, at most the context. */
+static int64_t job_capacity(const srv_sched *s, int64_t tokens)
+{
+    return tokens < s->info.ctx ? tokens : s->info.ctx;
+}
+
+uint64_t srv_sched_kv_bytes(srv_sched *s, int64_t tokens)
+{
+    pthread_mutex_lock(&s->mu);
+    bool loaded = s->loaded;
+    pthread_mutex_unlock(&s->mu);
+    /* The model is read-only once loaded. */
+    return loaded ? eng_model_kv_bytes(s->model, job_capacity(s, tokens)) : 0;
+}
+
+uint64_t srv_sched_kv_budget(const srv_sched *s) { return s->opts.kv_budget; }
+
 int srv_sched_submit(srv_sched *s, srv_job *j)
 {
     int rc = 0;
@@ -348,8 +366,13 @@ int srv_sched_submit(srv_sched *s, srv_job *j)
         rc = SRV_ESHUTDOWN;
     else if (!s->loaded)
         rc = SRV_ELOADING;
-    else if (s->waiting.n + s->running.n >= s->opts.parallel + s->opts.queue)
-        rc = SRV_EFULL;
+    if (!rc) {
+        j->kv_need = eng_model_kv_bytes(s->model, job_capacity(s, (int64_t)j->n_prompt + j->max_tokens));
+        if (s->opts.kv_budget && j->kv_need > s->opts.kv_budget)
+            rc = SRV_EKVBUDGET;
+        else if (s->waiting.n + s->running.n >= s->opts.parallel + s->opts.queue)
+            rc = SRV_EFULL;
+    }
     if (!rc) {
         j->s = s;
         j->t_submit = srv_now();
@@ -438,6 +461,7 @@ static int load(srv_sched *s)
     s->info.weight_bytes = eng_plan_prepared_bytes(eng_model_plan(s->model));
     s->info.load_seconds = srv_now() - t0;
     s->info.threads = eng_pool_threads(eng_model_pool(s->model));
+    s->info.kv_bytes_full = eng_model_kv_bytes(s->model, s->info.ctx);
     rc = 0;
 out:
     pthread_mutex_lock(&s->mu);
@@ -471,10 +495,7 @@ static const char *slot_setup(srv_sched *s, slot *sl)
     srv_job *j = sl->job;
     eng_diag diag;
     eng_diag_init(&diag);
-    int64_t cap = (int64_t)j->n_prompt + j->max_tokens;
-    if (cap > s->info.ctx)
-        cap = s->info.ctx;
-    sl->sess = eng_session_new(s->model, cap, &diag);
+    sl->sess = eng_session_new(s->model, job_capacity(s, (int64_t)j->n_prompt + j->max_tokens), &diag);
     eng_diag_clear(&diag);
     sl->samp = eng_sampler_new(&j->sampling, (size_t)s->info.vocab);
     sl->stop = eng_stop_new((const char *const *)j->stop, j->n_stop);
@@ -658,11 +679,17 @@ static void *compute_main(void *arg)
     }
     int n = 0, rr = 0;
     int last_waiting = -1;
+    uint64_t kv_used = 0;        /* kv_need of the jobs in slots */
     for (;;) {
         pthread_mutex_lock(&s->mu);
         int admitted = 0;
         while (n < cap && s->waiting.head) {
             srv_job *j = s->waiting.head;
+            /* First come, first served: a job that does not fit the budget
+             * yet holds the ones behind it back too. */
+            if (s->opts.kv_budget && n > 0 && kv_used + j->kv_need > s->opts.kv_budget)
+                break;
+            kv_used += j->kv_need;
             list_remove(&s->waiting, j);
             list_push(&s->running, j);
             j->state = JOB_RUNNING;
@@ -674,6 +701,13 @@ static void *compute_main(void *arg)
         }
         int waiting = s->waiting.n;
         if (n == 0) {
+            /* The last waiting job may have been cancelled since the gauge
+             * was set: set it before sleeping (the metrics lock nests
+             * inside mu). */
+            if (waiting != last_waiting) {
+                srv_metrics_set_waiting(s->metrics, waiting);
+                last_waiting = waiting;
+            }
             bool stop = s->stopping;
             if (!stop)
                 pthread_cond_wait(&s->cv, &s->mu);
@@ -706,6 +740,7 @@ static void *compute_main(void *arg)
                 i++;
                 continue;
             }
+            kv_used -= j->kv_need;
             slot_finish(s, sl, why, msg);
             memmove(&slots[i], &slots[i + 1], (size_t)(n - i - 1) * sizeof *slots);
             n--;
@@ -721,6 +756,7 @@ static void *compute_main(void *arg)
         char msg[160] = "";
         srv_finish f = step(s, &slots[rr], msg, sizeof msg);
         if (f != SRV_FINISH_NONE) {
+            kv_used -= slots[rr].job->kv_need;
             slot_finish(s, &slots[rr], f, f == SRV_FINISH_ERROR ? msg : NULL);
             memmove(&slots[rr], &slots[rr + 1], (size_t)(n - rr - 1) * sizeof *slots);
             n--;

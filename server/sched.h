@@ -37,6 +37,7 @@ typedef struct srv_sched_opts {
     int queue;            /* jobs that may wait for a session (>= 0) */
     int64_t ctx;          /* longest sequence (prompt + generated); 0 = the model's context length */
     int64_t prefill_chunk; /* prompt tokens per step, so a long prompt does not stall the others; 0 = whole prompt */
+    uint64_t kv_budget;   /* KV bytes the running sessions may reserve together; 0 = no budget */
 } srv_sched_opts;
 
 /* What the compute thread found when loading; passed to srv_sched_loaded_fn. */
@@ -46,6 +47,7 @@ typedef struct srv_model_info {
     uint64_t weight_bytes;   /* resident prepared weight bytes */
     double load_seconds;
     int threads;
+    uint64_t kv_bytes_full;  /* KV bytes a session of the whole context reserves */
 } srv_model_info;
 
 /* On the loop thread once loading ends: STATUS 0 with INFO, or -1 with MESSAGE. */
@@ -76,6 +78,18 @@ void srv_sched_cancel_all(srv_sched *s);
 
 /* Jobs waiting and running now. */
 void srv_sched_counts(srv_sched *s, int *waiting, int *running);
+
+/*
+ * The KV budget: a job is admitted to a session only while the sessions
+ * running and its own fit in opts.kv_budget bytes (reserved, so memory
+ * committed as they grow never passes it); until then it waits in the
+ * queue, first come first served. srv_sched_submit() refuses a job that
+ * could not fit even alone. srv_sched_kv_bytes() is what a job of TOKENS
+ * tokens (prompt and max_tokens, at most the context) reserves; 0 before
+ * the model is loaded.
+ */
+uint64_t srv_sched_kv_bytes(srv_sched *s, int64_t tokens);
+uint64_t srv_sched_kv_budget(const srv_sched *s);
 
 /* ---- jobs ---------------------------------------------------------------- */
 
@@ -110,7 +124,7 @@ srv_job *srv_job_new(const srv_job_params *p, srv_job_fn fn, void *user);
 /* Drops the caller's reference (any thread). NULL is fine. */
 void srv_job_release(srv_job *j);
 
-/* Queues JOB. Returns 0, SRV_EFULL, SRV_ESHUTDOWN or SRV_ELOADING. */
+/* Queues JOB. Returns 0, SRV_EFULL, SRV_ESHUTDOWN, SRV_ELOADING or SRV_EKVBUDGET. */
 int srv_sched_submit(srv_sched *s, srv_job *job);
 
 /* The client is gone: no more callbacks; a waiting job leaves the queue, a

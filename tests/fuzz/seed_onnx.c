@@ -1,0 +1,104 @@
+/*
+ * seed_onnx: writes the seed inputs of tests/fuzz/fuzz_onnx (header, then
+ * model.onnx, then model.onnx.data) from small models in the real graph
+ * form, made by the same writer as `qwen3d synth` at a few miniature
+ * geometries, each with the three plan options fuzz_onnx reads from the
+ * header. Generated at fuzz or test time so that no binary model has to be
+ * checked in.
+ *
+ * Usage: seed_onnx OUTDIR (OUTDIR must exist; a scratch folder is made in it
+ * and removed again).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/synth.h"
+
+static uint8_t *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    struct stat st;
+    uint8_t *buf = NULL;
+    if (fstat(fileno(f), &st) == 0 && (buf = malloc((size_t)st.st_size + 1)) &&
+        fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+        free(buf);
+        buf = NULL;
+    }
+    if (buf)
+        *len = (size_t)st.st_size;
+    fclose(f);
+    return buf;
+}
+
+static int write_seed(const char *path, uint32_t head, const uint8_t *onnx, size_t onnx_len, const uint8_t *data,
+                      size_t data_len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    uint8_t h[4] = {(uint8_t)head, (uint8_t)(head >> 8), (uint8_t)(head >> 16), (uint8_t)(head >> 24)};
+    int ok = fwrite(h, 1, 4, f) == 4 && fwrite(onnx, 1, onnx_len, f) == onnx_len &&
+             fwrite(data, 1, data_len, f) == data_len;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: seed_onnx OUTDIR\n");
+        return 2;
+    }
+    static const struct {
+        const char *name;
+        eng_synth_geom g;
+    } geoms[] = {
+        {"l1-d32", {"mini", 1, 32, 32, 2, 1, 16, 32, 16}},
+        {"l2-d64", {"mini", 2, 64, 96, 4, 2, 16, 48, 32}},
+    };
+    static const struct {
+        const char *name;
+        uint32_t bits;
+    } variants[] = {{"fused", 0}, {"unfused", 1u << 30}, {"fp32", 1u << 31}};
+    char scratch[4096];
+    snprintf(scratch, sizeof scratch, "%s/.seed-onnx-scratch", argv[1]);
+    int rc = 0;
+    for (size_t i = 0; i < sizeof geoms / sizeof geoms[0] && !rc; i++) {
+        char err[512], path[4200], data_path[4200];
+        eng_synth_result res;
+        if (eng_synth_write(scratch, &geoms[i].g, 1 + i, NULL, &res, err, sizeof err) != 0) {
+            fprintf(stderr, "seed_onnx: %s\n", err);
+            rc = 1;
+            break;
+        }
+        snprintf(path, sizeof path, "%s/model.onnx", scratch);
+        snprintf(data_path, sizeof data_path, "%s/model.onnx.data", scratch);
+        size_t onnx_len = 0, data_len = 0;
+        uint8_t *onnx = slurp(path, &onnx_len), *data = slurp(data_path, &data_len);
+        for (size_t v = 0; v < sizeof variants / sizeof variants[0] && onnx && data && !rc; v++) {
+            char out[4400];
+            snprintf(out, sizeof out, "%s/synth-%s-%s", argv[1], geoms[i].name, variants[v].name);
+            if (write_seed(out, variants[v].bits | (uint32_t)onnx_len, onnx, onnx_len, data, data_len) != 0) {
+                fprintf(stderr, "seed_onnx: cannot write '%s'\n", out);
+                rc = 1;
+            }
+        }
+        if (!onnx || !data) {
+            fprintf(stderr, "seed_onnx: cannot read the model written in '%s'\n", scratch);
+            rc = 1;
+        }
+        free(onnx);
+        free(data);
+        unlink(path);
+        unlink(data_path);
+        snprintf(path, sizeof path, "%s/genai_config.json", scratch);
+        unlink(path);
+        rmdir(scratch);
+    }
+    return rc;
+}

@@ -1,0 +1,154 @@
+// The daemon's metrics as a real Prometheus server sees them. Sends a known
+// set of requests to a fresh daemon (completions and chat, streaming and
+// not, and requests that fail), counting statuses and the tokens each
+// response reports in `usage`; waits for a scrape that started after the
+// last response; then asks Prometheus' HTTP API (/api/v1/query) for the
+// counters and histogram counts and requires them to equal the clients'
+// counts exactly.
+//
+// usage: node prom-check.js DAEMON_URL PROMETHEUS_URL MODEL_NAME JOB
+'use strict';
+const assert = require('assert');
+const { post: streamPost, parse, summarize } = require('./sse-client.js');
+
+const [base, prom, model, job] = process.argv.slice(2);
+const CMPL = '/v1/completions', CHAT = '/v1/chat/completions';
+
+const counted = { requests: {}, prompt: 0, completion: 0, withTokens: 0, admitted: 0 };
+function countRequest(path, status) {
+  const k = `${path} ${status}`;
+  counted.requests[k] = (counted.requests[k] || 0) + 1;
+}
+function countUsage(u) {
+  assert.strictEqual(u.total_tokens, u.prompt_tokens + u.completion_tokens);
+  counted.prompt += u.prompt_tokens;
+  counted.completion += u.completion_tokens;
+  counted.admitted++;
+  if (u.completion_tokens > 0) counted.withTokens++;
+}
+
+async function plain(path, body, method = 'POST') {
+  const r = await fetch(base + path, {
+    method,
+    headers: body === undefined ? {} : { 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+    signal: AbortSignal.timeout(30000),
+  });
+  const text = await r.text();
+  countRequest(path, r.status);
+  let json = null;
+  try { json = JSON.parse(text); } catch (_) { /* not JSON */ }
+  if (r.status === 200) countUsage(json.usage);
+  return { status: r.status, json, text };
+}
+
+async function streamed(path, body) {
+  const r = await streamPost(base, path, { ...body, stream: true, stream_options: { include_usage: true } },
+    { timeoutMs: 30000 });
+  assert.ok(r.complete && r.status === 200, `stream ${path}: ${r.status} ${r.error}`);
+  countRequest(path, r.status);
+  const s = summarize(parse(r.raw));
+  assert.ok(s.usage, 'a usage chunk');
+  countUsage(s.usage);
+  return s;
+}
+
+async function query(expr) {
+  const r = await fetch(`${prom}/api/v1/query?query=${encodeURIComponent(expr)}`, { signal: AbortSignal.timeout(10000) });
+  const j = await r.json();
+  assert.strictEqual(j.status, 'success', `query ${expr}: ${JSON.stringify(j)}`);
+  return j.data.result;
+}
+
+// The single value of an instant query (0 when it selects nothing).
+async function scalar(expr) {
+  const res = await query(expr);
+  assert.ok(res.length <= 1, `${expr} selects ${res.length} series`);
+  return res.length ? Number(res[0].value[1]) : 0;
+}
+
+// The daemon's scrape target (null until Prometheus' discovery has set it up).
+async function target() {
+  const r = await fetch(`${prom}/api/v1/targets?state=active`, { signal: AbortSignal.timeout(10000) });
+  return (await r.json()).data.activeTargets.find((x) => x.labels.job === job) || null;
+}
+
+// Waits, bounded, for a successful scrape that began after time T (ms since the epoch).
+async function scrapedAfter(t, ms) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const tg = await target();
+    if (tg && tg.health === 'up' && Date.parse(tg.lastScrape) > t) return;
+    assert.ok(Date.now() < deadline, `no successful scrape within ${ms} ms: ${JSON.stringify(tg)}`);
+    await new Promise((res) => setTimeout(res, 200));
+  }
+}
+
+(async () => {
+  // Discovery applies new targets after a few seconds: first see the daemon scraped.
+  await scrapedAfter(0, 30000);
+  const chat = (content, extra = {}) => ({
+    model, messages: [{ role: 'user', content }], max_tokens: 12, temperature: 0, ...extra,
+  });
+  // Successful requests: 3 + 2 completions, 2 + 2 chats, streaming and not.
+  await plain(CMPL, { model, prompt: 'Hello world', max_tokens: 8, temperature: 0 });
+  await plain(CMPL, { prompt: 'The quick brown fox', max_tokens: 13, temperature: 0 });
+  await plain(CMPL, { prompt: [9707, 1879, 11], max_tokens: 5 });
+  await streamed(CMPL, { model, prompt: 'Once upon a time,', max_tokens: 17, temperature: 0 });
+  await streamed(CMPL, { prompt: '1, 2, 3,', max_tokens: 9, temperature: 0.8, seed: 7 });
+  await plain(CHAT, chat('Name a color.'));
+  await plain(CHAT, chat('Count to three.', { chat_template_kwargs: { enable_thinking: false } }));
+  await streamed(CHAT, chat('Say hi.'));
+  await streamed(CHAT, chat('A word, please.', { max_tokens: 20, chat_template_kwargs: { enable_thinking: false } }));
+  // Failures: each is counted under its endpoint and status, and never reaches a session.
+  assert.strictEqual((await plain(CMPL, '{"prompt": ')).status, 400);
+  assert.strictEqual((await plain(CMPL, { prompt: 'x', temperature: 7 })).status, 400);
+  assert.strictEqual((await plain(CMPL, { model: 'no-such-model', prompt: 'x' })).status, 404);
+  assert.strictEqual((await plain(CMPL, undefined, 'GET')).status, 405);
+  assert.strictEqual((await plain(CHAT, { messages: [] })).status, 400);
+  assert.strictEqual((await plain('/v1/nothing', undefined, 'GET')).status, 404);
+  const tEnd = Date.now();
+
+  // A scrape that began after the last response has seen all of them.
+  await scrapedAfter(tEnd + 50, 15000);
+
+  const results = [];
+  const expect = async (expr, want) => {
+    const got = await scalar(expr);
+    assert.strictEqual(got, want, `${expr}: Prometheus has ${got}, the clients counted ${want}`);
+    results.push(`${expr} = ${got}`);
+  };
+  const sel = `job="${job}"`;
+  await expect(`up{${sel}}`, 1);
+  const endpoints = { [CMPL]: CMPL, [CHAT]: CHAT, '/v1/nothing': 'other' };
+  for (const [k, n] of Object.entries(counted.requests)) {
+    const [path, code] = k.split(' ');
+    await expect(`qwen3d_requests_total{${sel},endpoint="${endpoints[path]}",code="${code}"}`, n);
+  }
+  // No other endpoint/code pair of the generation endpoints exists.
+  const series = await query(`qwen3d_requests_total{${sel},endpoint=~"/v1/(chat/)?completions"}`);
+  const known = Object.keys(counted.requests).filter((k) => !k.startsWith('/v1/nothing'));
+  assert.strictEqual(series.length, known.length, `series: ${JSON.stringify(series.map((s) => s.metric))}`);
+  await expect(`qwen3d_prompt_tokens_total{${sel}}`, counted.prompt);
+  await expect(`qwen3d_generation_tokens_total{${sel}}`, counted.completion);
+  await expect(`qwen3d_time_to_first_token_seconds_count{${sel}}`, counted.withTokens);
+  await expect(`qwen3d_time_to_first_token_seconds_bucket{${sel},le="+Inf"}`, counted.withTokens);
+  await expect(`qwen3d_inter_token_latency_seconds_count{${sel}}`, counted.completion - counted.withTokens);
+  await expect(`qwen3d_queue_wait_seconds_count{${sel}}`, counted.admitted);
+  const generation = Object.entries(counted.requests).filter(([k]) => k.startsWith(CMPL) || k.startsWith(CHAT))
+    .reduce((a, [, n]) => a + n, 0);
+  await expect(`qwen3d_request_duration_seconds_count{${sel}}`, generation);
+  await expect(`qwen3d_request_duration_seconds_bucket{${sel},le="+Inf"}`, generation);
+  await expect(`qwen3d_sessions_active{${sel}}`, 0);
+  await expect(`qwen3d_requests_waiting{${sel}}`, 0);
+  // The histograms are usable as histograms: a median TTFT within the buckets.
+  const q = await scalar(`histogram_quantile(0.5, qwen3d_time_to_first_token_seconds_bucket{${sel}})`);
+  assert.ok(q > 0 && q <= 60, `median TTFT from the buckets: ${q}`);
+  results.push(`histogram_quantile(0.5, ttft) = ${q}`);
+  for (const r of results) console.log(`ok - ${r}`);
+  console.log(`prom-check: ${results.length} queries equal the clients' counts ` +
+    `(${counted.admitted} generations, ${counted.prompt} prompt and ${counted.completion} completion tokens)`);
+})().catch((e) => {
+  console.error(`prom-check: ${e && e.stack ? e.stack : e}`);
+  process.exit(1);
+});

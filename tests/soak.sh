@@ -1,0 +1,22 @@
+#!/bin/sh
+# A soak of `qwen3d serve` with injected faults on the tiny model
+# (tests/soak/soak.js: client disconnects, slow readers, malformed and
+# oversized requests, half-sent requests, a full queue), for SOAK_SECONDS
+# (default 60) with SOAK_CLIENTS (default 6) concurrent clients; then the
+# daemon must drain on SIGTERM and exit 0 (with --enable-sanitizers: no
+# leak, no error report). `make soak` runs it longer, outside the suite.
+NAME=soak
+. "$QD_SRCDIR/tests/serve/common.sh"
+
+serve_model
+serve_start --parallel 2 --queue 3 --ctx 256 --max-body 16384 --max-header-bytes 4096 --idle-timeout 5
+# A sanitizer's allocator keeps freed memory in quarantine: resident memory
+# says nothing about leaks there (LeakSanitizer at exit does).
+[ "${QD_SANITIZERS:-0}" = 1 ] && SOAK_RSS=0 && export SOAK_RSS
+"$NODE" "$QD_SRCDIR/tests/soak/soak.js" "$BASE" "$PID" "${SOAK_SECONDS:-60}" "${SOAK_CLIENTS:-6}" ||
+  fail "the soak found problems"
+serve_stop
+[ "$STATUS" = 0 ] || fail "exit status $STATUS after the soak"
+grep -q 'runtime error\|ERROR: AddressSanitizer\|LeakSanitizer' "$LOG" && fail "a sanitizer reported an error"
+echo "soak: the daemon drained and exited cleanly"
+rm -rf "$work"
