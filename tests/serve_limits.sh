@@ -5,8 +5,8 @@
 #    far larger ones get libmicrohttpd's own 431), the daemon serves on;
 #  - --idle-timeout: a connection that stops sending is closed in time;
 #  - --max-connections: a connection beyond the limit is not served while
-#    the others stay open, and is once they close (the server must resume
-#    accepting);
+#    the others stay open, and is once they close, by the idle timeout or by
+#    the client (the server must resume accepting);
 #  - --max-tokens: a larger max_tokens is a 400, a request without one
 #    generates at most that many;
 #  - --ctx: a prompt that leaves no room is a 400 context_length_exceeded;

@@ -7,8 +7,10 @@
 //     the server after between MIN_S and MAX_S seconds.
 //   node limits-client.js conn-limit PORT N
 //     With N idle connections open (the limit), a request on one more gets
-//     no answer while they stay open; once they close, a new connection is
-//     served within 3 s (the server must start accepting again).
+//     no answer while they stay open. Once the server has closed them for
+//     idleness (all in one go: the case where it used to stop accepting for
+//     good), and again once the client closes N new ones itself, a new
+//     connection is served within 3 s.
 'use strict';
 const net = require('net');
 
@@ -61,10 +63,32 @@ async function idle() {
   console.log(`idle connection closed after ${secs.toFixed(1)} s`);
 }
 
-async function connLimit() {
-  const n = Number(a);
+// Opens N connections that send nothing; resolves with them and a promise
+// that settles once the server has closed them all.
+async function holdIdle(n) {
   const held = [];
   for (let i = 0; i < n; i++) held.push(await connect());
+  const closed = Promise.all(held.map((s) => new Promise((r) => {
+    s.on('close', r);
+    s.on('error', () => {});
+    s.resume();
+  })));
+  return { held, closed };
+}
+
+// A request on a new connection must be served within 3 s.
+async function servedAgain(what) {
+  const t0 = Date.now();
+  const s = await connect();
+  const got = await request(s, 3000);
+  if (!got || !got.startsWith('HTTP/1.1 200'))
+    fail(`${what}, a new request got ${JSON.stringify(got)} within 3 s`);
+  return Date.now() - t0;
+}
+
+async function connLimit() {
+  const n = Number(a);
+  let { held, closed } = await holdIdle(n);
   await sleep(300);
   // Over the limit: MHD closes the first connection past it and leaves the
   // next ones in the kernel's backlog; either way, no answer.
@@ -74,13 +98,15 @@ async function connLimit() {
     if (got && got.startsWith('HTTP/1.1 200')) fail(`a request beyond ${n} open connections was served`);
     over.destroy();
   }
+  const idleWait = new Promise((r) => setTimeout(() => r('timeout'), 15000));
+  if ((await Promise.race([closed, idleWait])) === 'timeout') fail(`the ${n} idle connections were not closed in 15 s`);
+  const ms1 = await servedAgain(`after the server closed ${n} idle connections`);
+  ({ held, closed } = await holdIdle(n));
+  await sleep(300);
   for (const s of held) s.destroy();
-  const t0 = Date.now();
-  const s = await connect();
-  const got = await request(s, 3000);
-  if (!got || !got.startsWith('HTTP/1.1 200'))
-    fail(`after the ${n} connections closed, a new request got ${JSON.stringify(got)} within 3 s`);
-  console.log(`connection limit ${n}: a request beyond it waited; served again ${Date.now() - t0} ms after they closed`);
+  const ms2 = await servedAgain(`after the client closed ${n} connections`);
+  console.log(`connection limit ${n}: a request beyond it waited; served again ${ms1} ms after the server ` +
+              `closed the idle ones, ${ms2} ms after the client closed its own`);
 }
 
 (mode === 'idle' ? idle() : mode === 'conn-limit' ? connLimit() : Promise.reject(new Error(`unknown mode ${mode}`)))

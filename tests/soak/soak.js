@@ -11,10 +11,10 @@
 //
 // Then it checks: the daemon is alive, no session is left and nothing
 // waits, its anonymous resident memory is within 5% of the level after
-// warm-up (see rssBytes), every
-// completed greedy output equals the single-request one, no 5xx other than
-// 503 queue_full, no request timed out, and qwen3d_requests_total equals,
-// per endpoint and code, what the clients counted. It prints a report and
+// warm-up (see rssBytes), every completed greedy output equals the
+// single-request one, no 5xx other than 503 queue_full, no request timed
+// out, and qwen3d_requests_total equals, per endpoint and code, what the
+// clients counted (see the 499/503 note in main). It prints a report and
 // exits 0 when all of that holds, 1 otherwise.
 //
 // usage: node soak.js BASE_URL PID [SECONDS [CLIENTS]]
