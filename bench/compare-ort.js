@@ -6,7 +6,11 @@
 //
 // Usage: compare-ort.js --qwen3d BIN --model DIR [--runs N] [--threads N]
 //                       [--prompt-len 32] [--gen 128] [--contexts 1024,4096]
-//                       [--context-steps N] [--kv-mode M] [--kv-type T] [--json]
+//                       [--context-steps N] [--repeat R] [--kv-mode M] [--kv-type T] [--json]
+// Each run is one process per runtime that loads the model once and measures
+// every prompt case R times (default 3), reporting its median: the steady
+// state of a server that keeps the model loaded (the first request after a
+// load also pays for first-touch page faults in both runtimes).
 // NODE_PATH must reach onnxruntime-node (tests/npm/node_modules of a build tree).
 'use strict';
 
@@ -18,7 +22,7 @@ function fail(msg) {
   process.exit(1);
 }
 
-const o = { runs: 5, threads: '1', prompt: '32', gen: '128', contexts: '1024,4096', steps: '16',
+const o = { runs: 5, repeat: '3', threads: '1', prompt: '32', gen: '128', contexts: '1024,4096', steps: '16',
   kvMode: 'persistent', kvType: 'f32', json: false };
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i++) {
@@ -27,6 +31,7 @@ for (let i = 0; i < argv.length; i++) {
     case '--qwen3d': o.bin = v(); break;
     case '--model': o.model = v(); break;
     case '--runs': o.runs = Number(v()); break;
+    case '--repeat': o.repeat = v(); break;
     case '--threads': o.threads = v(); break;
     case '--prompt-len': o.prompt = v(); break;
     case '--gen': o.gen = v(); break;
@@ -41,7 +46,7 @@ for (let i = 0; i < argv.length; i++) {
 if (!o.bin || !o.model) fail('--qwen3d BIN and --model DIR are required');
 
 const common = ['--model', o.model, '--prompt-len', o.prompt, '--gen', o.gen, '--threads', o.threads,
-  '--repeat', '1', '--contexts', o.contexts, '--context-steps', o.steps];
+  '--repeat', o.repeat, '--contexts', o.contexts, '--context-steps', o.steps];
 
 function run(cmd, args) {
   const r = spawnSync(cmd, args, { encoding: 'utf8', maxBuffer: 1 << 26 });
@@ -86,7 +91,7 @@ if (o.json) {
   for (const r of rows) process.stdout.write(JSON.stringify(r) + '\n');
 } else {
   const f = (x, d = 1) => (x === undefined || x === null ? '-' : x.toFixed(d));
-  console.log(`model ${o.model}, ${o.threads} thread(s), ${o.runs} alternating runs, medians; qwen3d kv ${o.kvMode}/${o.kvType}`);
+  console.log(`model ${o.model}, ${o.threads} thread(s), ${o.runs} alternating runs of ${o.repeat} repeats, medians; qwen3d kv ${o.kvMode}/${o.kvType}`);
   console.log('case            decode tok/s (qwen3d / ORT = x)     prefill tok/s (qwen3d / ORT = x)    ttft ms (qwen3d / ORT = x)');
   for (const r of rows)
     console.log(`${r.case.padEnd(15)} ${f(r.qwen3d_decode_tokens_per_s).padStart(8)} / ${f(r.onnxruntime_decode_tokens_per_s).padStart(8)} = ${f(r.decode_speedup, 2).padStart(5)}x` +

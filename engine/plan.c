@@ -12,8 +12,11 @@
  * kernels are fanned out through eng_pool_run().
  */
 #include "engine/plan.h"
+#include "engine/sampler.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
 #include <stdlib.h>
@@ -41,7 +44,9 @@ typedef struct op_def {
 
 typedef struct mmnb_params {
     krn_q4_weights w;
+    const struct eng_tensor *pack_b, *pack_scales; /* sources of w.packed until pack_all() */
     bool int8;
+    bool qa_from_norm;    /* its input's producer also quantizes it (fuse_norm_quant) */
 } mmnb_params;
 
 typedef struct gqa_params {
@@ -71,7 +76,8 @@ struct step {
         struct { int32_t to; } cast;
         struct { bool allowzero; } reshape;
         struct { int64_t axis, num_outputs; } split;
-        struct { int64_t axis; float eps; } norm;
+        /* qa_block > 0: also quantize the output for int8 MatMulNBits readers (fuse_norm_quant) */
+        struct { int64_t axis; float eps; size_t qa_block, qa_k; } norm;
         struct { char op; } binary;   /* '+', '-', '*' */
         mmnb_params mmnb;
         gqa_params gqa;
@@ -131,6 +137,17 @@ struct eng_exec {
     /* per-run scratch: quantized activations, rotated queries, positions */
     uint8_t *scratch;
     uint64_t scratch_cap, scratch_need;
+    /*
+     * Activations quantized by a norm step for the int8 MatMulNBits that read
+     * its output (fuse_norm_quant): valid for the value whose data, row count,
+     * width and block size are recorded here, until another norm replaces them.
+     */
+    uint8_t *norm_qa;
+    uint64_t norm_qa_cap, norm_qa_need;
+    int norm_qa_value;    /* -1: none */
+    const void *norm_qa_data;
+    uint64_t norm_qa_rows;
+    size_t norm_qa_k, norm_qa_block;
     /* bump allocator for integer values during the shape pass */
     uint8_t *shape_buf;
     uint64_t shape_cap, shape_used;
@@ -141,6 +158,9 @@ struct eng_exec {
     uint64_t prof_ns[32], prof_calls[32]; /* per op_defs entry */
     bool *fused_now;      /* per step: its SiLU fusion applies to this run's shapes */
     bool *last_row;       /* per step: compute its output for the last input row only */
+    int argmax_step;      /* step whose last output row also gets its argmax, -1: none */
+    _Atomic uint64_t argmax_key; /* eng_argmax_key of that row, merged over the workers */
+    bool argmax_valid;    /* set by the last run */
     eng_diag *diag;       /* of the current run */
 };
 
@@ -283,6 +303,23 @@ static void do_mmnb(const void *c, size_t b, size_t e)
 {
     const mmnb_call *m = c;
     (m->int8 ? m->t->mmnb_i8.fn : m->t->mmnb_f32.fn)(&m->a, b, e);
+}
+
+/*
+ * The LM head with greedy sampling: each worker also finds the largest logit
+ * of the columns it just wrote, while they are in its cache, and merges it
+ * into one key (eng_argmax_key), so nobody reads the whole row again.
+ */
+typedef struct mmnb_argmax_call { mmnb_call mm; _Atomic uint64_t *key; } mmnb_argmax_call;
+
+static void do_mmnb_argmax(const void *c, size_t b, size_t e)
+{
+    const mmnb_argmax_call *m = c;
+    do_mmnb(&m->mm, b, e);
+    const float *row = m->mm.a.y + (m->mm.a.m - 1) * m->mm.a.y_ld;
+    uint64_t k = eng_argmax_key(row, b, e), cur = atomic_load_explicit(m->key, memory_order_relaxed);
+    while (k > cur && !atomic_compare_exchange_weak(m->key, &cur, k))
+        ;
 }
 static void do_quant(const void *c, size_t b, size_t e)
 {
@@ -954,6 +991,8 @@ static int prep_sln(plan_builder *b, step *s)
     return 0;
 }
 
+static void reserve_norm_qa(eng_exec *x, const step *s, uint64_t rows, uint64_t n);
+
 static int infer_sln(eng_exec *x, const step *s)
 {
     const rt_val *a = IN(x, s, 0), *g = IN(x, s, 1);
@@ -968,7 +1007,41 @@ static int infer_sln(eng_exec *x, const step *s)
         STEP_FAIL(x, s, "scale has %llu elements, normalized size is %llu", (unsigned long long)eng_view_numel(&g->v),
                   (unsigned long long)n);
     set_shape(OUT(x, s, 0), ENG_DT_FLOAT, r, a->v.dims);
+    reserve_norm_qa(x, s, n ? eng_view_numel(&a->v) / n : 0, n);
     return 0;
+}
+
+/*
+ * Fused quantization (fuse_norm_quant): where the step's int8 MatMulNBits
+ * readers take rows of qa_k values, the norm kernel quantizes each finished
+ * row into x->norm_qa, the bytes quant_a8 would write, and the readers skip
+ * their own pass over the activations.
+ */
+static void reserve_norm_qa(eng_exec *x, const step *s, uint64_t rows, uint64_t n)
+{
+    if (!s->p.norm.qa_block || n != s->p.norm.qa_k)
+        return;
+    uint64_t need = krn_quant_a8_size(rows, n, s->p.norm.qa_block);
+    if (need > x->norm_qa_need)
+        x->norm_qa_need = need;
+}
+
+/* The norm_qa record of row r0, or NULL when this run does not quantize. */
+static void *norm_qa_at(eng_exec *x, const step *s, uint64_t n, uint64_t r0)
+{
+    if (!s->p.norm.qa_block || n != s->p.norm.qa_k || !x->norm_qa)
+        return NULL;
+    return x->norm_qa + r0 * krn_quant_a8_size(1, n, s->p.norm.qa_block);
+}
+
+static void norm_qa_done(eng_exec *x, const step *s, const void *data, uint64_t rows, uint64_t n)
+{
+    bool made = norm_qa_at(x, s, n, 0) != NULL;
+    x->norm_qa_value = made ? s->out[0] : -1;
+    x->norm_qa_data = data;
+    x->norm_qa_rows = rows;
+    x->norm_qa_k = (size_t)n;
+    x->norm_qa_block = s->p.norm.qa_block;
 }
 
 static int run_sln(eng_exec *x, const step *s)
@@ -980,8 +1053,10 @@ static int run_sln(eng_exec *x, const step *s)
     uint64_t n = dims_numel(a->v.dims + axis, r - (int)axis);
     uint64_t rows = n ? eng_view_numel(&a->v) / n : 0;
     norm_call c = {&x->p->krn, {.x = a->v.data, .x_ld = n, .gamma = g->v.data, .y = o->v.data, .y_ld = n,
-                                .rows = rows, .n = n, .group = 1, .eps = s->p.norm.eps}, false};
+                                .rows = rows, .n = n, .group = 1, .eps = s->p.norm.eps,
+                                .qa = norm_qa_at(x, s, n, 0), .qa_block = s->p.norm.qa_block}, false};
     run_par(x, rows, 1, do_norm, &c);
+    norm_qa_done(x, s, o->v.data, rows, n);
     return 0;
 }
 
@@ -1013,6 +1088,7 @@ static int infer_skip_sln(eng_exec *x, const step *s)
     set_shape(OUT(x, s, 0), ENG_DT_FLOAT, r, a->v.dims);
     if (OUT(x, s, 3))
         set_shape(OUT(x, s, 3), ENG_DT_FLOAT, r, a->v.dims);
+    reserve_norm_qa(x, s, na / (uint64_t)d, (uint64_t)d);
     return 0;
 }
 
@@ -1029,10 +1105,12 @@ static int run_skip_sln(eng_exec *x, const step *s)
                         .bias = bias ? bias->v.data : NULL, .gamma = g->v.data,
                         .y = (float *)o->v.data + r0 * d, .y_ld = d,
                         .sum = sum ? (float *)sum->v.data + r0 * d : NULL, .sum_ld = d,
-                        .rows = skip_rows, .n = d, .group = 1, .eps = s->p.norm.eps},
+                        .rows = skip_rows, .n = d, .group = 1, .eps = s->p.norm.eps,
+                        .qa = norm_qa_at(x, s, d, r0), .qa_block = s->p.norm.qa_block},
                        true};
         run_par(x, skip_rows, 1, do_norm, &c);
     }
+    norm_qa_done(x, s, o->v.data, rows, d);
     return 0;
 }
 
@@ -1116,6 +1194,91 @@ static void *packed_slot(plan_builder *b, const step *s, size_t bytes, uint64_t 
 }
 
 /*
+ * Repacks every MatMulNBits that prep_mmnb gave a packed buffer. Loading is
+ * bound by reading the weights from the mapped file and faulting in the new
+ * buffer, so the matrices are spread over one thread per online CPU (largest
+ * first to the least loaded thread; up to 8), created for this and joined.
+ */
+typedef struct pack_job { step **steps; size_t n; } pack_job;
+
+static void release_mapped(const eng_tensor *t);
+
+static void pack_one(step *s)
+{
+    mmnb_params *m = &s->p.mmnb;
+    krn_q4_pack(&m->w, (void *)m->w.packed);
+    /* The kernels now stream the copy; the mapped originals need not stay resident. */
+    release_mapped(m->pack_b);
+    release_mapped(m->pack_scales);
+    m->pack_b = m->pack_scales = NULL;
+}
+
+static void *pack_thread(void *arg)
+{
+    pack_job *j = arg;
+    for (size_t i = 0; i < j->n; i++)
+        pack_one(j->steps[i]);
+    return NULL;
+}
+
+static int cmp_pack_size(const void *a, const void *b)
+{
+    size_t x = krn_q4_pack_size(&(*(step *const *)a)->p.mmnb.w), y = krn_q4_pack_size(&(*(step *const *)b)->p.mmnb.w);
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void pack_all(eng_plan *p)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->n_steps; i++)
+        if (p->steps[i].op && p->steps[i].op->prepare == prep_mmnb && p->steps[i].p.mmnb.pack_b)
+            n++;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t nt = cpus < 1 ? 1 : cpus > 8 ? 8 : (size_t)cpus;
+    step **all = n ? calloc(n, sizeof *all) : NULL;
+    step **slots = n ? calloc(n * nt, sizeof *slots) : NULL;
+    if (!all || !slots || nt == 1 || n < 2) {
+        /* no memory for the bookkeeping, or nothing to share: one thread */
+        for (size_t i = 0; i < p->n_steps; i++)
+            if (p->steps[i].op && p->steps[i].op->prepare == prep_mmnb && p->steps[i].p.mmnb.pack_b)
+                pack_one(&p->steps[i]);
+        free(all);
+        free(slots);
+        return;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < p->n_steps; i++)
+        if (p->steps[i].op && p->steps[i].op->prepare == prep_mmnb && p->steps[i].p.mmnb.pack_b)
+            all[k++] = &p->steps[i];
+    qsort(all, n, sizeof *all, cmp_pack_size);
+    pack_job jobs[8];
+    size_t load[8] = {0};
+    for (size_t t = 0; t < nt; t++)
+        jobs[t] = (pack_job){slots + t * n, 0};
+    for (size_t i = 0; i < n; i++) {
+        size_t t = 0;
+        for (size_t u = 1; u < nt; u++)
+            if (load[u] < load[t])
+                t = u;
+        jobs[t].steps[jobs[t].n++] = all[i];
+        load[t] += krn_q4_pack_size(&all[i]->p.mmnb.w);
+    }
+    pthread_t th[8];
+    bool started[8] = {false};
+    for (size_t t = 1; t < nt; t++)
+        started[t] = pthread_create(&th[t], NULL, pack_thread, &jobs[t]) == 0;
+    pack_thread(&jobs[0]);
+    for (size_t t = 1; t < nt; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            pack_thread(&jobs[t]); /* could not start it: do its share here */
+    }
+    free(all);
+    free(slots);
+}
+
+/*
  * Drops the pages of a tensor that lies in a mapped data file from this
  * process's resident set (read-only shared file mapping: a later read faults
  * them back in from the file). Only whole pages inside the tensor are touched.
@@ -1177,11 +1340,10 @@ static int prep_mmnb(plan_builder *b, step *s)
         void *buf = packed_slot(b, s, pack, &resident);
         if (!buf)
             PREP_FAIL(b, s, "out of memory repacking %zu bytes of weights", pack);
-        krn_q4_pack(&m->w, buf);
+        /* Filled by pack_all() once every node is prepared, in parallel. */
         m->w.packed = buf;
-        /* The kernels now stream the copy; the mapped originals need not stay resident. */
-        release_mapped(B);
-        release_mapped(sc);
+        m->pack_b = B;
+        m->pack_scales = sc;
     }
     /* (unpacked, the weights are used in place from the mapping: resident as they are;
      * packed, the arena is counted once, when it is allocated) */
@@ -1225,7 +1387,10 @@ static int run_mmnb(eng_exec *x, const step *s)
         return 0;
     mmnb_call c = {&x->p->krn, {.w = m->w, .m = rows, .a = a->v.data, .a_ld = m->w.k, .y = o->v.data,
                                 .y_ld = m->w.n}, m->int8};
-    if (m->int8) {
+    if (m->int8 && m->qa_from_norm && x->norm_qa_value == s->in[0] && x->norm_qa_data == a->v.data &&
+        x->norm_qa_rows == rows && x->norm_qa_k == m->w.k && x->norm_qa_block == m->w.block_size) {
+        c.a.qa = x->norm_qa; /* quantized by the norm that wrote A */
+    } else if (m->int8) {
         quant_call q = {&x->p->krn, {.a = a->v.data, .a_ld = m->w.k, .m = rows, .k = m->w.k,
                                      .block_size = m->w.block_size, .qa = x->scratch}};
         /* A few rows (decode) take a microsecond: cheaper here than a pool round trip. */
@@ -1235,7 +1400,14 @@ static int run_mmnb(eng_exec *x, const step *s)
             run_par(x, rows, 1, do_quant, &q);
         c.a.qa = x->scratch;
     }
-    run_par(x, m->w.n, 16, do_mmnb, &c);
+    if (x->argmax_step == (int)(s - x->p->steps)) {
+        mmnb_argmax_call ac = {c, &x->argmax_key};
+        atomic_store(&x->argmax_key, 0);
+        run_par(x, m->w.n, 16, do_mmnb_argmax, &ac);
+        x->argmax_valid = true;
+    } else {
+        run_par(x, m->w.n, 16, do_mmnb, &c);
+    }
     return 0;
 }
 
@@ -1549,6 +1721,50 @@ static int producer_step(const eng_plan *p, int v)
 }
 
 /*
+ * Plan rewrite: an RMSNorm (Simplified or SkipSimplifiedLayerNormalization
+ * over the last axis) whose output is read by int8-mode MatMulNBits nodes
+ * quantizes its rows itself, once, for all of them (the Qwen3 gate and up
+ * projections share one). Readers of another width or block size would need
+ * other records, so the fusion applies only when all int8 readers agree; any
+ * other reader just reads the float output, which is still written.
+ */
+static void fuse_norm_quant(eng_plan *p)
+{
+    for (size_t i = 0; i < p->n_steps; i++) {
+        step *ns = &p->steps[i];
+        if (!ns->op || (ns->op->run != run_sln && ns->op->run != run_skip_sln) || ns->out[0] < 0)
+            continue;
+        if (ns->op->run == run_sln && ns->p.norm.axis != -1)
+            continue; /* the width per row is the last axis only when axis is -1 */
+        size_t k = 0, bs = 0, readers_n = 0;
+        bool agree = true;
+        for (size_t j = i + 1; j < p->n_steps; j++) {
+            const step *r = &p->steps[j];
+            if (!r->op || r->op->run != run_mmnb || r->in[0] != ns->out[0] || !r->p.mmnb.int8)
+                continue;
+            if (readers_n++ && (r->p.mmnb.w.k != k || r->p.mmnb.w.block_size != bs))
+                agree = false;
+            k = r->p.mmnb.w.k;
+            bs = r->p.mmnb.w.block_size;
+        }
+        if (!readers_n || !agree)
+            continue;
+        ns->p.norm.qa_block = bs;
+        ns->p.norm.qa_k = k;
+        for (size_t j = i + 1; j < p->n_steps; j++) {
+            step *r = &p->steps[j];
+            if (r->op && r->op->run == run_mmnb && r->in[0] == ns->out[0] && r->p.mmnb.int8) {
+                r->p.mmnb.qa_from_norm = true;
+                snprintf(r->kernel, sizeof r->kernel, "%s%s (activations quantized by the norm)",
+                         p->krn.mmnb_i8.name, r->p.mmnb.w.packed ? " (packed)" : "");
+            }
+        }
+        size_t len = strlen(ns->kernel);
+        snprintf(ns->kernel + len, sizeof ns->kernel - len, " + %s", p->krn.quant_a8.name);
+    }
+}
+
+/*
  * Plan rewrite: Mul(Mul(g, Sigmoid(g)), u) becomes one silu_mul step when the
  * intermediate values have no other reader. The Sigmoid and the first Mul
  * are deferred to the final Mul, which decides per run: equal float shapes
@@ -1706,8 +1922,10 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
         p->steps[i].silu_head = -1;
         p->steps[i].silu_gate = p->steps[i].silu_up = -1;
     }
-    if (!p->opts.no_fusion && diag->n_total == before)
+    if (!p->opts.no_fusion && diag->n_total == before) {
         fuse_silu(p);
+        fuse_norm_quant(p);
+    }
     /* A view keeps the storage it points into alive: extend lifetimes
      * backwards through Reshape and Split (reverse order handles chains). */
     for (size_t i = g->n_nodes; i-- > 0;) {
@@ -1722,6 +1940,7 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
         eng_plan_free(p);
         return -1;
     }
+    pack_all(p);
     *out = p;
     return 0;
 oom:
@@ -1780,6 +1999,10 @@ static void unmap_bytes(void *p, uint64_t n)
 eng_exec *eng_exec_new(const eng_plan *p, eng_pool *pool)
 {
     eng_exec *x = calloc(1, sizeof *x);
+    if (x) {
+        x->norm_qa_value = -1;
+        x->argmax_step = -1;
+    }
     if (!x)
         return NULL;
     size_t nv = p->g->n_values + 1;
@@ -1821,6 +2044,7 @@ void eng_exec_free(eng_exec *x)
     free(x->last_row);
     unmap_bytes(x->arena, x->arena_bytes);
     unmap_bytes(x->scratch, x->scratch_cap);
+    unmap_bytes(x->norm_qa, x->norm_qa_cap);
     free(x->shape_buf);
     free(x);
 }
@@ -1865,6 +2089,24 @@ int eng_exec_bind_output(eng_exec *x, const char *name, void *buf, uint64_t cap,
     }
     x->bound[v] = (bound_buf){buf, buf ? cap : 0};
     return 0;
+}
+
+int eng_exec_set_argmax(eng_exec *x, const char *name, bool on, eng_diag *diag)
+{
+    const eng_plan *p = x->p;
+    int v = eng_graph_value(p->g, name);
+    int i = v >= 0 ? producer_step(p, v) : -1;
+    if (i < 0 || !p->vals[v].graph_output || p->steps[i].op->run != run_mmnb) {
+        eng_diag_add(diag, "'%s' is not a graph output computed by MatMulNBits", name);
+        return -1;
+    }
+    x->argmax_step = on && !p->opts.no_fusion ? i : -1;
+    return 0;
+}
+
+int32_t eng_exec_argmax(const eng_exec *x)
+{
+    return x->argmax_valid ? eng_argmax_key_id(atomic_load(&x->argmax_key)) : -1;
 }
 
 int eng_exec_last_row_only(eng_exec *x, const char *name, bool on, eng_diag *diag)
@@ -2111,6 +2353,18 @@ static int pass(eng_exec *x, bool shape_pass)
     return 0;
 }
 
+/* Grows a per-run buffer to at least NEED bytes (contents not kept): 0, or -1 out of memory. */
+static int ensure_mapped(uint8_t **buf, uint64_t *cap, uint64_t need)
+{
+    if (need <= *cap)
+        return 0;
+    unmap_bytes(*buf, *cap);
+    uint64_t c = (need + ALIGN - 1) / ALIGN * ALIGN;
+    *buf = map_bytes(c);
+    *cap = *buf ? c : 0;
+    return *buf ? 0 : -1;
+}
+
 int eng_exec_run(eng_exec *x, eng_diag *diag)
 {
     const eng_plan *p = x->p;
@@ -2125,6 +2379,9 @@ int eng_exec_run(eng_exec *x, eng_diag *diag)
     }
     /* shape pass: every shape, and every byte count, of this run */
     x->scratch_need = 0;
+    x->norm_qa_need = 0;
+    x->norm_qa_value = -1;
+    x->argmax_valid = false;
     int r;
     while ((r = pass(x, true)) == 1) {
         uint64_t cap = x->shape_cap ? x->shape_cap * 2 : 4096;
@@ -2146,15 +2403,13 @@ int eng_exec_run(eng_exec *x, eng_diag *diag)
         eng_diag_add(diag, "out of memory for the activation arena");
         return -1;
     }
-    if (x->scratch_need > x->scratch_cap) {
-        unmap_bytes(x->scratch, x->scratch_cap);
-        uint64_t cap = (x->scratch_need + ALIGN - 1) / ALIGN * ALIGN;
-        x->scratch = map_bytes(cap);
-        x->scratch_cap = x->scratch ? cap : 0;
-        if (!x->scratch) {
-            eng_diag_add(diag, "out of memory for kernel scratch");
-            return -1;
-        }
+    if (ensure_mapped(&x->norm_qa, &x->norm_qa_cap, x->norm_qa_need) != 0) {
+        eng_diag_add(diag, "out of memory for quantized activations");
+        return -1;
+    }
+    if (ensure_mapped(&x->scratch, &x->scratch_cap, x->scratch_need) != 0) {
+        eng_diag_add(diag, "out of memory for kernel scratch");
+        return -1;
     }
     return pass(x, false) == 0 ? 0 : -1;
 }

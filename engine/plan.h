@@ -98,6 +98,15 @@ int eng_exec_bind_kv(eng_exec *x, const char *past_key_input, const eng_kv_bindi
  */
 int eng_exec_last_row_only(eng_exec *x, const char *name, bool on, eng_diag *diag);
 
+/*
+ * Greedy decoding: with ON, runs that compute NAME (a graph output made by
+ * MatMulNBits, the logits) also find the argmax of its last row inside the
+ * matmul's own pass (`--no-fusion` plans never do). Off by default.
+ */
+int eng_exec_set_argmax(eng_exec *x, const char *name, bool on, eng_diag *diag);
+/* eng_argmax() of that row after the last run, or -1 when the run did not compute it. */
+int32_t eng_exec_argmax(const eng_exec *x);
+
 /* Runs the graph once. On failure the diag names the node. */
 int eng_exec_run(eng_exec *x, eng_diag *diag);
 

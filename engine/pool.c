@@ -16,10 +16,50 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-/* How long a waiting thread spins before it sleeps: long enough to cover the
- * gap between two plan steps, short enough not to burn a core when idle. */
-#define SPIN_ITERS 20000
+/*
+ * How long a waiting thread spins before it sleeps: long enough to cover the
+ * gap between two plan steps and between two decode steps (sampling, stop
+ * checks), short enough not to burn a core when idle. Waking a sleeping
+ * worker takes a futex round trip, tens of microseconds in a virtual machine,
+ * which a decode step of ~300 small steps cannot afford; spinning is bounded
+ * by time, not by iterations, so it does not depend on the CPU's speed.
+ */
+#define SPIN_NS 1000000
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Spins until cond(p) holds or SPIN_NS passed; returns whether it holds. */
+#define SPIN_UNTIL(cond)                                                         \
+    ({                                                                           \
+        bool met_ = (cond);                                                      \
+        uint64_t t0_ = 0;                                                        \
+        for (unsigned i_ = 1; !met_; i_++) {                                     \
+            cpu_relax();                                                         \
+            met_ = (cond);                                                       \
+            if (!met_ && (i_ & 255) == 0) {                                      \
+                uint64_t t_ = now_ns();                                          \
+                if (!t0_)                                                        \
+                    t0_ = t_;                                                    \
+                else if (t_ - t0_ > SPIN_NS)                                     \
+                    break;                                                       \
+            }                                                                    \
+        }                                                                        \
+        met_;                                                                    \
+    })
 
 typedef struct worker {
     eng_pool *pool;
@@ -90,11 +130,9 @@ static void *worker_main(void *arg)
     bind_to_core(p, w->index);
     unsigned seen = 0;
     for (;;) {
-        unsigned gen;
-        int spins = 0;
-        while ((gen = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
-               !atomic_load(&p->stop) && spins < SPIN_ITERS)
-            spins++;
+        unsigned gen = seen;
+        SPIN_UNTIL((gen = atomic_load_explicit(&p->generation, memory_order_acquire)) != seen ||
+                   atomic_load(&p->stop));
         if (gen == seen && !atomic_load(&p->stop)) {
             pthread_mutex_lock(&p->mu);
             while ((gen = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop))
@@ -208,10 +246,7 @@ void eng_pool_run(eng_pool *p, size_t n_items, size_t grain, eng_pool_fn fn, voi
 
     work(p, 0);
 
-    int spins = 0;
-    while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n - 1 && spins < SPIN_ITERS)
-        spins++;
-    if (atomic_load(&p->done) < p->n - 1) {
+    if (!SPIN_UNTIL(atomic_load_explicit(&p->done, memory_order_acquire) >= p->n - 1)) {
         pthread_mutex_lock(&p->mu);
         while (atomic_load(&p->done) < p->n - 1)
             pthread_cond_wait(&p->finished, &p->mu);

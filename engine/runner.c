@@ -237,6 +237,19 @@ static void logits_last_row(eng_session *s)
     eng_diag_clear(&quiet);
 }
 
+void eng_session_set_greedy(eng_session *s, bool on)
+{
+    eng_diag quiet;
+    eng_diag_init(&quiet);
+    eng_exec_set_argmax(s->x, s->m->logits, on, &quiet); /* a plan without a MatMulNBits head just never fuses */
+    eng_diag_clear(&quiet);
+}
+
+int32_t eng_session_argmax(const eng_session *s)
+{
+    return eng_exec_argmax(s->x);
+}
+
 uint64_t eng_model_kv_bytes(const eng_model *m, int64_t capacity)
 {
     if (capacity <= 0)

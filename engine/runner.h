@@ -82,6 +82,15 @@ int64_t eng_session_capacity(const eng_session *s);
  */
 int eng_session_feed(eng_session *s, const int64_t *ids, size_t n, const float **logits, eng_diag *diag);
 
+/*
+ * Greedy decoding: with ON, later feeds also compute the argmax of the
+ * returned logits row inside the LM head's own pass (where the plan allows
+ * it), which eng_session_argmax() then returns: eng_argmax() of that row, or
+ * -1 when the last feed did not compute it. The logits are still written.
+ */
+void eng_session_set_greedy(eng_session *s, bool on);
+int32_t eng_session_argmax(const eng_session *s);
+
 /* The session's executor (profiling, arena figures). */
 eng_exec *eng_session_exec(eng_session *s);
 

@@ -810,6 +810,44 @@ static int32_t draw_row(eng_sampler *s, double sum)
     return (int32_t)(i - 1);
 }
 
+uint64_t eng_argmax_key(const float *logits, size_t begin, size_t end)
+{
+    if (begin >= end)
+        return 0;
+    size_t i = begin + (size_t)eng_argmax(logits + begin, end - begin);
+    float v = logits[i];
+    if (v != v)
+        return 0; /* only NaN */
+    if (v == 0.0f)
+        v = 0.0f; /* -0 ties with +0, as in eng_argmax's comparisons */
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    /* Ordered as the floats are: flip negatives, set the sign bit of the rest. */
+    uint32_t ord = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+    return ((uint64_t)ord << 32) | (uint64_t)(UINT32_MAX - (uint32_t)i);
+}
+
+int32_t eng_argmax_key_id(uint64_t key)
+{
+    uint32_t ord = (uint32_t)(key >> 32);
+    /* No part had a value above -inf: eng_argmax's answer is 0. */
+    if (key == 0 || ord <= 0x007FFFFFu)
+        return 0;
+    return (int32_t)(UINT32_MAX - (uint32_t)key);
+}
+
+bool eng_sampler_is_greedy(const eng_sampler *s)
+{
+    return s->p.temperature == 0.0f && !s->penalties;
+}
+
+int32_t eng_sampler_sample_known(eng_sampler *s, const float *logits, int32_t argmax)
+{
+    if (argmax >= 0 && (size_t)argmax < s->n_vocab && eng_sampler_is_greedy(s))
+        return argmax;
+    return eng_sampler_sample(s, logits);
+}
+
 int32_t eng_sampler_sample(eng_sampler *s, const float *logits)
 {
     survivors sv;

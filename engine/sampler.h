@@ -26,6 +26,7 @@
 #define QWEN3D_ENGINE_SAMPLER_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Error codes; eng_sampler_strerror() gives the message. */
@@ -115,5 +116,25 @@ void eng_sampler_probs(eng_sampler *s, const float *logits, float *probs);
 
 /* Index of the largest of the N values (NaN never wins), lowest on ties; 0 if none. */
 int32_t eng_argmax(const float *logits, size_t n);
+
+/*
+ * eng_argmax over parts: eng_argmax_key() summarizes logits[begin, end) (of
+ * a row whose index 0 is logits[0]) in one integer such that the largest
+ * key over any split of a row into parts names eng_argmax() of the whole
+ * row: eng_argmax_key_id(max of the keys). 0 is the key of a part with only
+ * NaN, and the identity for max.
+ */
+uint64_t eng_argmax_key(const float *logits, size_t begin, size_t end);
+int32_t eng_argmax_key_id(uint64_t key);
+
+/* True when eng_sampler_sample() is eng_argmax() for every row (greedy, no penalties). */
+bool eng_sampler_is_greedy(const eng_sampler *s);
+
+/*
+ * eng_sampler_sample() for a caller that may already know eng_argmax(LOGITS)
+ * (ARGMAX >= 0, e.g. from eng_session_argmax()): greedy samplers return it
+ * without reading the row again.
+ */
+int32_t eng_sampler_sample_known(eng_sampler *s, const float *logits, int32_t argmax);
 
 #endif

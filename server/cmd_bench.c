@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine/runner.h"
+#include "engine/sampler.h"
 #include "server/cli.h"
 
 #define CMD "bench"
@@ -80,13 +81,11 @@ typedef struct bench_opts {
     eng_model_opts engine;
 } bench_opts;
 
-static int64_t argmax(const float *x, int64_t n)
+/* The greedy choice, as the daemon makes it: fused into the LM head where the plan allows. */
+static int64_t argmax(const eng_session *s, const float *x, int64_t n)
 {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
+    int32_t id = eng_session_argmax(s);
+    return id >= 0 ? id : eng_argmax(x, (size_t)n);
 }
 
 static void prompt_ids(int64_t *ids, int64_t n, int64_t vocab)
@@ -117,31 +116,40 @@ static int decode_steps(eng_session *s, int64_t first, int64_t steps, int64_t vo
         double t0 = now_ms();
         if (eng_session_feed(s, &next, 1, &logits, d) != 0)
             return -1;
-        next = argmax(logits, vocab);
+        next = argmax(s, logits, vocab);
         times[i] = now_ms() - t0;
     }
     return 0;
 }
 
-static void print_profile(json_t *obj, eng_exec *x, int64_t tokens, bool json)
+/*
+ * Time per op kind over one phase: the entries now minus those at its start
+ * (`before`, n_before of them; NULL for none), per `per` (the prompt for
+ * prefill, so its figures are totals; 1 per step for decode).
+ */
+static void print_profile(json_t *obj, const char *key, const char *title, const eng_prof_entry *now, size_t n,
+                          const eng_prof_entry *before, size_t n_before, double per, bool json)
 {
-    eng_prof_entry e[32];
-    size_t n = eng_exec_profile(x, e, 32);
-    double total = 0;
-    for (size_t i = 0; i < n; i++)
-        total += (double)e[i].ns;
+    double ns[32], total = 0;
+    for (size_t i = 0; i < n; i++) {
+        ns[i] = (double)now[i].ns;
+        for (size_t j = 0; j < n_before; j++)
+            if (before[j].op == now[i].op)
+                ns[i] -= (double)before[j].ns;
+        total += ns[i];
+    }
     json_t *p = json_object();
     if (!json)
-        printf("  profile (ms per token, share):\n");
+        printf("  %s:\n", title);
     for (size_t i = 0; i < n; i++) {
-        double ms = (double)e[i].ns / 1e6 / (double)tokens;
+        double ms = ns[i] / 1e6 / (per > 0 ? per : 1);
         if (json)
-            json_object_set_new(p, e[i].op, json_real(ms));
-        else
-            printf("    %-34s %8.3f  %5.1f%%\n", e[i].op, ms, 100.0 * (double)e[i].ns / (total > 0 ? total : 1));
+            json_object_set_new(p, now[i].op, json_real(ms));
+        else if (ns[i] > 0)
+            printf("    %-34s %9.3f  %5.1f%%\n", now[i].op, ms, 100.0 * ns[i] / (total > 0 ? total : 1));
     }
     if (json)
-        json_object_set_new(obj, "profile_ms_per_token", p);
+        json_object_set_new(obj, key, p);
     else
         json_decref(p);
 }
@@ -254,22 +262,32 @@ int cmd_bench(int argc, char **argv)
             s = eng_session_new(m, P + o.gen, &d);
             if (!s)
                 goto out;
+            eng_session_set_greedy(s, true);
             eng_exec_set_profiling(eng_session_exec(s), o.profile && r == o.repeat - 1);
             const float *logits;
             double a = now_ms();
             if (eng_session_feed(s, ids, (size_t)P, &logits, &d) != 0)
                 goto out;
             prefill[r] = now_ms() - a;
-            int64_t first = argmax(logits, V);
+            int64_t first = argmax(s, logits, V);
             ttft[r] = now_ms() - a;
+            eng_prof_entry at_prefill[32];
+            size_t n_at_prefill = eng_exec_profile(eng_session_exec(s), at_prefill, 32);
             uint64_t before = eng_session_kv_bytes_moved(s);
             if (decode_steps(s, first, o.gen - 1 > 0 ? o.gen - 1 : 0, V, times + n_times, &d) != 0)
                 goto out;
             n_times += (size_t)(o.gen - 1);
             moved += eng_session_kv_bytes_moved(s) - before;
             committed = eng_session_kv_bytes_committed(s);
-            if (o.profile && r == o.repeat - 1)
-                print_profile(row, eng_session_exec(s), P + o.gen - 1, o.json);
+            if (o.profile && r == o.repeat - 1) {
+                eng_prof_entry at_end[32];
+                size_t n_end = eng_exec_profile(eng_session_exec(s), at_end, 32);
+                print_profile(row, "profile_prefill_ms", "prefill profile (ms for the prompt, share)", at_prefill,
+                              n_at_prefill, NULL, 0, 1, o.json);
+                if (o.gen > 1)
+                    print_profile(row, "profile_decode_ms_per_token", "decode profile (ms per token, share)", at_end,
+                                  n_end, at_prefill, n_at_prefill, (double)(o.gen - 1), o.json);
+            }
             eng_session_free(s);
             s = NULL;
         }
@@ -320,6 +338,7 @@ int cmd_bench(int argc, char **argv)
         s = eng_session_new(m, C + o.context_steps + 1, &d);
         if (!s || eng_session_fill_synthetic(s, C, &d) != 0)
             goto out;
+        eng_session_set_greedy(s, true);
         uint64_t before = eng_session_kv_bytes_moved(s);
         if (decode_steps(s, ids[0], o.context_steps, V, times, &d) != 0)
             goto out;

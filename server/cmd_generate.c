@@ -295,6 +295,7 @@ int cmd_generate(int argc, char **argv)
         int32_t id = (int32_t)o.prompt[i];
         eng_sampler_accept_prompt(sampler, &id, 1);
     }
+    eng_session_set_greedy(s, eng_sampler_is_greedy(sampler));
     ids = malloc((size_t)o.max_tokens * sizeof *ids);
     step_ms = malloc((size_t)o.max_tokens * sizeof *step_ms);
     if (!ids || !step_ms) {
@@ -313,7 +314,7 @@ int cmd_generate(int argc, char **argv)
             eng_diag_add(&diag, "--dump-logits: write to '%s' failed", o.dump);
             goto out;
         }
-        int64_t next = eng_sampler_sample(sampler, logits);
+        int64_t next = eng_sampler_sample_known(sampler, logits, eng_session_argmax(s));
         ids[n_ids++] = next;
         /* teacher forcing compares runtimes step by step, so it never stops early */
         if (!o.n_teacher && eng_model_is_eos(m, next)) {

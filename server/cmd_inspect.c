@@ -229,7 +229,7 @@ static void print_text(const eng_graph *g, const eng_geometry *geo, const eng_ge
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: qwen3d inspect --model DIR [--json]\n");
+    fprintf(stderr, "usage: qwen3d inspect --model DIR [--json] [--no-fusion] [--matmul-fp32]\n");
     return 2;
 }
 
@@ -237,6 +237,7 @@ int cmd_inspect(int argc, char **argv)
 {
     const char *model = NULL;
     bool json = false;
+    eng_plan_opts opts = {0};
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
@@ -246,6 +247,10 @@ int cmd_inspect(int argc, char **argv)
             model = v;
         } else if (cli_flag(argv, i, "json")) {
             json = true;
+        } else if (cli_flag(argv, i, "no-fusion")) {
+            opts.no_fusion = true; /* show the plan `--no-fusion` runs */
+        } else if (cli_flag(argv, i, "matmul-fp32")) {
+            opts.matmul_fp32 = true;
         } else if (cli_flag(argv, i, "help")) {
             usage();
             return 0;
@@ -273,7 +278,7 @@ int cmd_inspect(int argc, char **argv)
     if (eng_diag_failed(&diag))
         goto out;
     krn_init();
-    if (eng_plan_new(g, NULL, &plan, &diag) != 0)
+    if (eng_plan_new(g, &opts, &plan, &diag) != 0)
         goto out;
     the_plan = plan;
 

@@ -43,8 +43,9 @@ for m in tiny w06l4; do
   rm -rf "$work/$m-rewritten" "$work/$m-acc0"
 done
 
-# The fused plan (plan rewrites such as SiLU(gate)*up in one step) must give
-# the same logits as the graph's own steps.
+# The fused plan (plan rewrites: SiLU(gate)*up in one step, RMSNorm that
+# quantizes the activations of the int8 projections reading it) must give the
+# same logits as the graph's own steps.
 for m in tiny w06l4; do
   for f in "" --no-fusion; do
     "$QWEN3D" generate --model "$work/$m" --prompt-ids "$PROMPT" --teacher-ids "$TEACHER" --max-tokens 33 $f \
@@ -52,9 +53,21 @@ for m in tiny w06l4; do
   done
   cmp -s "$work/$m.fusion.bin" "$work/$m.fusion--no-fusion.bin" ||
     ort_fail "$m: the fused plan's logits differ from the unfused plan's"
+  # Greedy decoding takes the argmax fused into the LM head; --no-fusion scans the row.
+  for f in "" --no-fusion; do
+    "$QWEN3D" generate --model "$work/$m" --prompt-ids "$PROMPT" --max-tokens 24 $f \
+      --dump-logits "$work/$m.greedy$f.bin" >"$work/$m.greedy$f.txt" || ort_fail "greedy generate $f failed on $m"
+  done
+  cmp -s "$work/$m.greedy.txt" "$work/$m.greedy--no-fusion.txt" &&
+    cmp -s "$work/$m.greedy.bin" "$work/$m.greedy--no-fusion.bin" ||
+    ort_fail "$m: greedy ids or logits differ between the fused and the unfused plan"
 done
 "$QWEN3D" inspect --model "$work/tiny" | grep -q "SiLU(gate) \* up fused" ||
   ort_fail "inspect shows no fused SiLU(gate)*up step on the tiny model"
+"$QWEN3D" inspect --model "$work/tiny" | grep -q "activations quantized by the norm" ||
+  ort_fail "inspect shows no projection reading norm-quantized activations on the tiny model"
+"$QWEN3D" inspect --model "$work/tiny" --no-fusion | grep -q "activations quantized by the norm" &&
+  ort_fail "inspect --no-fusion still shows norm-quantized activations"
 
 # Greedy decoding: the same ids and bit-identical logits at 1 and 2 threads, twice.
 for t in 1 2; do

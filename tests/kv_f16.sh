@@ -2,9 +2,12 @@
 # fp16 KV cache at model level: teacher-forced logits of qwen3d with an fp16
 # session cache against ONNX Runtime (fp32 cache) on the tiny preset and a
 # 0.6b-width model with 4 layers, for a 7-id and a 300-id prompt and 32
-# decode steps. Rounding K and V to fp16 must stay within the spread ONNX
-# Runtime itself allows between its int8 and fp32 numerics (compare-logits.js),
-# and the fp16 run must be bit-identical at 1 and 2 threads.
+# decode steps. ONNX Runtime runs the same steps with every past key and
+# value rounded to fp16 before it is fed back (run-ort.js --round-past-f16:
+# what an fp16 cache holds); qwen3d must stay within the spread ONNX Runtime
+# itself shows between its int8 and fp32 numerics on those steps
+# (compare-logits.js), and the fp16 run must be bit-identical at 1 and 2
+# threads.
 . "$QD_SRCDIR/tests/ort/common.sh"
 ort_init kv_f16
 
@@ -23,9 +26,9 @@ for m in tiny w06l4; do
     ort_fail "could not write the accuracy_level 0 copy of $m"
   for p in 7 300; do
     prompt=$(ids "$p" "$p")
-    ort_node run-ort.js --model "$work/$m" --prompt-ids "$prompt" --teacher-ids "$TEACHER" \
+    ort_node run-ort.js --model "$work/$m" --prompt-ids "$prompt" --teacher-ids "$TEACHER" --round-past-f16 \
       --dump-logits "$work/$m.$p.ort.bin" >/dev/null || ort_fail "ONNX Runtime failed on $m"
-    ort_node run-ort.js --model "$work/$m-acc0" --prompt-ids "$prompt" --teacher-ids "$TEACHER" \
+    ort_node run-ort.js --model "$work/$m-acc0" --prompt-ids "$prompt" --teacher-ids "$TEACHER" --round-past-f16 \
       --dump-logits "$work/$m.$p.ort0.bin" >/dev/null || ort_fail "ONNX Runtime failed on $m-acc0"
     for t in 1 2; do
       "$QWEN3D" generate --model "$work/$m" --prompt-ids "$prompt" --teacher-ids "$TEACHER" --max-tokens 33 \

@@ -578,6 +578,30 @@ START_TEST(mmnb_levels_grid)
 }
 END_TEST
 
+/*
+ * Every projection shape of the Qwen3 0.6B and 4B graphs (K x N: fused QKV,
+ * o_proj, gate/up, down, LM head), decode (M = 1) and a short prefill (M = 5),
+ * each level against the reference in both modes, in place and repacked.
+ */
+START_TEST(mmnb_levels_projection_shapes)
+{
+    static const size_t shapes[][2] = {
+        {1024, 4096}, {2048, 1024}, {1024, 3072}, {3072, 1024}, {1024, 151936},  /* 0.6B */
+        {2560, 6144}, {4096, 2560}, {2560, 9728}, {9728, 2560}, {2560, 151936},  /* 4B */
+    };
+    krn_table tabs[KRN_LEVEL_COUNT];
+    int nl = simd_levels(tabs);
+    rng r = {1717};
+    for (int l = 0; l < nl; l++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            size_t k = shapes[i][0], n = shapes[i][1];
+            mmnb_case(&tabs[l], 1, n, k, 32, false, false, 2.0f, 0.1f, &r);
+            if (n < 100000) /* the LM head runs on one row: the prompt's last */
+                mmnb_case(&tabs[l], 5, n, k, 32, false, false, 2.0f, 0.1f, &r);
+        }
+}
+END_TEST
+
 START_TEST(mmnb_levels_block_sizes_and_edges)
 {
     krn_table tabs[KRN_LEVEL_COUNT];
@@ -1353,8 +1377,9 @@ int main(void)
 {
     Suite *s = suite_create("kernels");
     TCase *tc = tcase_create("kernels");
-    /* The grids take a few seconds, longer under sanitizers. */
-    tcase_set_timeout(tc, 120);
+    /* The grids take a few seconds and the full projection shapes ~30 s
+     * (the LM heads' exact tolerances), several times that under sanitizers. */
+    tcase_set_timeout(tc, 600);
     tcase_add_test(tc, levels_and_names);
     tcase_add_test(tc, plan_checks);
     tcase_add_test(tc, quant_a8_definition);
@@ -1362,6 +1387,7 @@ int main(void)
     tcase_add_test(tc, mmnb_i8_vs_f32_ref);
     tcase_add_test(tc, mmnb_levels_grid);
     tcase_add_test(tc, mmnb_levels_block_sizes_and_edges);
+    tcase_add_test(tc, mmnb_levels_projection_shapes);
     tcase_add_test(tc, q4_pack_layout);
     tcase_add_test(tc, norms);
     tcase_add_test(tc, norm_quant_fused);

@@ -210,6 +210,58 @@ START_TEST(argmax_ties_and_nan)
 }
 END_TEST
 
+/* The argmax of a row merged from the keys of its parts, split at the given cuts. */
+static int32_t merged_argmax(const float *x, size_t n, const size_t *cuts, size_t n_cuts)
+{
+    uint64_t best = 0;
+    size_t b = 0;
+    for (size_t c = 0; c <= n_cuts; c++) {
+        size_t e = c < n_cuts ? cuts[c] : n;
+        uint64_t k = eng_argmax_key(x, b, e);
+        best = k > best ? k : best;
+        b = e;
+    }
+    return eng_argmax_key_id(best);
+}
+
+/* The split argmax of the fused LM head agrees with eng_argmax on every split. */
+START_TEST(argmax_by_parts)
+{
+    static const float rows[][6] = {
+        {1, 3, 3, 2, 0, 0},           {NAN, -1, NAN, -1, 5, 5},        {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY},
+        {0, INFINITY, 1, INFINITY, 0, 0}, {-0.0f, 0.0f, -0.0f, -1, -2, -3}, {-2, -1, -0.0f, 0.0f, -1, -2},
+        {NAN, NAN, NAN, NAN, NAN, NAN},  {NAN, -INFINITY, NAN, -7, NAN, -7}, {-1e30f, -1e-30f, -1e-45f, -1e-45f, -3, -1e30f},
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+        for (size_t c1 = 0; c1 <= 6; c1++)
+            for (size_t c2 = c1; c2 <= 6; c2++) {
+                size_t cuts[2] = {c1, c2};
+                ck_assert_msg(merged_argmax(rows[r], 6, cuts, 2) == eng_argmax(rows[r], 6), "row %zu cuts %zu,%zu",
+                              r, c1, c2);
+            }
+    float x[1000];
+    uint64_t seed = 7;
+    for (int t = 0; t < 200; t++) {
+        fill_row(x, 1000, -4, 4, 0.5); /* many ties */
+        if (t % 3 == 0)
+            x[t] = NAN;
+        size_t cuts[4];
+        for (int c = 0; c < 4; c++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            cuts[c] = (size_t)(seed >> 33) % 1001;
+        }
+        for (int i = 0; i < 4; i++) /* sorted */
+            for (int j = i + 1; j < 4; j++)
+                if (cuts[j] < cuts[i]) {
+                    size_t tmp = cuts[i];
+                    cuts[i] = cuts[j];
+                    cuts[j] = tmp;
+                }
+        ck_assert_int_eq(merged_argmax(x, 1000, cuts, 4), eng_argmax(x, 1000));
+    }
+}
+END_TEST
+
 /* Settings that must all reduce to the argmax, lowest id on ties. */
 START_TEST(greedy_equivalents)
 {
@@ -747,6 +799,7 @@ int main(void)
     Suite *su = suite_create("sampler");
     TCase *tc = tcase_create("greedy");
     tcase_add_test(tc, argmax_ties_and_nan);
+    tcase_add_test(tc, argmax_by_parts);
     tcase_add_test(tc, greedy_equivalents);
     tcase_add_test(tc, does_not_modify_logits);
     suite_add_tcase(su, tc);

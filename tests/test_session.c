@@ -40,6 +40,7 @@ typedef struct run {
     int64_t next;
     int step;
     float *rows;      /* [STEPS + 1][V] */
+    bool greedy;      /* the session fuses the argmax into its LM head */
 } run;
 
 static int64_t argmax(const float *x, int64_t n)
@@ -61,6 +62,8 @@ static void run_step(run *r, const int64_t *prompt, size_t n_prompt, int64_t V)
     ck_assert_msg(rc == 0, "feed failed: %s", d.n_kept ? d.lines[0] : "");
     memcpy(r->rows + (size_t)r->step * (size_t)V, logits, (size_t)V * sizeof(float));
     r->next = argmax(logits, V);
+    /* The argmax fused into the LM head (greedy sessions) is the row's argmax. */
+    ck_assert_int_eq(eng_session_argmax(r->s), r->greedy ? r->next : -1);
     r->step++;
     eng_diag_clear(&d);
 }
@@ -78,7 +81,11 @@ static void check_interleaving(eng_kv_mode mode)
     run alone_a = {.rows = malloc(bytes)}, alone_b = {.rows = malloc(bytes)};
     run mix_a = {.rows = malloc(bytes)}, mix_b = {.rows = malloc(bytes)};
 
+    /* A greedy session (argmax fused into the LM head) must give the same rows as a plain one. */
     alone_a.s = eng_session_new(m, 64, &d);
+    ck_assert_ptr_nonnull(alone_a.s);
+    eng_session_set_greedy(alone_a.s, true);
+    alone_a.greedy = true;
     for (int i = 0; i <= STEPS; i++)
         run_step(&alone_a, pa, 5, V);
     eng_session_free(alone_a.s);

@@ -37,6 +37,7 @@
 #define PF_KEYS 16 /* keys ahead that are prefetched, into L2: 128 KiB of an fp32 decode pass */
 
 #define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
 
 typedef struct rowset {
     size_t n;               /* rows; rows of one kv head are consecutive */
@@ -323,6 +324,233 @@ INLINE void attend(const krn_gqa_args *a, const rowset *rs, const bool F16)
     }
 }
 
+/* ------------------------------------------------------------------------- */
+/* Prefill: query rows in vector lanes                                         */
+
+/*
+ * With several new tokens (S > 1) every set's rows share one kv head, and the
+ * set is processed with its rows in the lanes of two vectors: the queries are
+ * transposed once to qt[d][row], so a score tile is a chain of FMAs of one
+ * broadcast key element against the 16 rows' query elements (no horizontal
+ * reductions), the online softmax runs on whole vectors of rows, and the
+ * weighted sum of values accumulates into acc[d][row] from broadcast value
+ * elements. A row's result does not depend on which other rows share its set
+ * (chunks start at multiples of CH), so any split of the work gives the same
+ * bits. Decode (S = 1, a handful of rows per kv head) keeps the row-major code
+ * above.
+ */
+#define LROWS 16 /* rows per lane set */
+
+/* Key or value row jj of the chunk: in the cache, or in the widened copy of an fp16 chunk. */
+typedef struct lane_rows {
+    const float *base; /* row 0 */
+    size_t stride;     /* floats between rows */
+} lane_rows;
+
+static inline const float *lane_row(const lane_rows *lr, size_t jj)
+{
+    return lr->base + jj * lr->stride;
+}
+
+/* sc[jj][row] = scale * q_row . k_jj for the chunk's cn keys, in tiles of four keys. */
+INLINE void lane_scores(const float *qt, const lane_rows *k, size_t cn, size_t hd, float scale,
+                        float (*sc)[LROWS], const int RV)
+{
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (size_t jj = 0; jj < cn; jj += 4) {
+        const float *kr[4];
+        for (size_t i = 0; i < 4; i++) /* keys past the chunk repeat its last one; dropped below */
+            kr[i] = lane_row(k, jj + i < cn ? jj + i : cn - 1);
+        __m256 acc[4][2];
+        UNROLL for (int i = 0; i < 4; i++)
+            acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+        for (size_t d = 0; d < hd; d++) {
+            __m256 q0 = _mm256_load_ps(qt + d * LROWS);
+            __m256 q1 = RV > 1 ? _mm256_load_ps(qt + d * LROWS + 8) : q0;
+            UNROLL for (int i = 0; i < 4; i++) {
+                __m256 kb = _mm256_broadcast_ss(kr[i] + d);
+                acc[i][0] = _mm256_fmadd_ps(kb, q0, acc[i][0]);
+                if (RV > 1)
+                    acc[i][1] = _mm256_fmadd_ps(kb, q1, acc[i][1]);
+            }
+        }
+        UNROLL for (int i = 0; i < 4; i++)
+            if (jj + (size_t)i < cn) {
+                _mm256_store_ps(sc[jj + (size_t)i], _mm256_mul_ps(acc[i][0], vs));
+                if (RV > 1)
+                    _mm256_store_ps(sc[jj + (size_t)i] + 8, _mm256_mul_ps(acc[i][1], vs));
+            }
+    }
+}
+
+/* acc[d][row] += sum_jj p[jj][row] * v_jj[d], DT dims at a time. */
+INLINE void lane_pv_dims(float *acc, const lane_rows *v, size_t cn, size_t d0, float (*p)[LROWS], const int DT,
+                         const int RV)
+{
+    __m256 a[6][2];
+    UNROLL for (int i = 0; i < DT; i++) {
+        a[i][0] = _mm256_load_ps(acc + (d0 + (size_t)i) * LROWS);
+        a[i][1] = RV > 1 ? _mm256_load_ps(acc + (d0 + (size_t)i) * LROWS + 8) : a[i][0];
+    }
+    for (size_t jj = 0; jj < cn; jj++) {
+        const float *vr = lane_row(v, jj) + d0;
+        __m256 p0 = _mm256_load_ps(p[jj]);
+        __m256 p1 = RV > 1 ? _mm256_load_ps(p[jj] + 8) : p0;
+        UNROLL for (int i = 0; i < DT; i++) {
+            __m256 vb = _mm256_broadcast_ss(vr + i);
+            a[i][0] = _mm256_fmadd_ps(vb, p0, a[i][0]);
+            if (RV > 1)
+                a[i][1] = _mm256_fmadd_ps(vb, p1, a[i][1]);
+        }
+    }
+    UNROLL for (int i = 0; i < DT; i++) {
+        _mm256_store_ps(acc + (d0 + (size_t)i) * LROWS, a[i][0]);
+        if (RV > 1)
+            _mm256_store_ps(acc + (d0 + (size_t)i) * LROWS + 8, a[i][1]);
+    }
+}
+
+INLINE void lane_pv(float *acc, const lane_rows *v, size_t cn, size_t hd, float (*p)[LROWS], const int RV)
+{
+    size_t d = 0;
+    for (; d + 6 <= hd; d += 6)
+        lane_pv_dims(acc, v, cn, d, p, 6, RV);
+    for (; d < hd; d++)
+        lane_pv_dims(acc, v, cn, d, p, 1, RV);
+}
+
+/* Widens cn fp16 rows of hd values (row stride ts elements) into dst rows of hd floats. */
+static void widen_rows(const uint16_t *src, size_t ts, size_t cn, size_t hd, float *dst)
+{
+    for (size_t jj = 0; jj < cn; jj++) {
+        const uint16_t *s = src + jj * ts;
+        float *o = dst + jj * hd;
+        size_t d = 0;
+        for (; d + 8 <= hd; d += 8)
+            _mm256_storeu_ps(o + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + d))));
+        for (; d < hd; d++)
+            o[d] = _cvtsh_ss(s[d]);
+    }
+}
+
+/* Rows [r0, r0 + n) of a set, n <= LROWS, all of kv head rs->g[r0]. */
+INLINE void attend_lanes(const krn_gqa_args *a, const rowset *rs, size_t r0, size_t n, const bool F16, const int RV)
+{
+    const size_t hd = a->head_dim, ts = a->kv_tok_stride;
+    const size_t kvo = rs->g[r0] * a->kv_head_stride;
+    float qt[KRN_MAX_HEAD_DIM * LROWS] __attribute__((aligned(32)));
+    float acc[KRN_MAX_HEAD_DIM * LROWS] __attribute__((aligned(32)));
+    float sc[CH][LROWS] __attribute__((aligned(32)));
+    static __thread float wide[2][CH * KRN_MAX_HEAD_DIM] __attribute__((aligned(32)));
+    int32_t lo[LROWS], hi[LROWS];
+    size_t jlo = SIZE_MAX, jhi = 0;
+
+    memset(qt, 0, hd * LROWS * sizeof(float));
+    memset(acc, 0, hd * LROWS * sizeof(float));
+    for (size_t r = 0; r < LROWS; r++) {
+        lo[r] = hi[r] = 0; /* absent rows see nothing */
+        if (r >= n)
+            continue;
+        const float *q = rs->q[r0 + r];
+        for (size_t d = 0; d < hd; d++)
+            qt[d * LROWS + r] = q[d];
+        lo[r] = (int32_t)rs->lo[r0 + r];
+        hi[r] = (int32_t)rs->hi[r0 + r];
+        if (rs->lo[r0 + r] < rs->hi[r0 + r]) {
+            jlo = rs->lo[r0 + r] < jlo ? rs->lo[r0 + r] : jlo;
+            jhi = rs->hi[r0 + r] > jhi ? rs->hi[r0 + r] : jhi;
+        }
+    }
+    __m256i vlo[2], vhi[2];
+    __m256 mx[2], den[2];
+    for (int v = 0; v < 2; v++) {
+        vlo[v] = _mm256_loadu_si256((const __m256i *)(const void *)(lo + 8 * v));
+        vhi[v] = _mm256_loadu_si256((const __m256i *)(const void *)(hi + 8 * v));
+        mx[v] = _mm256_set1_ps(-INFINITY);
+        den[v] = _mm256_setzero_ps();
+    }
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), one = _mm256_set1_ps(1.0f);
+
+    if (jlo < jhi)
+        jlo -= jlo % CH;
+    for (size_t jc = jlo; jc < jhi; jc += CH) {
+        size_t cn = jhi - jc < CH ? jhi - jc : CH;
+        lane_rows kr, vr;
+        if (F16) {
+            widen_rows((const uint16_t *)a->k_cache + kvo + jc * ts, ts, cn, hd, wide[0]);
+            widen_rows((const uint16_t *)a->v_cache + kvo + jc * ts, ts, cn, hd, wide[1]);
+            kr = (lane_rows){wide[0], hd};
+            vr = (lane_rows){wide[1], hd};
+        } else {
+            kr = (lane_rows){(const float *)a->k_cache + kvo + jc * ts, ts};
+            vr = (lane_rows){(const float *)a->v_cache + kvo + jc * ts, ts};
+        }
+        lane_scores(qt, &kr, cn, hd, a->scale, sc, RV);
+        if (a->softcap > 0.0f)
+            for (size_t jj = 0; jj < cn; jj++)
+                for (size_t r = 0; r < LROWS; r++)
+                    sc[jj][r] = a->softcap * tanhf(sc[jj][r] / a->softcap);
+        bool rescale = false;
+        __m256 mnew[2], c[2], ok[2];
+        for (int v = 0; v < RV; v++) {
+            /* Keys a row may not see score -inf (exp gives 0). */
+            __m256 m = mx[v];
+            for (size_t jj = 0; jj < cn; jj++) {
+                __m256i j = _mm256_set1_epi32((int32_t)(jc + jj));
+                __m256i vis = _mm256_andnot_si256(_mm256_cmpgt_epi32(vlo[v], j), _mm256_cmpgt_epi32(vhi[v], j));
+                __m256 s = _mm256_blendv_ps(ninf, _mm256_load_ps(sc[jj] + 8 * v), _mm256_castsi256_ps(vis));
+                _mm256_store_ps(sc[jj] + 8 * v, s);
+                m = _mm256_max_ps(m, s);
+            }
+            mnew[v] = m;
+            __m256 up = _mm256_cmp_ps(m, mx[v], _CMP_GT_OQ);
+            c[v] = _mm256_blendv_ps(one, krn_avx2_vexp(_mm256_sub_ps(mx[v], m)), up);
+            rescale |= _mm256_movemask_ps(up) != 0;
+            ok[v] = _mm256_cmp_ps(m, ninf, _CMP_NEQ_OQ); /* rows with nothing visible yet weigh 0 */
+        }
+        if (rescale)
+            for (size_t d = 0; d < hd; d++)
+                for (int v = 0; v < RV; v++)
+                    _mm256_store_ps(acc + d * LROWS + 8 * v, _mm256_mul_ps(c[v], _mm256_load_ps(acc + d * LROWS + 8 * v)));
+        for (int v = 0; v < RV; v++) {
+            __m256 sum = _mm256_setzero_ps();
+            for (size_t jj = 0; jj < cn; jj++) {
+                __m256 e = _mm256_and_ps(krn_avx2_vexp(_mm256_sub_ps(_mm256_load_ps(sc[jj] + 8 * v), mnew[v])), ok[v]);
+                _mm256_store_ps(sc[jj] + 8 * v, e);
+                sum = _mm256_add_ps(sum, e);
+            }
+            den[v] = _mm256_add_ps(_mm256_mul_ps(den[v], c[v]), sum);
+            mx[v] = mnew[v];
+        }
+        lane_pv(acc, &vr, cn, hd, sc, RV);
+    }
+
+    float dn[LROWS];
+    _mm256_storeu_ps(dn, den[0]);
+    _mm256_storeu_ps(dn + 8, den[1]);
+    for (size_t r = 0; r < n; r++) {
+        float *out = rs->out[r0 + r];
+        for (size_t d = 0; d < hd; d++)
+            out[d] = dn[r] > 0.0f ? acc[d * LROWS + r] / dn[r] : 0.0f;
+    }
+}
+
+/* A prefill set: runs of rows that share a kv head, LROWS at a time. */
+static void run_set_lanes(const krn_gqa_args *a, const rowset *rs)
+{
+    const bool f16 = a->kv_type == KRN_KV_F16;
+    for (size_t r0 = 0, r1; r0 < rs->n; r0 = r1) {
+        r1 = r0 + 1;
+        while (r1 < rs->n && r1 - r0 < LROWS && rs->g[r1] == rs->g[r0])
+            r1++;
+        size_t n = r1 - r0;
+        if (n > 8)
+            f16 ? attend_lanes(a, rs, r0, n, true, 2) : attend_lanes(a, rs, r0, n, false, 2);
+        else
+            f16 ? attend_lanes(a, rs, r0, n, true, 1) : attend_lanes(a, rs, r0, n, false, 1);
+    }
+}
+
 /* Adds row (token s, head h) to a set, with its visible key range. */
 static void add_row(const krn_gqa_args *a, rowset *rs, size_t s, size_t h)
 {
@@ -339,7 +567,9 @@ static void add_row(const krn_gqa_args *a, rowset *rs, size_t s, size_t h)
 
 static void run_set(const krn_gqa_args *a, const rowset *rs)
 {
-    if (a->kv_type == KRN_KV_F16)
+    if (a->seq > 1)
+        run_set_lanes(a, rs);
+    else if (a->kv_type == KRN_KV_F16)
         attend(a, rs, true);
     else
         attend(a, rs, false);

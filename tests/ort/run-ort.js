@@ -6,7 +6,7 @@
 //
 // Usage: run-ort.js --model DIR --prompt-ids 1,2,3 [--teacher-ids 4,5,6]
 //                   [--steps N] [--dump-logits FILE] [--threads N]
-//                   [--accuracy-level N] [--work-dir DIR] [--json]
+//                   [--accuracy-level N] [--work-dir DIR] [--round-past-f16] [--json]
 //
 // --accuracy-level N runs a copy whose MatMulNBits nodes all carry
 // accuracy_level=N (0 = fp32 activations, 4 = int8), made in a scratch folder
@@ -42,6 +42,40 @@ function parseCount(flag, s, min) {
   return Number(s);
 }
 
+// IEEE binary16 round-to-nearest-even of float32 values, in place (as F16C's
+// VCVTPS2PH: overflow to inf, NaN stays NaN, subnormals exact).
+const f32b = new Float32Array(1);
+const u32b = new Uint32Array(f32b.buffer);
+function halfBits(v) {
+  f32b[0] = v;
+  const x = u32b[0], sign = (x >>> 16) & 0x8000, exp = (x >>> 23) & 0xff;
+  let m = x & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (m ? 0x200 | (m >>> 13) : 0);
+  const e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    m |= 0x800000;
+    const shift = 14 - e, rem = m & ((1 << shift) - 1), half = 1 << (shift - 1);
+    let h = m >>> shift;
+    if (rem > half || (rem === half && (h & 1))) h++;
+    return sign | h;
+  }
+  let h = (e << 10) | (m >>> 13);
+  const rem = m & 0x1fff;
+  if (rem > 0x1000 || (rem === 0x1000 && (h & 1))) h++;
+  return sign | h;
+}
+function halfToFloat(h) {
+  const sign = h & 0x8000 ? -1 : 1, e = (h >>> 10) & 0x1f, m = h & 0x3ff;
+  if (e === 0x1f) return m ? NaN : sign * Infinity;
+  if (e === 0) return sign * m * 2 ** -24;
+  return sign * (1 + m / 1024) * 2 ** (e - 15);
+}
+function roundF16InPlace(a) {
+  for (let i = 0; i < a.length; i++) a[i] = halfToFloat(halfBits(a[i]));
+}
+
 function parseArgs(argv) {
   const o = { threads: 1, teacher: [], steps: null, json: false, accuracyLevel: null };
   for (let i = 0; i < argv.length; i++) {
@@ -60,6 +94,7 @@ function parseArgs(argv) {
       case '--accuracy-level': o.accuracyLevel = parseCount(a, val(), 0); break;
       case '--work-dir': o.workDir = val(); break;
       case '--json': o.json = true; break;
+      case '--round-past-f16': o.roundPastF16 = true; break;
       default: throw new UsageError(`unknown argument "${a}"`);
     }
   }
@@ -246,6 +281,12 @@ async function run(ort, o, cfg, modelDir) {
     f[cfg.attentionMask] = new ort.Tensor('int64', new BigInt64Array(total).fill(1n), [1, total]);
     // The tensor contract: present.N of one call is past.N of the next.
     for (const l of g.layers) {
+      if (o.roundPastF16) {
+        // What an fp16 KV cache holds: every past key and value rounded to
+        // binary16 (nearest even), fed back as float32.
+        roundF16InPlace(out[l.presentKey].data);
+        roundF16InPlace(out[l.presentValue].data);
+      }
       f[l.pastKey] = out[l.presentKey];
       f[l.pastValue] = out[l.presentValue];
     }
