@@ -60,7 +60,8 @@ function add(runtime, cases) {
   for (const c of cases) {
     const k = key(c);
     samples[k] = samples[k] || { qwen3d: {}, onnxruntime: {} };
-    for (const m of ['ttft_ms', 'prefill_tokens_per_s', 'decode_ms_median', 'decode_tokens_per_s', 'load_ms', 'rss_bytes'])
+    for (const m of ['ttft_ms', 'prefill_tokens_per_s', 'decode_ms_median', 'decode_tokens_per_s', 'load_ms', 'rss_bytes',
+      'prepared_bytes'])
       if (typeof c[m] === 'number') (samples[k][runtime][m] = samples[k][runtime][m] || []).push(c[m]);
   }
 }
@@ -82,6 +83,7 @@ for (const [k, v] of Object.entries(samples)) {
     row[`qwen3d_${m}`] = a;
     row[`onnxruntime_${m}`] = b;
   }
+  if (med(v.qwen3d.prepared_bytes) !== null) row.qwen3d_prepared_bytes = med(v.qwen3d.prepared_bytes);
   if (row.qwen3d_decode_tokens_per_s) row.decode_speedup = row.qwen3d_decode_tokens_per_s / row.onnxruntime_decode_tokens_per_s;
   if (row.qwen3d_prefill_tokens_per_s) row.prefill_speedup = row.qwen3d_prefill_tokens_per_s / row.onnxruntime_prefill_tokens_per_s;
   if (row.qwen3d_ttft_ms) row.ttft_speedup = row.onnxruntime_ttft_ms / row.qwen3d_ttft_ms;
