@@ -10,7 +10,10 @@ packages=(
   nodejs npm
 )
 if [ "${1:-}" = "--test" ]; then
-  packages+=(clang libclang-rt-14-dev prometheus curl)
+  # `make fuzz-smoke`: clang with its sanitizer and libFuzzer runtimes
+  # (libclang-rt-14-dev is only recommended by clang), and llvm for
+  # llvm-symbolizer, so a finding's stack trace names functions and lines.
+  packages+=(clang libclang-rt-14-dev llvm prometheus curl)
 fi
 
 missing=()

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds qwen3d in build/ and runs the test suite, then `make distcheck`.
+# Builds qwen3d in build/ and runs the test suite, then `make fuzz-smoke`
+# (each libFuzzer target for FUZZ_SECONDS, default 60 s), then `make distcheck`.
 # Usage: bash deploy/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,4 +26,5 @@ if [ "$status" -ne 0 ]; then
   for f in $(grep -l '^FAIL\|^ERROR' tests/*.log 2>/dev/null); do echo "== $f"; tail -n 40 "$f"; done
   exit "$status"
 fi
+make -j"$(nproc)" fuzz-smoke
 make -j"$(nproc)" distcheck DISTCHECK_CONFIGURE_FLAGS=--enable-werror

@@ -118,7 +118,6 @@ static void start_drain(serve *sv, const char *why)
     }
     srv_http_quiesce(sv->http);
     srv_routes_set_draining(sv->routes);
-    srv_sched_close_queue(sv->sched);
     uv_timer_start(&sv->drain_poll, on_drain_poll, 0, DRAIN_POLL_MS);
     uv_timer_start(&sv->drain_deadline, on_drain_deadline, (uint64_t)sv->cfg.drain_timeout * 1000, 0);
 }
@@ -283,7 +282,7 @@ int cmd_serve(int argc, char **argv)
         cli_fail(CMD, "%s", srv_strerror(src));
         goto out;
     }
-    if (!(sv.routes = srv_routes_new(&ro, sv.sched, sv.metrics))) {
+    if (!(sv.routes = srv_routes_new(&ro, &sv.loop, sv.sched, sv.metrics))) {
         cli_fail(CMD, "out of memory");
         goto out;
     }

@@ -3,13 +3,22 @@
  *
  * Each request gets a `call` holding its endpoint, id and, for generations,
  * the job and the stream renderer. The job's callback relays text as it
- * arrives; srv_routes_on_done() is the single place where a call ends.
+ * arrives; srv_routes_on_done() is the single place where a request ends.
  *
- * Loop thread only.
+ * A generation's prompt is chat-templated and tokenized on libuv's work pool
+ * (tokenize_work), not on the loop: a prompt of megabytes takes a second or
+ * more, and the loop serves every other connection meanwhile. The call then
+ * lives until the after-work callback (tokenized), which frees it itself
+ * when the request ended in the meantime.
+ *
+ * Threads: loop thread only, except tokenize_work, which touches only its
+ * call's request, ids and error, the read-only options and model info, and
+ * the tokenizer under tok_mu.
  */
 #include "server/routes.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,9 +42,12 @@
 struct srv_routes {
     srv_routes_opts o;
     char *model_name, *api_key;
+    uv_loop_t *loop;
     srv_sched *sched;
     srv_metrics *metrics;
     bool loaded, draining;
+    int tokenizing;           /* calls on the work pool; the queue closes for draining when none is left */
+    pthread_mutex_t tok_mu;   /* eng_tok_encode runs on one thread at a time (tokenizer.h) */
     srv_model_info info;
     int64_t created;          /* the model's "created" in /v1/models */
     uint64_t id_base, id_seq;
@@ -58,13 +70,23 @@ typedef struct call {
     int64_t n_prompt, n_generated;
     srv_finish finish;
     double ttft_ms;
+    /* generations, from parsing until the job is submitted */
+    api_request *q;
+    uv_work_t work;           /* tokenize_work */
+    bool tokenizing;          /* on the work pool: `tokenized` frees the call if it is gone */
+    bool gone;                /* the request ended while tokenizing */
+    eng_tok *tok;
+    eng_tok_ids ids;
+    api_error err;
+    int rc;
 } call;
 
-srv_routes *srv_routes_new(const srv_routes_opts *opts, srv_sched *sched, srv_metrics *metrics)
+srv_routes *srv_routes_new(const srv_routes_opts *opts, uv_loop_t *loop, srv_sched *sched, srv_metrics *metrics)
 {
     srv_routes *rt = calloc(1, sizeof *rt);
     if (!rt)
         return NULL;
+    pthread_mutex_init(&rt->tok_mu, NULL);
     rt->o = *opts;
     rt->model_name = strdup(opts->model_name);
     rt->api_key = opts->api_key ? strdup(opts->api_key) : NULL;
@@ -72,6 +94,7 @@ srv_routes *srv_routes_new(const srv_routes_opts *opts, srv_sched *sched, srv_me
         srv_routes_free(rt);
         return NULL;
     }
+    rt->loop = loop;
     rt->sched = sched;
     rt->metrics = metrics;
     rt->created = (int64_t)time(NULL);
@@ -84,6 +107,7 @@ void srv_routes_free(srv_routes *rt)
 {
     if (!rt)
         return;
+    pthread_mutex_destroy(&rt->tok_mu);
     free(rt->model_name);
     free(rt->api_key);
     free(rt);
@@ -95,7 +119,15 @@ void srv_routes_set_loaded(srv_routes *rt, const srv_model_info *info)
     rt->info = *info;
 }
 
-void srv_routes_set_draining(srv_routes *rt) { rt->draining = true; }
+/* Requests being tokenized were accepted before the drain: the scheduler's
+ * queue closes once they are submitted, as it would have with tokenization
+ * on the loop. */
+void srv_routes_set_draining(srv_routes *rt)
+{
+    rt->draining = true;
+    if (!rt->tokenizing)
+        srv_sched_close_queue(rt->sched);
+}
 
 /* A 64-bit mix of the id base and a counter: unique per process, not guessable. */
 static uint64_t next_random(srv_routes *rt)
@@ -295,7 +327,6 @@ static void on_job(srv_job *job, void *user)
 static int prompt_ids(call *c, const api_request *q, eng_tok_ids *ids, api_error *e)
 {
     srv_routes *rt = c->rt;
-    eng_tok *tok = srv_sched_tokenizer(rt->sched);
     if (q->kind == API_KIND_COMPLETION && q->prompt_ids) {
         for (size_t i = 0; i < q->n_prompt_ids; i++)
             if (q->prompt_ids[i] >= rt->info.vocab) {
@@ -328,7 +359,9 @@ static int prompt_ids(call *c, const api_request *q, eng_tok_ids *ids, api_error
     }
     if (rt->o.log_prompts)
         log_text(c, "prompt_text", text, len);
-    int rc = eng_tok_encode(tok, text, len, 0, ids);
+    pthread_mutex_lock(&rt->tok_mu);
+    int rc = eng_tok_encode(c->tok, text, len, 0, ids);
+    pthread_mutex_unlock(&rt->tok_mu);
     free(rendered);
     if (rc)
         return api_error_set(e, rc == ENG_TOK_ENOMEM ? API_ENOMEM : API_EPROMPT,
@@ -337,36 +370,33 @@ static int prompt_ids(call *c, const api_request *q, eng_tok_ids *ids, api_error
     return 0;
 }
 
-static void do_generate(call *c, api_kind kind)
+static void call_free(call *c)
+{
+    api_stream_free(c->st);
+    free(c->text);
+    api_request_free(c->q);
+    eng_tok_ids_free(&c->ids);
+    free(c);
+}
+
+/* Work pool: the prompt as ids into c->ids, or its error into c->err. */
+static void tokenize_work(uv_work_t *w)
+{
+    call *c = w->data;
+    c->rc = prompt_ids(c, c->q, &c->ids, &c->err);
+}
+
+/* The checks that need the prompt's length, then the job. */
+static void submit(call *c)
 {
     srv_routes *rt = c->rt;
-    if (rt->draining) {
-        fail(c, API_ESHUTDOWN, NULL, NULL);
-        return;
-    }
-    if (!rt->loaded) {
-        fail(c, API_ELOADING, NULL, NULL);
-        return;
-    }
-    size_t blen = 0;
-    const char *body = srv_req_body(c->r, &blen);
-    api_request *q = NULL;
+    api_request *q = c->q;
+    api_kind kind = c->kind;
+    eng_tok_ids *ids = &c->ids;
     api_error e;
-    if (api_parse_request(kind, body, blen, &q, &e) != 0) {
-        respond_error(c, &e);
-        return;
-    }
-    eng_tok_ids ids = {0};
     int64_t *ids64 = NULL;
     srv_job *job = NULL;
-    if (q->model && strcmp(q->model, rt->model_name) != 0) {
-        api_error_set(&e, API_EMODEL, "model", "the model '%.80s' does not exist; this server serves '%.80s'", q->model,
-                      rt->model_name);
-        goto reject;
-    }
-    if (prompt_ids(c, q, &ids, &e))
-        goto reject;
-    int64_t n = (int64_t)ids.n, ctx = rt->info.ctx;
+    int64_t n = (int64_t)ids->n, ctx = rt->info.ctx;
     if (n == 0) {
         api_error_set(&e, API_EPROMPT, kind == API_KIND_CHAT ? "messages" : "prompt", "the prompt is empty");
         goto reject;
@@ -405,7 +435,7 @@ static void do_generate(call *c, api_kind kind)
         goto reject;
     }
     for (int64_t i = 0; i < n; i++)
-        ids64[i] = ids.ids[i];
+        ids64[i] = ids->ids[i];
     srv_job_params p = {
         .prompt = ids64,
         .n_prompt = (size_t)n,
@@ -421,7 +451,6 @@ static void do_generate(call *c, api_kind kind)
         api_error_set(&e, API_ENOMEM, NULL, NULL);
         goto reject;
     }
-    c->kind = kind;
     c->stream = q->stream;
     c->include_usage = q->include_usage;
     c->created = (int64_t)time(NULL);
@@ -456,8 +485,6 @@ static void do_generate(call *c, api_kind kind)
     srv_log(SRV_LOG_DEBUG, "job_submitted", "id=%s prompt_tokens=%" PRId64 " max_tokens=%" PRId64 " stream=%d", c->id,
             n, max_tokens, c->stream);
     free(ids64);
-    eng_tok_ids_free(&ids);
-    api_request_free(q);
     return;
 reject:
     if (job)
@@ -465,9 +492,65 @@ reject:
     api_stream_free(c->st);
     c->st = NULL;
     free(ids64);
-    eng_tok_ids_free(&ids);
-    api_request_free(q);
     respond_error(c, &e);
+}
+
+/* Loop thread, after tokenize_work (or its cancellation, once the request is gone). */
+static void tokenized(uv_work_t *w, int status)
+{
+    (void)status;
+    call *c = w->data;
+    srv_routes *rt = c->rt;
+    c->tokenizing = false;
+    rt->tokenizing--;
+    if (c->gone) {
+        call_free(c);
+    } else {
+        if (c->rc)
+            respond_error(c, &c->err);
+        else
+            submit(c);
+        /* The prompt's text and ids are not needed while it generates. */
+        api_request_free(c->q);
+        c->q = NULL;
+        eng_tok_ids_free(&c->ids);
+    }
+    if (rt->draining && !rt->tokenizing)
+        srv_sched_close_queue(rt->sched);
+}
+
+static void do_generate(call *c, api_kind kind)
+{
+    srv_routes *rt = c->rt;
+    if (rt->draining) {
+        fail(c, API_ESHUTDOWN, NULL, NULL);
+        return;
+    }
+    if (!rt->loaded) {
+        fail(c, API_ELOADING, NULL, NULL);
+        return;
+    }
+    size_t blen = 0;
+    const char *body = srv_req_body(c->r, &blen);
+    api_error e;
+    if (api_parse_request(kind, body, blen, &c->q, &e) != 0) {
+        respond_error(c, &e);
+        return;
+    }
+    if (c->q->model && strcmp(c->q->model, rt->model_name) != 0) {
+        fail(c, API_EMODEL, "model", "the model '%.80s' does not exist; this server serves '%.80s'", c->q->model,
+             rt->model_name);
+        return;
+    }
+    c->kind = kind;
+    c->tok = srv_sched_tokenizer(rt->sched);
+    c->work.data = c;
+    if (uv_queue_work(rt->loop, &c->work, tokenize_work, tokenized) != 0) {
+        fail(c, API_EINTERNAL, NULL, NULL);
+        return;
+    }
+    c->tokenizing = true;
+    rt->tokenizing++;
 }
 
 /* ---- dispatch -------------------------------------------------------------- */
@@ -584,8 +667,13 @@ void srv_routes_on_done(void *user, srv_req *r, bool completed)
     else
         srv_log(level, "request", "id=%s method=%s path=%s status=%d completed=%d duration_ms=%.1f", c->id, method,
                 path, status, completed, secs * 1e3);
-    api_stream_free(c->st);
-    free(c->text);
-    free(c);
     srv_req_set_user(r, NULL);
+    if (c->tokenizing) {
+        /* `tokenized` frees the call; a tokenization not yet started is skipped. */
+        c->gone = true;
+        c->r = NULL;
+        uv_cancel((uv_req_t *)&c->work);
+        return;
+    }
+    call_free(c);
 }

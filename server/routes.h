@@ -8,13 +8,15 @@
  * SSE chunks. Every request ends in srv_routes_on_done(), which records its
  * metrics and log line and cancels a generation whose client went away.
  *
- * Threads: loop thread only.
+ * Threads: loop thread only; prompts are tokenized on libuv's work pool.
  */
 #ifndef QWEN3D_SERVER_ROUTES_H
 #define QWEN3D_SERVER_ROUTES_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include <uv.h>
 
 #include "server/http.h"
 #include "server/metrics.h"
@@ -30,13 +32,15 @@ typedef struct srv_routes_opts {
     int64_t max_tokens;       /* largest max_tokens accepted, and the cap of the default; 0 = the context */
 } srv_routes_opts;
 
-/* NULL on out-of-memory. SCHED and METRICS must outlive the routes. */
-srv_routes *srv_routes_new(const srv_routes_opts *opts, srv_sched *sched, srv_metrics *metrics);
+/* NULL on out-of-memory. LOOP runs the tokenizations' work; it, SCHED and
+ * METRICS must outlive the routes. */
+srv_routes *srv_routes_new(const srv_routes_opts *opts, uv_loop_t *loop, srv_sched *sched, srv_metrics *metrics);
 void srv_routes_free(srv_routes *rt);
 
 /* The model is loaded: /health answers 200 and generation is accepted. */
 void srv_routes_set_loaded(srv_routes *rt, const srv_model_info *info);
-/* Draining: new generations and /health get 503. */
+/* Draining: new generations and /health get 503; the scheduler's queue is
+ * closed once the prompts being tokenized have been submitted. */
 void srv_routes_set_draining(srv_routes *rt);
 
 /* srv_http_handlers callbacks; USER is the srv_routes. */

@@ -23,7 +23,7 @@
  *    (from submit until the job ends) and the ready list's (while the job
  *    waits for its callback).
  *  - The compute thread only reads the tokenizer (streaming decode); the
- *    loop thread is the only one that encodes with it.
+ *    routes encode with it, one at a time, on libuv's work pool.
  */
 #include "server/sched.h"
 
@@ -410,6 +410,8 @@ static void cancel_all_locked(srv_sched *s)
 void srv_sched_cancel_all(srv_sched *s)
 {
     pthread_mutex_lock(&s->mu);
+    /* A job submitted later (its prompt was still being tokenized) ends too. */
+    s->closed = true;
     cancel_all_locked(s);
     pthread_mutex_unlock(&s->mu);
     uv_async_send(&s->async);
@@ -438,6 +440,21 @@ static void wake_loop(srv_sched *s)
     uv_async_send(&s->async);
 }
 
+typedef struct tok_loader {
+    const char *dir;
+    pthread_t thread;
+    eng_tok *tok;
+    eng_diag diag;
+    int rc;
+} tok_loader;
+
+static void *load_tokenizer(void *arg)
+{
+    tok_loader *t = arg;
+    t->rc = eng_tok_load(t->dir, &t->tok, &t->diag);
+    return NULL;
+}
+
 static int load(srv_sched *s)
 {
     double t0 = srv_now();
@@ -445,10 +462,24 @@ static int load(srv_sched *s)
     eng_diag_init(&diag);
     eng_model_opts mo = s->opts.engine;
     int rc = -1;
-    if (eng_model_open(s->model_dir, &mo, &s->model, &diag) != 0)
+    /* The tokenizer (mostly JSON parsing) loads on its own thread while the
+     * model's weights are mapped and repacked: ready sooner. */
+    tok_loader tl = {.dir = s->model_dir};
+    eng_diag_init(&tl.diag);
+    bool tl_thread = pthread_create(&tl.thread, NULL, load_tokenizer, &tl) == 0;
+    if (!tl_thread)
+        load_tokenizer(&tl);
+    int mrc = eng_model_open(s->model_dir, &mo, &s->model, &diag);
+    if (tl_thread)
+        pthread_join(tl.thread, NULL);
+    s->tok = tl.tok;
+    if (mrc != 0 || tl.rc != 0) {
+        for (size_t i = 0; i < tl.diag.n_kept; i++)
+            eng_diag_add(&diag, "%s", tl.diag.lines[i]);
+        eng_diag_clear(&tl.diag);
         goto out;
-    if (eng_tok_load(s->model_dir, &s->tok, &diag) != 0)
-        goto out;
+    }
+    eng_diag_clear(&tl.diag);
     int64_t max_ctx = eng_model_max_context(s->model);
     if (s->opts.ctx > max_ctx) {
         eng_diag_add(&diag, "--ctx %lld exceeds the model's context length of %lld", (long long)s->opts.ctx,
@@ -498,6 +529,8 @@ static const char *slot_setup(srv_sched *s, slot *sl)
     sl->sess = eng_session_new(s->model, job_capacity(s, (int64_t)j->n_prompt + j->max_tokens), &diag);
     eng_diag_clear(&diag);
     sl->samp = eng_sampler_new(&j->sampling, (size_t)s->info.vocab);
+    if (sl->sess && sl->samp)
+        eng_session_set_greedy(sl->sess, eng_sampler_is_greedy(sl->samp));
     sl->stop = eng_stop_new((const char *const *)j->stop, j->n_stop);
     sl->ts = eng_tok_stream_new(s->tok, true);
     if (!sl->sess || !sl->samp || !sl->stop || !sl->ts)
@@ -617,7 +650,7 @@ static srv_finish step(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
     }
     eng_diag_clear(&diag);
 
-    int32_t id = eng_sampler_sample(sl->samp, logits);
+    int32_t id = eng_sampler_sample_known(sl->samp, logits, eng_session_argmax(sl->sess));
     eng_sampler_accept(sl->samp, id);
     double now = srv_now();
     sl->n_gen++;

@@ -68,12 +68,14 @@ int srv_sched_new(uv_loop_t *loop, const srv_sched_opts *opts, srv_metrics *metr
 void srv_sched_stop(srv_sched *s);
 void srv_sched_free(srv_sched *s);
 
-/* The tokenizer, once loaded (NULL before). Encoding is done on the loop thread only. */
+/* The tokenizer, once loaded (NULL before). One thread at a time may encode
+ * with it (the routes serialize their encodes). */
 eng_tok *srv_sched_tokenizer(srv_sched *s);
 
 /* New submissions fail with SRV_ESHUTDOWN from now on. */
 void srv_sched_close_queue(srv_sched *s);
-/* Ends every job, waiting or running, with SRV_FINISH_SHUTDOWN. */
+/* Ends every job, waiting or running, with SRV_FINISH_SHUTDOWN, and closes
+ * the queue. */
 void srv_sched_cancel_all(srv_sched *s);
 
 /* Jobs waiting and running now. */

@@ -209,9 +209,10 @@ clean-serve-load:
 .PHONY: clean-serve-load
 
 # The limits that protect the host (header size, idle timeout, connection
-# limit, max_tokens, context, KV budget), black-box on the daemon.
+# limit, max_tokens, context, KV budget, a huge prompt tokenized off the
+# event loop), black-box on the daemon.
 TESTS += tests/serve_limits.sh
-EXTRA_DIST += tests/serve_limits.sh tests/serve/limits-client.js
+EXTRA_DIST += tests/serve_limits.sh tests/serve/limits-client.js tests/serve/big-prompt.js
 clean-local: clean-serve-limits
 clean-serve-limits:
 	-rm -rf $(builddir)/tests/serve_limits-work

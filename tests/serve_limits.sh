@@ -13,6 +13,9 @@
 #  - --kv-budget: a request whose KV cache cannot fit is a 503
 #    kv_budget_exceeded; concurrent ones that fit one at a time all
 #    complete, never more than one session at once;
+#  - a prompt of megabytes is tokenized off the event loop: /health and a
+#    short completion are answered while it is (tests/serve/big-prompt.js),
+#    and it still gets its 400 context_length_exceeded;
 #  - each daemon exits 0 on SIGTERM (with --enable-sanitizers: no leak).
 NAME=serve_limits
 . "$QD_SRCDIR/tests/serve/common.sh"
@@ -79,6 +82,13 @@ for i in 1 2 3; do
   [ "$(json "$work/kv.$i" 'j.usage.completion_tokens')" = 56 ] || fail "request $i under the KV budget: $(cat "$work/kv.$i")"
 done
 [ "$most" -le 1 ] || fail "$most sessions ran at once within a KV budget for one"
+serve_stop
+[ "$STATUS" = 0 ] || fail "exit status $STATUS"
+
+# 3 MB of prompt (under the default --max-body) keeps the tokenizer busy for
+# about a second here; the client compares every time with its own measure.
+serve_start --ctx 512
+"$NODE" "$scripts/big-prompt.js" "$PORT" 3000000 || fail "a large prompt's tokenization held up other requests"
 serve_stop
 [ "$STATUS" = 0 ] || fail "exit status $STATUS"
 echo "serve_limits: all checks passed"
