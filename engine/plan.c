@@ -139,15 +139,15 @@ struct eng_exec {
     uint64_t scratch_cap, scratch_need;
     /*
      * Activations quantized by a norm step for the int8 MatMulNBits that read
-     * its output (fuse_norm_quant): valid for the value whose data, row count,
-     * width and block size are recorded here, until another norm replaces them.
+     * its output (fuse_norm_quant): valid for the value, data and row count
+     * recorded here, until another norm replaces them (width and block size
+     * are the readers', fixed by the plan).
      */
     uint8_t *norm_qa;
     uint64_t norm_qa_cap, norm_qa_need;
     int norm_qa_value;    /* -1: none */
     const void *norm_qa_data;
     uint64_t norm_qa_rows;
-    size_t norm_qa_k, norm_qa_block;
     /* bump allocator for integer values during the shape pass */
     uint8_t *shape_buf;
     uint64_t shape_cap, shape_used;
@@ -991,7 +991,20 @@ static int prep_sln(plan_builder *b, step *s)
     return 0;
 }
 
-static void reserve_norm_qa(eng_exec *x, const step *s, uint64_t rows, uint64_t n);
+/*
+ * Fused quantization (fuse_norm_quant): where the step's int8 MatMulNBits
+ * readers take rows of qa_k values, the norm kernel quantizes each finished
+ * row into x->norm_qa, the bytes quant_a8 would write, and the readers skip
+ * their own pass over the activations.
+ */
+static void reserve_norm_qa(eng_exec *x, const step *s, uint64_t rows, uint64_t n)
+{
+    if (!s->p.norm.qa_block || n != s->p.norm.qa_k)
+        return;
+    uint64_t need = krn_quant_a8_size(rows, n, s->p.norm.qa_block);
+    if (need > x->norm_qa_need)
+        x->norm_qa_need = need;
+}
 
 static int infer_sln(eng_exec *x, const step *s)
 {
@@ -1011,21 +1024,6 @@ static int infer_sln(eng_exec *x, const step *s)
     return 0;
 }
 
-/*
- * Fused quantization (fuse_norm_quant): where the step's int8 MatMulNBits
- * readers take rows of qa_k values, the norm kernel quantizes each finished
- * row into x->norm_qa, the bytes quant_a8 would write, and the readers skip
- * their own pass over the activations.
- */
-static void reserve_norm_qa(eng_exec *x, const step *s, uint64_t rows, uint64_t n)
-{
-    if (!s->p.norm.qa_block || n != s->p.norm.qa_k)
-        return;
-    uint64_t need = krn_quant_a8_size(rows, n, s->p.norm.qa_block);
-    if (need > x->norm_qa_need)
-        x->norm_qa_need = need;
-}
-
 /* The norm_qa record of row r0, or NULL when this run does not quantize. */
 static void *norm_qa_at(eng_exec *x, const step *s, uint64_t n, uint64_t r0)
 {
@@ -1036,12 +1034,9 @@ static void *norm_qa_at(eng_exec *x, const step *s, uint64_t n, uint64_t r0)
 
 static void norm_qa_done(eng_exec *x, const step *s, const void *data, uint64_t rows, uint64_t n)
 {
-    bool made = norm_qa_at(x, s, n, 0) != NULL;
-    x->norm_qa_value = made ? s->out[0] : -1;
+    x->norm_qa_value = norm_qa_at(x, s, n, 0) ? s->out[0] : -1;
     x->norm_qa_data = data;
     x->norm_qa_rows = rows;
-    x->norm_qa_k = (size_t)n;
-    x->norm_qa_block = s->p.norm.qa_block;
 }
 
 static int run_sln(eng_exec *x, const step *s)
@@ -1227,20 +1222,25 @@ static int cmp_pack_size(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+static bool needs_pack(const step *s)
+{
+    return s->op && s->op->prepare == prep_mmnb && s->p.mmnb.pack_b;
+}
+
 static void pack_all(eng_plan *p)
 {
     size_t n = 0;
     for (size_t i = 0; i < p->n_steps; i++)
-        if (p->steps[i].op && p->steps[i].op->prepare == prep_mmnb && p->steps[i].p.mmnb.pack_b)
-            n++;
+        n += needs_pack(&p->steps[i]);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     size_t nt = cpus < 1 ? 1 : cpus > 8 ? 8 : (size_t)cpus;
-    step **all = n ? calloc(n, sizeof *all) : NULL;
-    step **slots = n ? calloc(n * nt, sizeof *slots) : NULL;
-    if (!all || !slots || nt == 1 || n < 2) {
-        /* no memory for the bookkeeping, or nothing to share: one thread */
+    if (nt > n)
+        nt = n ? n : 1;
+    step **all = calloc(n + 1, sizeof *all), **slots = calloc(n * nt + 1, sizeof *slots);
+    if (!all || !slots) {
+        /* no memory for the bookkeeping: one thread, in step order */
         for (size_t i = 0; i < p->n_steps; i++)
-            if (p->steps[i].op && p->steps[i].op->prepare == prep_mmnb && p->steps[i].p.mmnb.pack_b)
+            if (needs_pack(&p->steps[i]))
                 pack_one(&p->steps[i]);
         free(all);
         free(slots);
@@ -1248,7 +1248,7 @@ static void pack_all(eng_plan *p)
     }
     size_t k = 0;
     for (size_t i = 0; i < p->n_steps; i++)
-        if (p->steps[i].op && p->steps[i].op->prepare == prep_mmnb && p->steps[i].p.mmnb.pack_b)
+        if (needs_pack(&p->steps[i]))
             all[k++] = &p->steps[i];
     qsort(all, n, sizeof *all, cmp_pack_size);
     pack_job jobs[8];
@@ -1388,7 +1388,7 @@ static int run_mmnb(eng_exec *x, const step *s)
     mmnb_call c = {&x->p->krn, {.w = m->w, .m = rows, .a = a->v.data, .a_ld = m->w.k, .y = o->v.data,
                                 .y_ld = m->w.n}, m->int8};
     if (m->int8 && m->qa_from_norm && x->norm_qa_value == s->in[0] && x->norm_qa_data == a->v.data &&
-        x->norm_qa_rows == rows && x->norm_qa_k == m->w.k && x->norm_qa_block == m->w.block_size) {
+        x->norm_qa_rows == rows) {
         c.a.qa = x->norm_qa; /* quantized by the norm that wrote A */
     } else if (m->int8) {
         quant_call q = {&x->p->krn, {.a = a->v.data, .a_ld = m->w.k, .m = rows, .k = m->w.k,
@@ -1940,7 +1940,8 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
         eng_plan_free(p);
         return -1;
     }
-    pack_all(p);
+    if (!p->opts.describe_only)
+        pack_all(p);
     *out = p;
     return 0;
 oom:
@@ -1998,13 +1999,13 @@ static void unmap_bytes(void *p, uint64_t n)
 
 eng_exec *eng_exec_new(const eng_plan *p, eng_pool *pool)
 {
+    if (p->opts.describe_only)
+        return NULL; /* its packed weights were never written */
     eng_exec *x = calloc(1, sizeof *x);
-    if (x) {
-        x->norm_qa_value = -1;
-        x->argmax_step = -1;
-    }
     if (!x)
         return NULL;
+    x->norm_qa_value = -1;
+    x->argmax_step = -1;
     size_t nv = p->g->n_values + 1;
     x->p = p;
     x->pool = pool;

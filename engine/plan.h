@@ -39,6 +39,9 @@ typedef struct eng_plan_opts {
     /* Keep the graph's steps as they are (the reference the fused plan is
      * tested against). */
     bool no_fusion;
+    /* Describe only (`inspect`): skip repacking the weights, which a plan
+     * that runs needs; eng_exec_new() refuses such a plan. */
+    bool describe_only;
 } eng_plan_opts;
 
 int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, eng_diag *diag);
@@ -59,6 +62,7 @@ typedef struct eng_view {
     void *data;
 } eng_view;
 
+/* An executor for runs of P; NULL out of memory or for a describe_only plan. */
 eng_exec *eng_exec_new(const eng_plan *p, eng_pool *pool);
 void eng_exec_free(eng_exec *x);
 

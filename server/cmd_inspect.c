@@ -237,7 +237,7 @@ int cmd_inspect(int argc, char **argv)
 {
     const char *model = NULL;
     bool json = false;
-    eng_plan_opts opts = {0};
+    eng_plan_opts opts = {.describe_only = true};
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
