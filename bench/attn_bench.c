@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
 #include "kernels/krn.h"
 #include "kernels/krn_internal.h"
 
@@ -34,49 +35,19 @@ static const shape shapes[] = {{"0.6b", 16, 8, 128}, {"4b", 32, 8, 128}};
 
 #define COLD_BYTES ((size_t)256 << 20)
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static bool hot;        /* one cache copy: the compute ceiling when it fits in cache */
 static bool head_major; /* [kv_head, token, head_dim] (the tensor contract) instead of the session layout */
 
 static float rnd(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)(rng_state >> 40) / 16777216.0f - 0.5f;
-}
-
-static void *xmalloc(size_t n)
-{
-    size_t align = n >= ((size_t)4 << 20) ? (size_t)2 << 20 : 64;
-    size_t sz = (n + align - 1) & ~(align - 1);
-    void *p = aligned_alloc(align, sz);
-    if (!p) {
-        fprintf(stderr, "attn_bench: out of memory allocating %zu bytes\n", n);
-        exit(1);
-    }
-    if (align > 64)
-        madvise(p, sz, MADV_HUGEPAGE);
-    return p;
+    return (float)(bench_xorshift(&rng_state) >> 40) / 16777216.0f - 0.5f;
 }
 
 /* A cache of `tokens` rows of fp32 or fp16 values in [-0.5, 0.5). */
 static void *make_cache(size_t elems, krn_kv_type t)
 {
-    void *c = xmalloc(elems * (t == KRN_KV_F16 ? 2 : 4));
+    void *c = bench_alloc("attn_bench", elems * (t == KRN_KV_F16 ? 2 : 4));
     for (size_t i = 0; i < elems; i++) {
         float v = rnd();
         if (t == KRN_KV_F16)
@@ -100,7 +71,7 @@ static double run(const krn_table *tab, const shape *sh, size_t ctx, size_t seq,
         v[c] = make_cache(elems, kt);
     }
     size_t qn = seq * sh->nq * sh->hd;
-    float *q = xmalloc(qn * sizeof(float)), *out = xmalloc(qn * sizeof(float));
+    float *q = bench_alloc("attn_bench", qn * sizeof(float)), *out = bench_alloc("attn_bench", qn * sizeof(float));
     for (size_t i = 0; i < qn; i++)
         q[i] = rnd();
     krn_gqa_args a = {.q = q, .q_ld = sh->nq * sh->hd, .kv_head_stride = head_major ? T * sh->hd : sh->hd,
@@ -113,12 +84,12 @@ static double run(const krn_table *tab, const shape *sh, size_t ctx, size_t seq,
     while (reps < 400 && (reps < 3 || total < min_ms)) {
         a.k_cache = k[(size_t)reps % copies];
         a.v_cache = v[(size_t)reps % copies];
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         tab->gqa.fn(&a, 0, seq * sh->nq);
-        times[reps] = now_ms() - t0;
+        times[reps] = bench_now_ms() - t0;
         total += times[reps++];
     }
-    qsort(times, (size_t)reps, sizeof times[0], cmp_double);
+    qsort(times, (size_t)reps, sizeof times[0], bench_cmp_double);
     for (size_t c = 0; c < copies; c++) {
         free(k[c]);
         free(v[c]);

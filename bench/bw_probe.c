@@ -29,6 +29,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define BW_X86 1
@@ -153,12 +155,6 @@ static void *worker(void *v)
     return NULL;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double measure(shared *sh, pattern pat, int threads)
 {
     sh->pat = pat;
@@ -182,7 +178,7 @@ static double measure(shared *sh, pattern pat, int threads)
                 worst = sh->times[r * threads + i];
         per[r] = (double)slice * threads / worst / 1e9;
     }
-    qsort(per, (size_t)sh->reps, sizeof per[0], cmp_double);
+    qsort(per, (size_t)sh->reps, sizeof per[0], bench_cmp_double);
     return per[sh->reps / 2];
 }
 

@@ -33,6 +33,7 @@
 #include <immintrin.h>
 #endif
 
+#include "bench/bench_util.h"
 #include "kernels/krn.h"
 
 typedef struct shape {
@@ -50,46 +51,11 @@ static const shape shapes[] = {
 /* Weight copies rotate until they span this many bytes: several times any L3. */
 #define COLD_BYTES ((size_t)256 << 20)
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static uint64_t rng_state = 88172645463325252ull;
 
 static uint64_t rnext(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-/*
- * Large buffers get transparent huge pages where the kernel allows them on
- * request, as the engine's packed weights do: long streams then take far
- * fewer TLB misses.
- */
-static void *xmalloc(size_t n)
-{
-    size_t align = n >= ((size_t)4 << 20) ? (size_t)2 << 20 : 64;
-    size_t sz = (n + align - 1) & ~(align - 1);
-    void *p = aligned_alloc(align, sz);
-    if (!p) {
-        fprintf(stderr, "krn_bench: out of memory allocating %zu bytes\n", n);
-        exit(1);
-    }
-    if (align > 64)
-        madvise(p, sz, MADV_HUGEPAGE);
-    return p;
+    return bench_xorshift(&rng_state);
 }
 
 /*
@@ -219,11 +185,11 @@ static double roofline_gbs(void)
     krn_mmnb_args a = {.w = {.b_data = rl_buf, .n = RL_BYTES / 4096}};
     double t[5];
     for (int r = 0; r < 5; r++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         team_run(rl_read, &a);
-        t[r] = now_ms() - t0;
+        t[r] = bench_now_ms() - t0;
     }
-    qsort(t, 5, sizeof t[0], cmp_double);
+    qsort(t, 5, sizeof t[0], bench_cmp_double);
     return RL_BYTES / t[2] / 1e6;
 }
 
@@ -246,8 +212,8 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
         copies = 1;
     wcopy *w = calloc(copies, sizeof *w);
     for (size_t c = 0; c < copies; c++) {
-        w[c].b = xmalloc(b_bytes);
-        w[c].scales = xmalloc(s_bytes);
+        w[c].b = bench_alloc("krn_bench", b_bytes);
+        w[c].scales = bench_alloc("krn_bench", s_bytes);
         for (size_t i = 0; i < b_bytes; i += 8) {
             uint64_t v = rnext();
             memcpy(w[c].b + i, &v, b_bytes - i < 8 ? b_bytes - i : 8);
@@ -257,14 +223,14 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
         if (pack) {
             krn_q4_weights qw = {.b_data = w[c].b, .scales = w[c].scales, .n = sh->n, .k = sh->k,
                                  .block_size = bs, .k_blocks = kb};
-            w[c].packed = xmalloc(krn_q4_pack_size(&qw));
+            w[c].packed = bench_alloc("krn_bench", krn_q4_pack_size(&qw));
             krn_q4_pack(&qw, w[c].packed);
         }
     }
-    float *a = xmalloc(m * sh->k * sizeof(float)), *y = xmalloc(m * sh->n * sizeof(float));
+    float *a = bench_alloc("krn_bench", m * sh->k * sizeof(float)), *y = bench_alloc("krn_bench", m * sh->n * sizeof(float));
     for (size_t i = 0; i < m * sh->k; i++)
         a[i] = (float)(rnext() >> 40) / 16777216.0f - 0.5f;
-    void *qa = xmalloc(krn_quant_a8_size(m, sh->k, bs));
+    void *qa = bench_alloc("krn_bench", krn_quant_a8_size(m, sh->k, bs));
 
     for (int t = 0; t < n_tabs; t++)
         for (int mode = 0; mode < 2; mode++) {
@@ -275,10 +241,10 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
             /* The first call takes the page faults of the scratch; the best of five is reported. */
             double tq = 1e30;
             for (int rep = 0; rep < 6; rep++) {
-                double t0 = now_ms();
+                double t0 = bench_now_ms();
                 tab->quant_a8.fn(&qargs, 0, m);
-                if (rep && now_ms() - t0 < tq)
-                    tq = now_ms() - t0;
+                if (rep && bench_now_ms() - t0 < tq)
+                    tq = bench_now_ms() - t0;
             }
             krn_mmnb_args args = {.w = {.n = sh->n, .k = sh->k, .block_size = bs, .k_blocks = kb},
                                   .m = m, .a = a, .a_ld = sh->k, .qa = qa, .y = y, .y_ld = sh->n};
@@ -293,13 +259,13 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
                 args.w.b_data = c->b;
                 args.w.scales = c->scales;
                 args.w.packed = mode && tab->q4_packed ? c->packed : NULL;
-                double t0 = now_ms();
+                double t0 = bench_now_ms();
                 team_run(fn, &args);
-                double dt = now_ms() - t0;
+                double dt = bench_now_ms() - t0;
                 times[reps++] = dt;
                 total += dt;
             }
-            qsort(times, (size_t)reps, sizeof times[0], cmp_double);
+            qsort(times, (size_t)reps, sizeof times[0], bench_cmp_double);
             double med = times[reps / 2];
             double roof = rl_buf ? roofline_gbs() : 0.0;
             printf("%-5s %-8s N=%6zu K=%5zu M=%3zu  %-20s %-6s %9.3f ms  %6.2f GB/s  %7.2f GMAC/s",
@@ -348,7 +314,7 @@ int main(int argc, char **argv)
             continue;
         }
         if (!strcmp(argv[i], "--roofline")) {
-            rl_buf = xmalloc(RL_BYTES);
+            rl_buf = bench_alloc("krn_bench", RL_BYTES);
             memset(rl_buf, 1, RL_BYTES);
             continue;
         }

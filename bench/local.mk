@@ -4,7 +4,7 @@
 # Compiled by `make check` so it keeps building, never run by it:
 #   make bench/krn_bench && bench/krn_bench [--level avx2] [--shapes 4b]
 check_PROGRAMS += bench/krn_bench
-bench_krn_bench_SOURCES = bench/krn_bench.c
+bench_krn_bench_SOURCES = bench/krn_bench.c bench/bench_util.h
 bench_krn_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 
 # Side by side with ONNX Runtime (onnxruntime-node from tests/npm of a build tree):
@@ -24,14 +24,14 @@ EXTRA_DIST += bench/tokenizer-bench.sh bench/tokenizer-bench.js
 # Memory-read roofline (single- and multi-thread GB/s) for the decode GEMV:
 #   make bench/bw_probe && bench/bw_probe [--mib 512] [--threads 1,2]
 check_PROGRAMS += bench/bw_probe
-bench_bw_probe_SOURCES = bench/bw_probe.c
+bench_bw_probe_SOURCES = bench/bw_probe.c bench/bench_util.h
 bench_bw_probe_LDADD = $(QD_LIBS)
 
 # GroupQueryAttention core: decode over long contexts (fp32 and fp16 caches)
 # and causal prefill, per kernel level:
 #   make bench/attn_bench && bench/attn_bench [--level avx2] [--contexts 1024,4096]
 check_PROGRAMS += bench/attn_bench
-bench_attn_bench_SOURCES = bench/attn_bench.c
+bench_attn_bench_SOURCES = bench/attn_bench.c bench/bench_util.h
 bench_attn_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 
 # `qwen3d serve` under HTTP load (TTFT and inter-token percentiles, tokens/s),
