@@ -134,7 +134,7 @@ tests_test_api_LDADD = $(TEST_LDADD)
 tests_serve_notify_listen_SOURCES = tests/serve/notify_listen.c
 TESTS += tests/test_api tests/serve_api.sh tests/serve_ops.sh
 EXTRA_DIST += tests/serve_api.sh tests/serve_ops.sh tests/serve/common.sh tests/serve/http-checks.js \
-	tests/serve/metrics-parse.js tests/serve/openai-client.js tests/api
+	tests/serve/metrics-parse.js tests/serve/openai-client.js tests/serve/checks.js tests/api
 clean-local: clean-serve
 clean-serve:
 	-rm -rf $(builddir)/tests/serve-model $(builddir)/tests/serve_api-work $(builddir)/tests/serve_ops-work

@@ -11,18 +11,7 @@ const { parseMetrics } = require('./metrics-parse.js');
 
 const [base, model, idsJson] = process.argv.slice(2);
 const helloIds = JSON.parse(idsJson);
-let failures = 0;
-const results = [];
-
-async function check(name, fn) {
-  try {
-    await fn();
-    results.push(`ok - ${name}`);
-  } catch (e) {
-    failures++;
-    results.push(`not ok - ${name}: ${e && e.stack ? e.stack : e}`);
-  }
-}
+const { check, finish } = require('./checks.js').checks();
 
 async function post(path, body, headers = {}) {
   const r = await fetch(base + path, {
@@ -308,9 +297,7 @@ function count(u) {
     assert.strictEqual(m1.value('qwen3d_build_info', null, true), 1);
   });
 
-  for (const r of results) console.log(r);
-  console.log(`http-checks: ${results.length - failures} passed, ${failures} failed`);
-  process.exit(failures ? 1 : 0);
+  finish('http-checks');
 })().catch((e) => {
   console.error(e);
   process.exit(1);

@@ -10,18 +10,7 @@ const assert = require('assert');
 const OpenAI = require('openai').default || require('openai');
 
 const [base, model, mode, key] = process.argv.slice(2);
-let failures = 0;
-const results = [];
-
-async function check(name, fn) {
-  try {
-    await fn();
-    results.push(`ok - ${name}`);
-  } catch (e) {
-    failures++;
-    results.push(`not ok - ${name}: ${e && e.stack ? e.stack : e}`);
-  }
-}
+const { check, finish } = require('./checks.js').checks();
 
 function client(apiKey) {
   return new OpenAI({ baseURL: `${base}/v1`, apiKey, maxRetries: 0, timeout: 30000 });
@@ -110,9 +99,7 @@ async function main() {
 }
 
 main().then(() => {
-  for (const r of results) console.log(r);
-  console.log(`openai-client${mode ? ' (' + mode + ')' : ''}: ${results.length - failures} passed, ${failures} failed`);
-  process.exit(failures ? 1 : 0);
+  finish(`openai-client${mode ? ' (' + mode + ')' : ''}`);
 }, (e) => {
   console.error(e);
   process.exit(1);
