@@ -281,22 +281,20 @@ int krn_q4_pack(const krn_q4_weights *w, void *dst)
     size_t bytes = krn_q4_pack_size(w);
     if (!bytes || !w->b_data || !w->scales || !dst)
         return KRN_EINVAL;
-    size_t kb = w->k_blocks, np = krn_qa_pairs(kb);
+    size_t kb = w->k_blocks;
     uint8_t *out = dst;
     for (size_t n0 = 0; n0 < w->n; n0 += KRN_Q4P_NR)
-        for (size_t p = 0; p < np; p++, out += KRN_Q4P_PAIR_BYTES) {
-            float sc[8];
-            for (size_t j = 0; j < KRN_Q4P_NR; j++) {
-                size_t n = n0 + j;
-                for (size_t h = 0; h < 2; h++) {
-                    size_t b = 2 * p + h;
-                    bool have = n < w->n && b < kb;
-                    if (have)
-                        memcpy(out + j * 32 + h * 16, w->b_data + (n * kb + b) * 16, 16);
+        for (size_t b = 0; b < kb; b++, out += KRN_Q4P_BLOCK_BYTES) {
+            float sc[KRN_Q4P_NR];
+            for (size_t c = 0; c < KRN_Q4P_NR; c++) {
+                size_t n = n0 + c;
+                for (size_t h = 0; h < 4; h++) {
+                    if (n < w->n)
+                        memcpy(out + 32 * h + 4 * c, w->b_data + (n * kb + b) * 16 + 4 * h, 4);
                     else
-                        memset(out + j * 32 + h * 16, 0, 16);
-                    sc[h * 4 + j] = have ? w->scales[n * kb + b] : 0.0f;
+                        memset(out + 32 * h + 4 * c, 0, 4);
                 }
+                sc[c] = n < w->n ? w->scales[n * kb + b] : 0.0f;
             }
             memcpy(out + 128, sc, sizeof sc);
         }

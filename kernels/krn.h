@@ -123,11 +123,12 @@ void krn_q4_weights_set_blocks(krn_q4_weights *w);
 
 /*
  * Optional repacking of the weights, once at plan time, into the order in
- * which the int8-mode GEMV streams them: columns in tiles of four and, per
- * tile and pair of blocks, the four columns' 32 weight bytes followed by their
- * eight scales, so a tile is read as one sequential stream with no scale
- * shuffling. The packed copy has the same size as b_data plus scales (up to
- * the padding of a last partial tile or odd block count). It only exists for
+ * which the int8-mode kernels read them: columns in tiles of eight and, per
+ * tile and block, the eight columns' weight bytes interleaved four at a time
+ * (one column per 32-bit vector lane) followed by their eight scales, so a
+ * tile is one sequential stream and the GEMM needs no horizontal reduction.
+ * The packed copy has the same size as b_data plus scales (up to the padding
+ * of a last partial tile). It only exists for
  * block_size 32 without zero points (the form of the exported Qwen3 graphs):
  * krn_q4_pack_size() is 0 otherwise. Tables whose q4_packed flag is set run
  * mmnb_i8 from w.packed when it is non-NULL; every other kernel keeps reading

@@ -196,18 +196,20 @@ static inline int krn_q4_zp(const krn_q4_weights *w, size_t n, size_t b)
 }
 
 /*
- * Packed weights (krn_q4_pack): for tile t = n / 4 and block pair p, the 160
- * bytes at packed + (t * n_pairs + p) * 160 hold, for j = 0..3, the 32 ONNX
- * weight bytes of blocks 2p and 2p+1 of column 4t + j, then the float scales
- * [s(4t, 2p) .. s(4t+3, 2p), s(4t, 2p+1) .. s(4t+3, 2p+1)]. Columns past n and
- * a block past k_blocks are zero bytes with scale 0, which add exact zeros.
+ * Packed weights (krn_q4_pack): columns in tiles of eight, each tile one
+ * contiguous run of k_blocks records of 160 bytes. Record b of tile t, at
+ * packed + (t * k_blocks + b) * 160, holds four 32-byte vectors h = 0..3 whose
+ * 32-bit lane c is the ONNX weight bytes 4h..4h+3 of block b of column
+ * 8t + c (low nibbles k = 8h + 2j, high nibbles k = 8h + 2j + 1 for byte j),
+ * then the eight float scales s(8t + c, b). Columns past n are zero bytes
+ * with scale 0, which add exact zeros.
  */
-#define KRN_Q4P_NR 4
-#define KRN_Q4P_PAIR_BYTES 160
+#define KRN_Q4P_NR 8
+#define KRN_Q4P_BLOCK_BYTES 160
 
 static inline size_t krn_q4p_tile_bytes(size_t k_blocks)
 {
-    return krn_qa_pairs(k_blocks) * KRN_Q4P_PAIR_BYTES;
+    return k_blocks * KRN_Q4P_BLOCK_BYTES;
 }
 
 /* Numerically safe logistic function shared by the scalar kernels. */

@@ -21,7 +21,7 @@ QD_KERNEL_ARCHIVES += libqwen3d_avx512.a libqwen3d_avx2.a
 # No FP contraction: the SIMD kernels write their FMAs explicitly, and code
 # that promises the reference's exact operations (rotary, norms, the scalar
 # tails) must not have a * b + c fused behind its back.
-libqwen3d_avx2_a_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -ffp-contract=off
+libqwen3d_avx2_a_CFLAGS = $(AM_CFLAGS) $(QD_KERNEL_CFLAGS) -mavx2 -mfma -mf16c -ffp-contract=off
 libqwen3d_avx2_a_SOURCES = \
 	kernels/avx2/simd.h \
 	kernels/avx2/mmnb.c \
@@ -31,7 +31,7 @@ libqwen3d_avx2_a_SOURCES = \
 	kernels/avx2/elementwise.c
 
 # VNNI is not in the flags: only avx512/mmnb_vnni.c enables it, per function.
-libqwen3d_avx512_a_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -ffp-contract=off
+libqwen3d_avx512_a_CFLAGS = $(AM_CFLAGS) $(QD_KERNEL_CFLAGS) -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -ffp-contract=off
 libqwen3d_avx512_a_SOURCES = \
 	kernels/avx512/mmnb_i8.h \
 	kernels/avx512/mmnb.c \

@@ -626,9 +626,9 @@ START_TEST(mmnb_levels_block_sizes_and_edges)
 END_TEST
 
 /*
- * Repacking: only block 32 without zero points; the size covers whole 4-column
- * tiles and block pairs; every byte and scale lands where krn_internal.h says,
- * padding columns and blocks are zero.
+ * Repacking: only block 32 without zero points; the size covers whole
+ * 8-column tiles; every weight byte and scale lands where krn_internal.h
+ * says, padding columns are zero.
  */
 START_TEST(q4_pack_layout)
 {
@@ -641,31 +641,32 @@ START_TEST(q4_pack_layout)
     ck_assert_uint_eq(krn_q4_pack_size(&q.w), 0); /* block 16 */
     qw_free(&q);
 
-    static const size_t ns[] = {1, 4, 6, 9}, ks[] = {32, 96, 100, 1024};
-    for (size_t in = 0; in < 4; in++)
-        for (size_t ik = 0; ik < 4; ik++) {
+    static const size_t ns[] = {1, 4, 8, 9, 21}, ks[] = {32, 96, 100, 1024};
+    for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++)
+        for (size_t ik = 0; ik < sizeof ks / sizeof ks[0]; ik++) {
             size_t n = ns[in], k = ks[ik];
             qw_make(&q, n, k, 32, false, false, 0.1f, &r);
-            size_t kb = q.w.k_blocks, np = (kb + 1) / 2, tiles = (n + 3) / 4;
+            size_t kb = q.w.k_blocks, tiles = (n + 7) / 8;
             size_t sz = krn_q4_pack_size(&q.w);
-            ck_assert_uint_eq(sz, tiles * np * 160);
+            ck_assert_uint_eq(sz, tiles * kb * 160);
             uint8_t *pk = aligned_alloc(64, (sz + 63) & ~(size_t)63);
             ck_assert_ptr_nonnull(pk);
             memset(pk, 0xEE, sz);
             ck_assert_int_eq(krn_q4_pack(&q.w, pk), KRN_OK);
             for (size_t t = 0; t < tiles; t++)
-                for (size_t p = 0; p < np; p++) {
-                    const uint8_t *g = pk + (t * np + p) * 160;
-                    for (size_t j = 0; j < 4; j++)
-                        for (size_t h = 0; h < 2; h++) {
-                            size_t col = 4 * t + j, b = 2 * p + h;
-                            bool have = col < n && b < kb;
-                            float sc;
-                            memcpy(&sc, g + 128 + 4 * (h * 4 + j), 4);
-                            ck_assert(sc == (have ? q.scales[col * kb + b] : 0.0f));
-                            for (size_t i = 0; i < 16; i++)
-                                ck_assert_int_eq(g[j * 32 + h * 16 + i], have ? q.b[(col * kb + b) * 16 + i] : 0);
-                        }
+                for (size_t b = 0; b < kb; b++) {
+                    const uint8_t *g = pk + (t * kb + b) * 160;
+                    for (size_t c = 0; c < 8; c++) {
+                        size_t col = 8 * t + c;
+                        bool have = col < n;
+                        float sc;
+                        memcpy(&sc, g + 128 + 4 * c, 4);
+                        ck_assert(sc == (have ? q.scales[col * kb + b] : 0.0f));
+                        for (size_t h = 0; h < 4; h++)
+                            for (size_t j = 0; j < 4; j++)
+                                ck_assert_int_eq(g[32 * h + 4 * c + j],
+                                                 have ? q.b[(col * kb + b) * 16 + 4 * h + j] : 0);
+                    }
                 }
             free(pk);
             qw_free(&q);

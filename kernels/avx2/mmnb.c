@@ -2,26 +2,29 @@
  * avx2/mmnb: AVX2/FMA MatMulNBits (4-bit weights) in both numeric modes, plus
  * the activation quantizer of the int8 mode.
  *
- * int8 mode (ONNX Runtime's accuracy_level 4 numerics). The unit of work is 64
- * consecutive k of one output column: 32 weight bytes, split into their low
- * nibbles (even k) and high nibbles (odd k) with one AND and one shift, which
- * meet the quantizer's q64 copy of the activations ([evens | odds] per 64 k,
- * krn_internal.h) without any shuffle. _mm256_maddubs_epi16 multiplies the
- * unsigned 4-bit q by the int8 activations; the zero point enters afterwards
- * as zp * (block sum of the activations), a shift for the default zp = 8, so
- * every block's int32 dot is exact as in the reference. With block_size 32 a
- * 64-k step covers blocks 2p and 2p+1: four columns' 16-bit pair sums are
- * reduced with horizontal adds into one vector [c0..c3 of 2p | c0..c3 of 2p+1],
- * converted once and accumulated with one FMA against sA * sB for those eight
- * (column, block) pairs. Register tiles are MR rows x 4 columns: the weights
- * are unpacked once per tile for all MR rows, so prefill (M > 1) amortizes
- * the unpacking, and rows are blocked so their activations stay in L2.
- * Decode (M = 1) is limited by how fast the weights stream in, so the tile
- * reads the repacked copy (krn_q4_pack) when the plan made one: each tile is
- * one sequential stream of [4 x 32 weight bytes | 8 scales] per block pair,
- * prefetched 2 KiB ahead. Without it, four ONNX rows are read side by side
- * and the scales gathered per pair. Other block sizes, and odd leftovers, go
- * through a generic per-column loop on the same q64 activations.
+ * int8 mode (ONNX Runtime's accuracy_level 4 numerics). Weights repacked at
+ * load (krn_q4_pack, block_size 32 without zero points: the exported Qwen3
+ * graphs) are read in tiles of eight columns, one column per 32-bit lane:
+ * per block, four 32-byte vectors whose low and high nibbles meet broadcasts
+ * of the quantizer's even and odd activations in _mm256_maddubs_epi16 (the
+ * unsigned 4-bit q times the int8 activations), the products summed in int16
+ * across the block and widened once, so no horizontal reduction is needed;
+ * the zero point enters as 8 * (block sum of the activations), so every
+ * block's int32 dot is exact as in the reference, and one FMA per block and
+ * row applies sA * sB to all eight columns. Register tiles are MR rows x 8
+ * columns: each block's weights are unpacked once for all MR rows, so prefill
+ * (M > 1) amortizes the unpacking, and rows are blocked so their activations
+ * stay in L2. Decode (M = 1) streams each tile once, prefetched 2 KiB ahead.
+ *
+ * Weights in the ONNX layout (zero points, or not repacked) are read in
+ * place: 64 consecutive k of a column are its 32 weight bytes, split into
+ * low nibbles (even k) and high nibbles (odd k) that meet the quantizer's q64
+ * copy of the activations ([evens | odds] per 64 k, krn_internal.h); four
+ * columns' 16-bit pair sums are reduced with horizontal adds into one vector
+ * [c0..c3 of block 2p | c0..c3 of block 2p+1], converted once and
+ * accumulated with one FMA against sA * sB. Other block sizes, and odd
+ * leftovers, go through a generic per-column loop on the same q64
+ * activations.
  *
  * fp32 mode (accuracy levels 0/1): weights dequantized exactly as the
  * reference forms them, 16 at a time, FMA against fp32 activations.
@@ -220,9 +223,6 @@ INLINE __m256 scales4x2(const float *s0, const float *s1, const float *s2, const
     return _mm256_set_m128(_mm_movehl_ps(u23, u01), _mm_movelh_ps(u01, u23));
 }
 
-/* Software prefetch distance in the packed weight stream (bytes). */
-#define PF_DIST 2048
-
 /*
  * y for rows [m0, m0 + MR) and the four columns [n0, n0 + 4), block_size 32,
  * into out[row][col] (columns past n computed from duplicates and ignored by
@@ -231,12 +231,11 @@ INLINE __m256 scales4x2(const float *s0, const float *s1, const float *s2, const
  * block dots; the zero point comes in as zp * qsum(block) (zp = 8 is a shift),
  * so the int32 dot is exact as in the reference; then one conversion and one
  * FMA with the products sA * sB for all eight (column, block) pairs.
- * PACKED reads the krn_q4_pack stream, else the ONNX rows in place (an odd
- * last block then goes through 128-bit code). MR, PACKED and ZP are constants
- * at every call site.
+ * Reads the ONNX rows in place (weights that were not repacked, e.g. with
+ * zero points); an odd last block goes through 128-bit code. MR and ZP are
+ * constants at every call site.
  */
-INLINE void i8_tile32(const krn_mmnb_args *a, size_t m0, size_t n0, float out[4][4], const int MR,
-                      const bool PACKED, const bool ZP, bool pf)
+INLINE void i8_tile32(const krn_mmnb_args *a, size_t m0, size_t n0, float out[4][4], const int MR, const bool ZP)
 {
     const krn_q4_weights *w = &a->w;
     const size_t kb = w->k_blocks;
@@ -244,10 +243,9 @@ INLINE void i8_tile32(const krn_mmnb_args *a, size_t m0, size_t n0, float out[4]
     const int8_t *q64[4];
     const float *sa8[4];
     const int32_t *qs8[4];
-    const uint8_t *wr[4] = {NULL, NULL, NULL, NULL};
-    const float *sr[4] = {NULL, NULL, NULL, NULL};
+    const uint8_t *wr[4];
+    const float *sr[4];
     size_t col[4];
-    const uint8_t *base = NULL;
     __m256 acc[4];
 
     UNROLL for (int i = 0; i < MR; i++) {
@@ -258,40 +256,17 @@ INLINE void i8_tile32(const krn_mmnb_args *a, size_t m0, size_t n0, float out[4]
     }
     UNROLL for (int j = 0; j < 4; j++)
         col[j] = n0 + (size_t)j < w->n ? n0 + (size_t)j : w->n - 1;
-    if (PACKED) {
-        base = (const uint8_t *)w->packed + (n0 / KRN_Q4P_NR) * krn_q4p_tile_bytes(kb);
-    } else {
-        UNROLL for (int j = 0; j < 4; j++) {
-            wr[j] = w->b_data + col[j] * kb * 16;
-            sr[j] = w->scales + col[j] * kb;
-        }
+    UNROLL for (int j = 0; j < 4; j++) {
+        wr[j] = w->b_data + col[j] * kb * 16;
+        sr[j] = w->scales + col[j] * kb;
     }
 
-    const size_t np = PACKED ? krn_qa_pairs(kb) : kb / 2;
+    const size_t np = kb / 2;
     for (size_t p = 0; p < np; p++) {
         __m256i lo[4], hi[4];
-        __m256 sb;
-        if (PACKED) {
-            const uint8_t *g = base + p * KRN_Q4P_PAIR_BYTES;
-            /*
-             * The hardware prefetcher alone leaves the stream at ~13 GB/s on the
-             * machines measured; asking for the lines 2 KiB ahead (prefetches
-             * never fault, also past the end) brings it to ~16-19 GB/s. Only the
-             * first pass over a tile streams from memory; later row tiles hit L1.
-             */
-            if (pf) {
-                _mm_prefetch((const char *)g + PF_DIST, _MM_HINT_T0);
-                _mm_prefetch((const char *)g + PF_DIST + 64, _MM_HINT_T0);
-                _mm_prefetch((const char *)g + PF_DIST + 128, _MM_HINT_T0);
-            }
-            UNROLL for (int j = 0; j < 4; j++)
-                unpack64(_mm256_loadu_si256((const __m256i *)(const void *)(g + 32 * j)), &lo[j], &hi[j]);
-            sb = _mm256_loadu_ps((const float *)(const void *)(g + 128));
-        } else {
-            UNROLL for (int j = 0; j < 4; j++)
-                unpack64(_mm256_loadu_si256((const __m256i *)(const void *)(wr[j] + 32 * p)), &lo[j], &hi[j]);
-            sb = scales4x2(sr[0] + 2 * p, sr[1] + 2 * p, sr[2] + 2 * p, sr[3] + 2 * p);
-        }
+        UNROLL for (int j = 0; j < 4; j++)
+            unpack64(_mm256_loadu_si256((const __m256i *)(const void *)(wr[j] + 32 * p)), &lo[j], &hi[j]);
+        __m256 sb = scales4x2(sr[0] + 2 * p, sr[1] + 2 * p, sr[2] + 2 * p, sr[3] + 2 * p);
         __m256i zpv = _mm256_setzero_si256();
         if (ZP)
             zpv = _mm256_setr_epi32(krn_q4_zp(w, col[0], 2 * p), krn_q4_zp(w, col[1], 2 * p),
@@ -310,7 +285,7 @@ INLINE void i8_tile32(const krn_mmnb_args *a, size_t m0, size_t n0, float out[4]
         }
     }
 
-    if (!PACKED && (kb & 1)) {
+    if (kb & 1) {
         /* The last block alone: 16 bytes per column, the first half of its q64 chunk. */
         const size_t b = kb - 1, p = kb / 2;
         const __m128i m = _mm_set1_epi8(0x0F), ones = _mm_set1_epi16(1);
@@ -344,60 +319,163 @@ INLINE void i8_tile32(const krn_mmnb_args *a, size_t m0, size_t n0, float out[4]
 }
 
 /* Rows [m0, m0 + mr) of a tile, mr in 1..4, with the row count as a constant. */
-INLINE void i8_tile32_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, float out[4][4],
-                           const bool PACKED, const bool ZP, bool pf)
+INLINE void i8_tile32_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, float out[4][4], const bool ZP)
 {
     switch (mr) {
-    case 4: i8_tile32(a, m0, n0, out, 4, PACKED, ZP, pf); break;
-    case 3: i8_tile32(a, m0, n0, out, 3, PACKED, ZP, pf); break;
-    case 2: i8_tile32(a, m0, n0, out, 2, PACKED, ZP, pf); break;
-    default: i8_tile32(a, m0, n0, out, 1, PACKED, ZP, pf); break;
-    }
-}
-
-/* Stores the tile's columns that fall in [n_begin, n_end), plus bias. */
-static void store_tile(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, size_t n_begin, size_t n_end,
-                       float out[4][4])
-{
-    const float *bias = a->w.bias;
-    size_t j0 = n0 < n_begin ? n_begin - n0 : 0, j1 = n_end - n0 < 4 ? n_end - n0 : 4;
-    if (j0 == 0 && j1 == 4) { /* the common whole tile */
-        for (size_t i = 0; i < mr; i++) {
-            __m128 v = _mm_loadu_ps(out[i]);
-            if (bias)
-                v = _mm_add_ps(v, _mm_loadu_ps(bias + n0));
-            _mm_storeu_ps(a->y + (m0 + i) * a->y_ld + n0, v);
-        }
-        return;
-    }
-    for (size_t i = 0; i < mr; i++) {
-        float *y = a->y + (m0 + i) * a->y_ld + n0;
-        for (size_t j = j0; j < j1; j++)
-            y[j] = out[i][j] + (bias ? bias[n0 + j] : 0.0f);
+    case 4: i8_tile32(a, m0, n0, out, 4, ZP); break;
+    case 3: i8_tile32(a, m0, n0, out, 3, ZP); break;
+    case 2: i8_tile32(a, m0, n0, out, 2, ZP); break;
+    default: i8_tile32(a, m0, n0, out, 1, ZP); break;
     }
 }
 
 /*
- * Rows per block of the GEMM case: their quantized activations (about 2 K
- * bytes per row with the q64 copy) stay in L2 while every column tile of the
- * range passes over them, and each 4-column weight tile stays in L1 while the
- * block's rows pass over it.
+ * Stores the columns [n0, n0 + NT) of an mr-row tile (row stride NT in out)
+ * that fall in [n_begin, n_end), plus bias.
+ */
+static void store_tile(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, size_t n_begin, size_t n_end,
+                       const float *out, size_t nt)
+{
+    const float *bias = a->w.bias;
+    size_t j0 = n0 < n_begin ? n_begin - n0 : 0, j1 = n_end - n0 < nt ? n_end - n0 : nt;
+    for (size_t i = 0; i < mr; i++) {
+        float *y = a->y + (m0 + i) * a->y_ld + n0;
+        const float *o = out + i * nt;
+        size_t j = j0;
+        if (j0 == 0)
+            for (; j + 4 <= j1; j += 4) {
+                __m128 v = _mm_loadu_ps(o + j);
+                if (bias)
+                    v = _mm_add_ps(v, _mm_loadu_ps(bias + n0 + j));
+                _mm_storeu_ps(y + j, v);
+            }
+        for (; j < j1; j++)
+            y[j] = o[j] + (bias ? bias[n0 + j] : 0.0f);
+    }
+}
+
+/*
+ * Rows per block of the GEMM case: their quantized activations (about 1.2 K
+ * bytes per row for k = 1024) stay in L2 while every column tile of the range
+ * passes over them, and each weight tile stays in L1 while the block's rows
+ * pass over it.
  */
 #define ROW_BLOCK 64
 #define MR_TILE 4 /* rows per register tile in the GEMM case */
 
-INLINE void i8_cols32(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool PACKED, const bool ZP)
+/* In-place ONNX weights: 4-column tiles starting wherever the range does. */
+INLINE void i8_cols32(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool ZP)
 {
     float out[4][4];
-    /* Packed tiles start at multiples of 4; in place, tiles start wherever the range does. */
-    size_t first = PACKED ? n_begin / KRN_Q4P_NR * KRN_Q4P_NR : n_begin;
     for (size_t mb = 0; mb < a->m; mb += ROW_BLOCK) {
         size_t me = a->m - mb < ROW_BLOCK ? a->m : mb + ROW_BLOCK;
-        for (size_t n0 = first; n0 < n_end; n0 += 4)
+        for (size_t n0 = n_begin; n0 < n_end; n0 += 4)
             for (size_t m0 = mb; m0 < me; m0 += MR_TILE) {
                 size_t mr = me - m0 < MR_TILE ? me - m0 : MR_TILE;
-                i8_tile32_rows(a, m0, mr, n0, out, PACKED, ZP, m0 == mb);
-                store_tile(a, m0, mr, n0, n_begin, n_end, out);
+                i8_tile32_rows(a, m0, mr, n0, out, ZP);
+                store_tile(a, m0, mr, n0, n_begin, n_end, &out[0][0], 4);
+            }
+    }
+}
+
+/* Software prefetch distance in the packed weight stream (bytes). */
+#define PF_DIST 2048
+
+/* The 4 int8 activations at p in all eight 32-bit lanes. */
+INLINE __m256i bcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+/*
+ * Packed weights (krn_q4_pack, krn_internal.h), rows [m0, m0 + MR) times the
+ * eight columns of tile n0 / 8, into out[row][col]. The columns sit in the
+ * eight 32-bit lanes: per block, vector h holds each column's ONNX weight
+ * bytes 4h..4h+3, whose low nibbles are k = 8h, 8h+2, 8h+4, 8h+6 and high
+ * nibbles the odd k after each; those are exactly the 4-byte groups h of the
+ * block's even and odd activations in the quantizer's chunk order, so one
+ * broadcast of each feeds a multiply-add for all eight columns and no
+ * horizontal reduction is needed. Per row and block, the eight maddubs pair
+ * sums per lane (each at most 2 * 15 * 127 = 3810 in magnitude) add up in
+ * int16 to at most 30480, exact; one widening multiply-add gives the block's
+ * int32 dot per column, minus 8 * qsum for the zero point as in the
+ * reference, then one conversion and one FMA with sA * sB. The weights of a
+ * block are unpacked once for all MR rows. PF prefetches the stream ahead
+ * (the first row tile of a row block is the one that reads it from memory).
+ */
+INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *out, const int MR, bool pf)
+{
+    const krn_q4_weights *w = &a->w;
+    const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, 32);
+    const uint8_t *g = (const uint8_t *)w->packed + (n0 / KRN_Q4P_NR) * krn_q4p_tile_bytes(kb);
+    const int8_t *q = krn_qa_q((void *)a->qa, m0, kb, 32);
+    const float *sa = krn_qa_scale((void *)a->qa, m0, kb, 32);
+    const int32_t *qs = krn_qa_qsum((void *)a->qa, m0, kb, 32);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[MR_TILE];
+
+    UNROLL for (int i = 0; i < MR; i++)
+        acc[i] = _mm256_setzero_ps();
+    for (size_t b = 0; b < kb; b++, g += KRN_Q4P_BLOCK_BYTES, q += 32) {
+        /*
+         * The hardware prefetcher alone leaves the stream at ~13 GB/s on the
+         * machines measured; asking for the lines 2 KiB ahead (prefetches
+         * never fault, also past the end) brings it to ~16-19 GB/s.
+         */
+        if (pf) {
+            _mm_prefetch((const char *)g + PF_DIST, _MM_HINT_T0);
+            _mm_prefetch((const char *)g + PF_DIST + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)g + PF_DIST + 128, _MM_HINT_T0);
+        }
+        __m256i s16[MR_TILE];
+        UNROLL for (int h = 0; h < 4; h++) {
+            __m256i lo, hi;
+            unpack64(_mm256_loadu_si256((const __m256i *)(const void *)(g + 32 * h)), &lo, &hi);
+            UNROLL for (int i = 0; i < MR; i++) {
+                const int8_t *qi = q + (size_t)i * rb;
+                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(qi + 4 * h)),
+                                             _mm256_maddubs_epi16(hi, bcast4(qi + 16 + 4 * h)));
+                s16[i] = h ? _mm256_add_epi16(s16[i], p) : p;
+            }
+        }
+        const __m256 sb = _mm256_loadu_ps((const float *)(const void *)(g + 128));
+        UNROLL for (int i = 0; i < MR; i++) {
+            const size_t ro = (size_t)i * rb; /* the next row's statistics, in bytes */
+            const float *sai = (const float *)(const void *)((const char *)sa + ro);
+            const int32_t *qsi = (const int32_t *)(const void *)((const char *)qs + ro);
+            __m256i d = _mm256_sub_epi32(_mm256_madd_epi16(s16[i], ones), _mm256_set1_epi32(qsi[b] * 8));
+            __m256 s = _mm256_mul_ps(_mm256_broadcast_ss(sai + b), sb);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc[i]);
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++)
+        _mm256_storeu_ps(out + 8 * i, acc[i]);
+}
+
+INLINE void i8_lanes_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, float *out, bool pf)
+{
+    switch (mr) {
+    case 4: i8_lanes_tile(a, m0, n0, out, 4, pf); break;
+    case 3: i8_lanes_tile(a, m0, n0, out, 3, pf); break;
+    case 2: i8_lanes_tile(a, m0, n0, out, 2, pf); break;
+    default: i8_lanes_tile(a, m0, n0, out, 1, pf); break;
+    }
+}
+
+/* Packed weights: 8-column tiles at multiples of 8 (a range cut inside one computes it whole). */
+static void i8_cols_packed(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
+{
+    float out[MR_TILE * KRN_Q4P_NR] __attribute__((aligned(32)));
+    size_t first = n_begin / KRN_Q4P_NR * KRN_Q4P_NR;
+    for (size_t mb = 0; mb < a->m; mb += ROW_BLOCK) {
+        size_t me = a->m - mb < ROW_BLOCK ? a->m : mb + ROW_BLOCK;
+        for (size_t n0 = first; n0 < n_end; n0 += KRN_Q4P_NR)
+            for (size_t m0 = mb; m0 < me; m0 += MR_TILE) {
+                size_t mr = me - m0 < MR_TILE ? me - m0 : MR_TILE;
+                i8_lanes_rows(a, m0, mr, n0, out, m0 == mb);
+                store_tile(a, m0, mr, n0, n_begin, n_end, out, KRN_Q4P_NR);
             }
     }
 }
@@ -461,11 +539,11 @@ void krn_avx2_mmnb_i8(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
         return;
     bool packed = w->packed && !w->zero_pts;
     if (w->block_size == 32 && packed)
-        i8_cols32(a, n_begin, n_end, true, false);
+        i8_cols_packed(a, n_begin, n_end);
     else if (w->block_size == 32 && w->zero_pts)
-        i8_cols32(a, n_begin, n_end, false, true);
+        i8_cols32(a, n_begin, n_end, true);
     else if (w->block_size == 32)
-        i8_cols32(a, n_begin, n_end, false, false);
+        i8_cols32(a, n_begin, n_end, false);
     else
         for (size_t m = 0; m < a->m; m++)
             for (size_t n = n_begin; n < n_end; n++)
