@@ -433,6 +433,72 @@ static void widen_rows(const uint16_t *src, size_t ts, size_t cn, size_t hd, flo
     }
 }
 
+/* In-register transpose of an 8 x 8 float block: r[i][j] becomes r[j][i]. */
+INLINE void transpose8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+/*
+ * qt[d][row] = q_row[d] for the set's rows [r0, r0 + n) (absent rows zero),
+ * eight rows by eight dims at a time through register transposes.
+ */
+static void lanes_load_queries(const rowset *rs, size_t r0, size_t n, size_t hd, float *qt)
+{
+    size_t d8 = hd & ~(size_t)7;
+    for (size_t v = 0; v < LROWS; v += 8) {
+        for (size_t d0 = 0; d0 < d8; d0 += 8) {
+            __m256 b[8];
+            for (size_t i = 0; i < 8; i++)
+                b[i] = v + i < n ? _mm256_loadu_ps(rs->q[r0 + v + i] + d0) : _mm256_setzero_ps();
+            transpose8(b);
+            for (size_t i = 0; i < 8; i++)
+                _mm256_store_ps(qt + (d0 + i) * LROWS + v, b[i]);
+        }
+        for (size_t d = d8; d < hd; d++)
+            for (size_t i = 0; i < 8; i++)
+                qt[d * LROWS + v + i] = v + i < n ? rs->q[r0 + v + i][d] : 0.0f;
+    }
+}
+
+/* out_row[d] = acc[d][row] / den[row] for rows [r0, r0 + n); rows that saw nothing get zeros. */
+static void lanes_store_outputs(const rowset *rs, size_t r0, size_t n, size_t hd, const float *acc,
+                                const float *den)
+{
+    size_t d8 = hd & ~(size_t)7;
+    for (size_t v = 0; v < n; v += 8) {
+        __m256 dv = _mm256_loadu_ps(den + v);
+        __m256 live = _mm256_cmp_ps(dv, _mm256_setzero_ps(), _CMP_GT_OQ);
+        /* Dead rows divide by one and are masked to zero afterwards. */
+        __m256 divisor = _mm256_blendv_ps(_mm256_set1_ps(1.0f), dv, live);
+        for (size_t d0 = 0; d0 < d8; d0 += 8) {
+            __m256 b[8];
+            for (size_t i = 0; i < 8; i++)
+                b[i] = _mm256_and_ps(_mm256_div_ps(_mm256_load_ps(acc + (d0 + i) * LROWS + v), divisor), live);
+            transpose8(b);
+            for (size_t i = 0; i < 8 && v + i < n; i++)
+                _mm256_storeu_ps(rs->out[r0 + v + i] + d0, b[i]);
+        }
+        for (size_t i = 0; i < 8 && v + i < n; i++)
+            for (size_t d = d8; d < hd; d++)
+                rs->out[r0 + v + i][d] = den[v + i] > 0.0f ? acc[d * LROWS + v + i] / den[v + i] : 0.0f;
+    }
+}
+
 /* Rows [r0, r0 + n) of a set, n <= LROWS, all of kv head rs->g[r0]. */
 INLINE void attend_lanes(const krn_gqa_args *a, const rowset *rs, size_t r0, size_t n, const bool F16, const int RV)
 {
@@ -445,15 +511,12 @@ INLINE void attend_lanes(const krn_gqa_args *a, const rowset *rs, size_t r0, siz
     int32_t lo[LROWS], hi[LROWS];
     size_t jlo = SIZE_MAX, jhi = 0;
 
-    memset(qt, 0, hd * LROWS * sizeof(float));
+    lanes_load_queries(rs, r0, n, hd, qt);
     memset(acc, 0, hd * LROWS * sizeof(float));
     for (size_t r = 0; r < LROWS; r++) {
         lo[r] = hi[r] = 0; /* absent rows see nothing */
         if (r >= n)
             continue;
-        const float *q = rs->q[r0 + r];
-        for (size_t d = 0; d < hd; d++)
-            qt[d * LROWS + r] = q[d];
         lo[r] = (int32_t)rs->lo[r0 + r];
         hi[r] = (int32_t)rs->hi[r0 + r];
         if (rs->lo[r0 + r] < rs->hi[r0 + r]) {
@@ -528,11 +591,7 @@ INLINE void attend_lanes(const krn_gqa_args *a, const rowset *rs, size_t r0, siz
     float dn[LROWS];
     _mm256_storeu_ps(dn, den[0]);
     _mm256_storeu_ps(dn + 8, den[1]);
-    for (size_t r = 0; r < n; r++) {
-        float *out = rs->out[r0 + r];
-        for (size_t d = 0; d < hd; d++)
-            out[d] = dn[r] > 0.0f ? acc[d * LROWS + r] / dn[r] : 0.0f;
-    }
+    lanes_store_outputs(rs, r0, n, hd, acc, dn);
 }
 
 /* A prefill set: runs of rows that share a kv head, LROWS at a time. */
