@@ -15,8 +15,11 @@
 //
 // Bandwidth efficiency = prepared weight bytes per decoded token / median
 // decode step / bw_probe's sequential read rate at the same thread count
-// (1 GiB buffer, huge pages requested). The step also reads the KV cache and
-// the embedding row, so this slightly understates the weight stream's rate.
+// (1 GiB buffer, huge pages requested), probed just before and just after
+// that case's decode runs and averaged: on shared machines the rate drifts
+// by tens of percent within minutes, so a probe taken at another time says
+// little. The step also reads the KV cache and the embedding row, so this
+// slightly understates the weight stream's rate.
 'use strict';
 
 const { spawn, spawnSync } = require('child_process');
@@ -119,15 +122,14 @@ function readyOnce(model, port) {
 const median = (a) => { const s = a.filter((x) => x !== null).sort((x, y) => x - y); return s.length ? s[s.length >> 1] : null; };
 
 async function main() {
-  const threads = [...new Set(o.cases.map((c) => Number(c.threads)))].sort((a, b) => a - b);
-  const bw = probe(threads);
   const lines = [];
-  lines.push(`memory read bandwidth (bw_probe, sequential, 1 GiB): ${threads.map((t) => `${t} thread(s) ${bw[t].toFixed(2)} GB/s`).join(', ')}`);
-  lines.push('');
-  lines.push('| model | threads | decode tok/s qwen3d / ORT (x) | TTFT 512 ms qwen3d / ORT (ratio) | weight stream GB/s (of probe) | load ms qwen3d / ORT | prepared / serialized INT4 |');
+  lines.push('| model | threads | decode tok/s qwen3d / ORT (x) | TTFT 512 ms qwen3d / ORT (ratio) | weight stream GB/s (share of probe; probe before, after) | load ms qwen3d / ORT | prepared / serialized INT4 |');
   lines.push('| --- | --- | --- | --- | --- | --- | --- |');
   for (const c of o.cases) {
+    const before = probe([c.threads])[c.threads];
     const d = compare(c.model, c.threads, 32, 128);
+    const after = probe([c.threads])[c.threads];
+    const bw = (before + after) / 2;
     const t = compare(c.model, c.threads, 512, 2);
     const bytes = d.qwen3d_prepared_bytes;
     const gbs = bytes && d.qwen3d_decode_ms_median ? bytes / (d.qwen3d_decode_ms_median / 1000) / 1e9 : null;
@@ -135,7 +137,7 @@ async function main() {
     const f = (x, n = 1) => (x === null || x === undefined ? '-' : x.toFixed(n));
     lines.push(`| ${path.basename(c.model)} | ${c.threads} | ${f(d.qwen3d_decode_tokens_per_s)} / ${f(d.onnxruntime_decode_tokens_per_s)} (${f(d.decode_speedup, 2)}x)` +
       ` | ${f(t.qwen3d_ttft_ms, 0)} / ${f(t.onnxruntime_ttft_ms, 0)} (${f(t.qwen3d_ttft_ms / t.onnxruntime_ttft_ms, 2)})` +
-      ` | ${f(gbs, 2)} (${gbs ? f(100 * gbs / bw[c.threads], 0) : '-'}%)` +
+      ` | ${f(gbs, 2)} (${gbs ? f(100 * gbs / bw, 0) : '-'}%; ${f(before, 2)}, ${f(after, 2)})` +
       ` | ${f(d.qwen3d_load_ms, 0)} / ${f(d.onnxruntime_load_ms, 0)}` +
       ` | ${bytes && ser ? (bytes / ser).toFixed(3) : '-'} (${bytes || '-'} / ${ser || '-'}) |`);
   }
