@@ -461,7 +461,11 @@ struct eng_tok {
     added_set raw_set;       /* "normalized": false, matched before the normalizer */
     added_set norm_set;      /* "normalized": true, matched after it */
 
-    /* Encoding scratch (single encoding thread at a time). */
+    eng_tok_enc *enc;        /* eng_tok_encode()'s own encoder */
+};
+
+/* Everything an encoding writes: one per encoding thread (tokenizer.h). */
+struct eng_tok_enc {
     pcre2_match_data *md;
     pcre2_match_context *mctx;
     pcre2_jit_stack *jit_stack;
@@ -469,7 +473,7 @@ struct eng_tok {
     int32_t *sym_id, *sym_prev, *sym_next;
     uint64_t *heap;
     size_t sym_cap;
-    cache_slot *cache;
+    cache_slot *cache;       /* BPE results of recent words */
 };
 
 enum { TOK_PRESENT = 1, TOK_SPECIAL = 2, TOK_PURE = 4 };
@@ -526,15 +530,7 @@ void eng_tok_free(eng_tok *t)
     free(t->blob);
     free(t->merges);
     free(t->word_slots);
-    pcre2_match_data_free(t->md);
-    pcre2_match_context_free(t->mctx);
-    pcre2_jit_stack_free(t->jit_stack);
-    eng_tok_text_free(&t->clean);
-    free(t->sym_id);
-    free(t->sym_prev);
-    free(t->sym_next);
-    free(t->heap);
-    free(t->cache);
+    eng_tok_enc_free(t->enc);
     free(t->second_starters);
     free(t->path);
     free(t);
@@ -1502,15 +1498,11 @@ int eng_tok_load(const char *path, eng_tok **out, eng_diag *diag)
         goto fail;
     }
 
-    t->md = pcre2_match_data_create(1, NULL);
-    t->mctx = pcre2_match_context_create(NULL);
-    t->jit_stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
-    t->cache = calloc(CACHE_SLOTS, sizeof *t->cache);
-    if (!t->md || !t->mctx || !t->jit_stack || !t->cache) {
+    t->enc = eng_tok_enc_new();
+    if (!t->enc) {
         bad(&c, "out of memory");
         goto fail;
     }
-    pcre2_jit_stack_assign(t->mctx, NULL, t->jit_stack);
 
     json_decref(root);
     *out = t;
@@ -1524,29 +1516,29 @@ fail:
 /* ---------------------------------------------------------------------- */
 /* BPE                                                                     */
 
-static int sym_reserve(eng_tok *t, size_t n)
+static int sym_reserve(eng_tok_enc *enc, size_t n)
 {
-    if (n <= t->sym_cap)
+    if (n <= enc->sym_cap)
         return 0;
     size_t cap = pow2_at_least(n);
-    int32_t *a = realloc(t->sym_id, cap * sizeof *a);
+    int32_t *a = realloc(enc->sym_id, cap * sizeof *a);
     if (!a)
         return ENG_TOK_ENOMEM;
-    t->sym_id = a;
-    int32_t *b = realloc(t->sym_prev, cap * sizeof *b);
+    enc->sym_id = a;
+    int32_t *b = realloc(enc->sym_prev, cap * sizeof *b);
     if (!b)
         return ENG_TOK_ENOMEM;
-    t->sym_prev = b;
-    int32_t *c = realloc(t->sym_next, cap * sizeof *c);
+    enc->sym_prev = b;
+    int32_t *c = realloc(enc->sym_next, cap * sizeof *c);
     if (!c)
         return ENG_TOK_ENOMEM;
-    t->sym_next = c;
+    enc->sym_next = c;
     /* Each merge pushes at most two entries besides the initial n - 1. */
-    uint64_t *h = realloc(t->heap, 3 * cap * sizeof *h);
+    uint64_t *h = realloc(enc->heap, 3 * cap * sizeof *h);
     if (!h)
         return ENG_TOK_ENOMEM;
-    t->heap = h;
-    t->sym_cap = cap;
+    enc->heap = h;
+    enc->sym_cap = cap;
     return 0;
 }
 
@@ -1587,7 +1579,7 @@ static inline uint64_t heap_pop(uint64_t *h, size_t *n)
  * rank first and, at equal rank, leftmost first; a queue entry is stale when
  * the pair at its position no longer has its rank. Runs in O(n log n).
  */
-static int bpe_word(eng_tok *t, const unsigned char *w, size_t n, eng_tok_ids *out)
+static int bpe_word(const eng_tok *t, eng_tok_enc *enc, const unsigned char *w, size_t n, eng_tok_ids *out)
 {
     if (t->ignore_merges) {
         for (size_t i = hash_bytes(w, n) & t->word_mask; t->word_slots[i] >= 0; i = (i + 1) & t->word_mask) {
@@ -1596,9 +1588,9 @@ static int bpe_word(eng_tok *t, const unsigned char *w, size_t n, eng_tok_ids *o
                 return ids_push(out, id);
         }
     }
-    if (sym_reserve(t, n))
+    if (sym_reserve(enc, n))
         return ENG_TOK_ENOMEM;
-    int32_t *id = t->sym_id, *prev = t->sym_prev, *next = t->sym_next;
+    int32_t *id = enc->sym_id, *prev = enc->sym_prev, *next = enc->sym_next;
     size_t m = 0;
     bool pending_unk = false;
     for (size_t i = 0; i < n; i++) {
@@ -1621,7 +1613,7 @@ static int bpe_word(eng_tok *t, const unsigned char *w, size_t n, eng_tok_ids *o
         prev[i] = (int32_t)i - 1;
         next[i] = i + 1 < m ? (int32_t)i + 1 : -1;
     }
-    uint64_t *heap = t->heap;
+    uint64_t *heap = enc->heap;
     size_t hn = 0;
     for (size_t i = 0; i + 1 < m; i++) {
         const merge_slot *ms = merge_find(t, id[i], id[i + 1]);
@@ -1663,14 +1655,14 @@ static int bpe_word(eng_tok *t, const unsigned char *w, size_t n, eng_tok_ids *o
 }
 
 /* BPE through the word cache. */
-static int bpe_cached(eng_tok *t, const unsigned char *w, size_t n, eng_tok_ids *out)
+static int bpe_cached(const eng_tok *t, eng_tok_enc *enc, const unsigned char *w, size_t n, eng_tok_ids *out)
 {
     if (n == 1 && t->byte_id[w[0]] >= 0 && !t->ignore_merges)
         return ids_push(out, t->byte_id[w[0]]);
     if (n > CACHE_KEY_MAX)
-        return bpe_word(t, w, n, out);
+        return bpe_word(t, enc, w, n, out);
     uint64_t h = hash_bytes(w, n);
-    cache_slot *s = &t->cache[h & (CACHE_SLOTS - 1)];
+    cache_slot *s = &enc->cache[h & (CACHE_SLOTS - 1)];
     if (s->klen == n && s->hash == h && !memcmp(s->key, w, n)) {
         if (ids_reserve(out, s->nids))
             return ENG_TOK_ENOMEM;
@@ -1679,7 +1671,7 @@ static int bpe_cached(eng_tok *t, const unsigned char *w, size_t n, eng_tok_ids 
         return 0;
     }
     size_t before = out->n;
-    int rc = bpe_word(t, w, n, out);
+    int rc = bpe_word(t, enc, w, n, out);
     if (rc)
         return rc;
     size_t k = out->n - before;
@@ -1696,11 +1688,12 @@ static int bpe_cached(eng_tok *t, const unsigned char *w, size_t n, eng_tok_ids 
 /* ---------------------------------------------------------------------- */
 /* Pre-tokenization                                                        */
 
-static int pretok(eng_tok *t, size_t step, const char *p, size_t n, eng_tok_ids *out);
+static int pretok(const eng_tok *t, eng_tok_enc *enc, size_t step, const char *p, size_t n, eng_tok_ids *out);
 
 /* Turns the ranges of one Split step into pieces according to its behavior. */
 typedef struct splitter {
-    eng_tok *t;
+    const eng_tok *t;
+    eng_tok_enc *enc;
     size_t step;             /* next step to run on each piece */
     const char *p;
     enum split_behavior behavior;
@@ -1713,7 +1706,7 @@ typedef struct splitter {
 
 static int emit(splitter *sp, size_t s, size_t e)
 {
-    return e > s ? pretok(sp->t, sp->step, sp->p + s, e - s, sp->out) : 0;
+    return e > s ? pretok(sp->t, sp->enc, sp->step, sp->p + s, e - s, sp->out) : 0;
 }
 
 static int feed(splitter *sp, size_t s, size_t e, bool m)
@@ -1763,15 +1756,15 @@ static int feed(splitter *sp, size_t s, size_t e, bool m)
     return 0;
 }
 
-static int split_step(eng_tok *t, size_t step, const char *p, size_t n, eng_tok_ids *out)
+static int split_step(const eng_tok *t, eng_tok_enc *enc, size_t step, const char *p, size_t n, eng_tok_ids *out)
 {
     const pretok_step *st = &t->steps[step];
-    splitter sp = {.t = t, .step = step + 1, .p = p, .behavior = st->behavior, .out = out};
+    splitter sp = {.t = t, .enc = enc, .step = step + 1, .p = p, .behavior = st->behavior, .out = out};
     size_t prev = 0, off = 0, last_end = SIZE_MAX;
     int rc;
-    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(t->md);
+    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(enc->md);
     while (off <= n) {
-        int r = pcre2_match(st->re, (PCRE2_SPTR)p, n, off, PCRE2_NO_UTF_CHECK, t->md, t->mctx);
+        int r = pcre2_match(st->re, (PCRE2_SPTR)p, n, off, PCRE2_NO_UTF_CHECK, enc->md, enc->mctx);
         if (r == PCRE2_ERROR_NOMATCH)
             break;
         if (r < 0)
@@ -1795,10 +1788,10 @@ static int split_step(eng_tok *t, size_t step, const char *p, size_t n, eng_tok_
     return sp.have ? emit(&sp, sp.ps, sp.pe) : 0;
 }
 
-static int pretok(eng_tok *t, size_t step, const char *p, size_t n, eng_tok_ids *out)
+static int pretok(const eng_tok *t, eng_tok_enc *enc, size_t step, const char *p, size_t n, eng_tok_ids *out)
 {
     if (step == t->n_steps)
-        return bpe_cached(t, (const unsigned char *)p, n, out);
+        return bpe_cached(t, enc, (const unsigned char *)p, n, out);
     const pretok_step *st = &t->steps[step];
     if (st->byte_level && st->add_prefix_space && p[0] != ' ') {
         char *q = malloc(n + 1);
@@ -1806,16 +1799,16 @@ static int pretok(eng_tok *t, size_t step, const char *p, size_t n, eng_tok_ids 
             return ENG_TOK_ENOMEM;
         q[0] = ' ';
         memcpy(q + 1, p, n);
-        int rc = st->re ? split_step(t, step, q, n + 1, out) : pretok(t, step + 1, q, n + 1, out);
+        int rc = st->re ? split_step(t, enc, step, q, n + 1, out) : pretok(t, enc, step + 1, q, n + 1, out);
         free(q);
         return rc;
     }
     if (st->re)
-        return split_step(t, step, p, n, out);
+        return split_step(t, enc, step, p, n, out);
     /* No pattern: the whole piece is one non-match (a match if inverted, which Removed drops). */
     if (st->invert && st->behavior == SPLIT_REMOVED)
         return 0;
-    return pretok(t, step + 1, p, n, out);
+    return pretok(t, enc, step + 1, p, n, out);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1920,57 +1913,97 @@ static bool next_added(const eng_tok *t, const added_set *set, const char *s, si
 }
 
 /* Normalized text: added tokens with "normalized" set, then pre-tokenization. */
-static int encode_normalized(eng_tok *t, const char *s, size_t n, unsigned flags, eng_tok_ids *out)
+static int encode_normalized(const eng_tok *t, eng_tok_enc *enc, const char *s, size_t n, unsigned flags,
+                             eng_tok_ids *out)
 {
     size_t seg = 0, ms, me;
     int32_t id;
     int rc;
     while (next_added(t, &t->norm_set, s, n, seg, seg, flags, &ms, &me, &id)) {
-        if (ms > seg && (rc = pretok(t, 0, s + seg, ms - seg, out)))
+        if (ms > seg && (rc = pretok(t, enc, 0, s + seg, ms - seg, out)))
             return rc;
         if ((rc = ids_push(out, id)))
             return rc;
         seg = me;
     }
-    return seg < n ? pretok(t, 0, s + seg, n - seg, out) : 0;
+    return seg < n ? pretok(t, enc, 0, s + seg, n - seg, out) : 0;
 }
 
-static int encode_piece(eng_tok *t, const char *s, size_t n, unsigned flags, eng_tok_ids *out)
+static int encode_piece(const eng_tok *t, eng_tok_enc *enc, const char *s, size_t n, unsigned flags, eng_tok_ids *out)
 {
     char *norm = NULL;
     size_t len = 0;
     int rc = normalize(t, s, n, &norm, &len);
     if (rc)
         return rc;
-    rc = encode_normalized(t, norm ? norm : s, len, flags, out);
+    rc = encode_normalized(t, enc, norm ? norm : s, len, flags, out);
     free(norm);
     return rc;
 }
 
+eng_tok_enc *eng_tok_enc_new(void)
+{
+    eng_tok_enc *enc = calloc(1, sizeof *enc);
+    if (!enc)
+        return NULL;
+    enc->md = pcre2_match_data_create(1, NULL);
+    enc->mctx = pcre2_match_context_create(NULL);
+    enc->jit_stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
+    enc->cache = calloc(CACHE_SLOTS, sizeof *enc->cache);
+    if (!enc->md || !enc->mctx || !enc->jit_stack || !enc->cache) {
+        eng_tok_enc_free(enc);
+        return NULL;
+    }
+    pcre2_jit_stack_assign(enc->mctx, NULL, enc->jit_stack);
+    return enc;
+}
+
+void eng_tok_enc_free(eng_tok_enc *enc)
+{
+    if (!enc)
+        return;
+    pcre2_match_data_free(enc->md);
+    pcre2_match_context_free(enc->mctx);
+    pcre2_jit_stack_free(enc->jit_stack);
+    eng_tok_text_free(&enc->clean);
+    free(enc->sym_id);
+    free(enc->sym_prev);
+    free(enc->sym_next);
+    free(enc->heap);
+    free(enc->cache);
+    free(enc);
+}
+
 int eng_tok_encode(eng_tok *t, const char *text, size_t len, unsigned flags, eng_tok_ids *out)
+{
+    return eng_tok_encode_with(t, t->enc, text, len, flags, out);
+}
+
+int eng_tok_encode_with(const eng_tok *t, eng_tok_enc *enc, const char *text, size_t len, unsigned flags,
+                        eng_tok_ids *out)
 {
     if (len > TOK_MAX_INPUT)
         return ENG_TOK_ETOOBIG;
     size_t before = out->n;
     const char *s = text;
     if (utf8_valid_prefix((const unsigned char *)text, len) != len) {
-        t->clean.len = 0;
-        if (utf8_lossy_append((const unsigned char *)text, len, false, &t->clean, NULL))
+        enc->clean.len = 0;
+        if (utf8_lossy_append((const unsigned char *)text, len, false, &enc->clean, NULL))
             return ENG_TOK_ENOMEM;
-        s = t->clean.s;
-        len = t->clean.len;
+        s = enc->clean.s;
+        len = enc->clean.len;
     }
     size_t seg = 0, ms, me;
     int32_t id;
     int rc = 0;
     while (next_added(t, &t->raw_set, s, len, seg, seg, flags, &ms, &me, &id)) {
-        if (ms > seg && (rc = encode_piece(t, s + seg, ms - seg, flags, out)))
+        if (ms > seg && (rc = encode_piece(t, enc, s + seg, ms - seg, flags, out)))
             goto fail;
         if ((rc = ids_push(out, id)))
             goto fail;
         seg = me;
     }
-    if (seg < len && (rc = encode_piece(t, s + seg, len - seg, flags, out)))
+    if (seg < len && (rc = encode_piece(t, enc, s + seg, len - seg, flags, out)))
         goto fail;
     return 0;
 fail:

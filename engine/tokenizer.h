@@ -12,10 +12,11 @@
  * pre-token. Decoding maps ids back to bytes and converts them to UTF-8 the
  * same lossy way.
  *
- * Threads: an eng_tok is built once by eng_tok_load(). Decoding, the lookups
- * and eng_tok_stream objects only read it and may run on any thread.
- * eng_tok_encode() uses scratch buffers and a word cache inside the eng_tok, so
- * one thread at a time may encode with a given eng_tok.
+ * Threads: an eng_tok is built once by eng_tok_load(). Decoding, the lookups,
+ * eng_tok_stream objects and eng_tok_encode_with() only read it and may run on
+ * any thread; what an encoding writes (match data, BPE work arrays, a word
+ * cache) lives in an eng_tok_enc, one per encoding thread. eng_tok_encode()
+ * uses the eng_tok's own encoder, so one thread at a time may call it.
  */
 #ifndef QWEN3D_ENGINE_TOKENIZER_H
 #define QWEN3D_ENGINE_TOKENIZER_H
@@ -91,6 +92,18 @@ enum {
  * negative ENG_TOK_E* code; on error OUT keeps the ids it had before.
  */
 int eng_tok_encode(eng_tok *t, const char *text, size_t len, unsigned flags, eng_tok_ids *out);
+
+/* Encoding state for eng_tok_encode_with(): about 1.4 MB, mostly the word cache. */
+typedef struct eng_tok_enc eng_tok_enc;
+
+/* A new encoder (NULL when out of memory); it serves any eng_tok. */
+eng_tok_enc *eng_tok_enc_new(void);
+
+void eng_tok_enc_free(eng_tok_enc *enc);
+
+/* eng_tok_encode() with the caller's encoder: threads with their own encoders may share T. */
+int eng_tok_encode_with(const eng_tok *t, eng_tok_enc *enc, const char *text, size_t len, unsigned flags,
+                        eng_tok_ids *out);
 
 /*
  * Appends the UTF-8 text of IDS to OUT (invalid byte sequences become

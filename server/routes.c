@@ -11,9 +11,14 @@
  * lives until the after-work callback (tokenized), which frees it itself
  * when the request ended in the meantime.
  *
+ * Prompts tokenize in parallel, each work-pool thread with an encoder of
+ * its own taken from a small free list (encoders hold what an encoding
+ * writes; the tokenizer itself is only read), so a short prompt does not
+ * wait behind a long one.
+ *
  * Threads: loop thread only, except tokenize_work, which touches only its
- * call's request, ids and error, the read-only options and model info, and
- * the tokenizer under tok_mu.
+ * call's request, ids and error, the read-only options, model info and
+ * tokenizer, and the encoder free list under enc_mu.
  */
 #include "server/routes.h"
 
@@ -38,6 +43,7 @@
 #define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
 /* max_tokens of a completion request that does not say (OpenAI's default). */
 #define DEFAULT_COMPLETION_TOKENS 16
+#define ENC_KEEP 16 /* idle encoders kept (libuv's pool has 4 threads unless UV_THREADPOOL_SIZE says more) */
 
 struct srv_routes {
     srv_routes_opts o;
@@ -47,7 +53,9 @@ struct srv_routes {
     srv_metrics *metrics;
     bool loaded, draining;
     int tokenizing;           /* calls on the work pool; the queue closes for draining when none is left */
-    pthread_mutex_t tok_mu;   /* eng_tok_encode runs on one thread at a time (tokenizer.h) */
+    pthread_mutex_t enc_mu;   /* guards the encoder free list */
+    eng_tok_enc *enc_free[ENC_KEEP]; /* idle encoders, one per work-pool thread that tokenized */
+    int n_enc_free;
     srv_model_info info;
     int64_t created;          /* the model's "created" in /v1/models */
     uint64_t id_base, id_seq;
@@ -86,7 +94,7 @@ srv_routes *srv_routes_new(const srv_routes_opts *opts, uv_loop_t *loop, srv_sch
     srv_routes *rt = calloc(1, sizeof *rt);
     if (!rt)
         return NULL;
-    pthread_mutex_init(&rt->tok_mu, NULL);
+    pthread_mutex_init(&rt->enc_mu, NULL);
     rt->o = *opts;
     rt->model_name = strdup(opts->model_name);
     rt->api_key = opts->api_key ? strdup(opts->api_key) : NULL;
@@ -107,7 +115,9 @@ void srv_routes_free(srv_routes *rt)
 {
     if (!rt)
         return;
-    pthread_mutex_destroy(&rt->tok_mu);
+    for (int i = 0; i < rt->n_enc_free; i++)
+        eng_tok_enc_free(rt->enc_free[i]);
+    pthread_mutex_destroy(&rt->enc_mu);
     free(rt->model_name);
     free(rt->api_key);
     free(rt);
@@ -359,9 +369,23 @@ static int prompt_ids(call *c, const api_request *q, eng_tok_ids *ids, api_error
     }
     if (rt->o.log_prompts)
         log_text(c, "prompt_text", text, len);
-    pthread_mutex_lock(&rt->tok_mu);
-    int rc = eng_tok_encode(c->tok, text, len, 0, ids);
-    pthread_mutex_unlock(&rt->tok_mu);
+    eng_tok_enc *enc = NULL;
+    pthread_mutex_lock(&rt->enc_mu);
+    if (rt->n_enc_free)
+        enc = rt->enc_free[--rt->n_enc_free];
+    pthread_mutex_unlock(&rt->enc_mu);
+    int rc = ENG_TOK_ENOMEM;
+    if (enc || (enc = eng_tok_enc_new()))
+        rc = eng_tok_encode_with(c->tok, enc, text, len, 0, ids);
+    if (enc) {
+        pthread_mutex_lock(&rt->enc_mu);
+        if (rt->n_enc_free < ENC_KEEP) {
+            rt->enc_free[rt->n_enc_free++] = enc;
+            enc = NULL;
+        }
+        pthread_mutex_unlock(&rt->enc_mu);
+        eng_tok_enc_free(enc);
+    }
     free(rendered);
     if (rc)
         return api_error_set(e, rc == ENG_TOK_ENOMEM ? API_ENOMEM : API_EPROMPT,

@@ -11,6 +11,7 @@
  */
 #include <check.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -449,6 +450,74 @@ START_TEST(special_tokens_qwen)
 }
 END_TEST
 
+/*
+ * Encoders of their own let threads share one tokenizer: four threads each
+ * encode a set of texts (mixed scripts, added tokens, invalid UTF-8, long
+ * words that miss the word cache) many times in a different order, and every
+ * result must equal the single-threaded eng_tok_encode() of the same text.
+ */
+#define PAR_TEXTS 6
+#define PAR_THREADS 4
+static const char *par_texts[PAR_TEXTS] = {
+    "Hello, world! The quick brown fox jumps over the lazy dog 1234567890.",
+    "<|im_start|>user\nWie geht's? \xe4\xbd\xa0\xe5\xa5\xbd\xef\xbc\x8c\xe4\xb8\x96\xe7\x95\x8c<|im_end|>",
+    "supercalifragilisticexpialidocioussupercalifragilisticexpialidocious",
+    "  tabs\tand\nnewlines\r\n   and spaces   ",
+    "bad \xff\xfe bytes \xf0\x9f and emoji \xf0\x9f\x98\x80\xf0\x9f\x98\x81",
+    "def f(x):\n    return [i ** 2 for i in range(x) if i % 3 == 0]\n",
+};
+
+typedef struct par_job {
+    int seed;
+    eng_tok_ids *want;
+    int mismatches, errors;
+} par_job;
+
+static void *par_encode(void *arg)
+{
+    par_job *j = arg;
+    eng_tok_enc *enc = eng_tok_enc_new();
+    if (!enc) {
+        j->errors++;
+        return NULL;
+    }
+    for (int round = 0; round < 200; round++) {
+        size_t i = (size_t)(round * 5 + j->seed) % PAR_TEXTS;
+        eng_tok_ids got = {0};
+        if (eng_tok_encode_with(qwen, enc, par_texts[i], strlen(par_texts[i]), 0, &got)) {
+            j->errors++;
+        } else if (got.n != j->want[i].n || memcmp(got.ids, j->want[i].ids, got.n * sizeof *got.ids)) {
+            j->mismatches++;
+        }
+        eng_tok_ids_free(&got);
+    }
+    eng_tok_enc_free(enc);
+    return NULL;
+}
+
+START_TEST(encoders_share_a_tokenizer)
+{
+    eng_tok_ids want[PAR_TEXTS] = {{0}};
+    for (size_t i = 0; i < PAR_TEXTS; i++) {
+        ck_assert_int_eq(eng_tok_encode(qwen, par_texts[i], strlen(par_texts[i]), 0, &want[i]), 0);
+        ck_assert_uint_gt(want[i].n, 0);
+    }
+    par_job jobs[PAR_THREADS];
+    pthread_t th[PAR_THREADS];
+    for (int k = 0; k < PAR_THREADS; k++) {
+        jobs[k] = (par_job){.seed = k, .want = want};
+        ck_assert_int_eq(pthread_create(&th[k], NULL, par_encode, &jobs[k]), 0);
+    }
+    for (int k = 0; k < PAR_THREADS; k++) {
+        pthread_join(th[k], NULL);
+        ck_assert_int_eq(jobs[k].errors, 0);
+        ck_assert_int_eq(jobs[k].mismatches, 0);
+    }
+    for (size_t i = 0; i < PAR_TEXTS; i++)
+        eng_tok_ids_free(&want[i]);
+}
+END_TEST
+
 /* ---- decoding and streaming ------------------------------------------------ */
 
 START_TEST(utf8_lossy_rules)
@@ -655,6 +724,7 @@ int main(void)
     tcase_add_test(tc, split_behaviors);
     tcase_add_test(tc, added_tokens_synthetic);
     tcase_add_test(tc, special_tokens_qwen);
+    tcase_add_test(tc, encoders_share_a_tokenizer);
     tcase_add_test(tc, utf8_lossy_rules);
     tcase_add_test(tc, stream_split_sequences);
     tcase_add_test(tc, stream_matches_decode);

@@ -6,10 +6,11 @@
 //     A completion whose prompt is BYTES letters (no spaces: one word the
 //     tokenizer has to merge from scratch) is a 400 context_length_exceeded
 //     after its tokenization; its time alone, T, is measured first. Then it
-//     is sent again and, 0.3 T later, /health and a short completion given
-//     as token ids (it needs no tokenizer): both must be answered before the
-//     large request, each within T / 2, and the large request must get the
-//     same answer as alone. Times are only compared with T, never with a
+//     is sent again and, 0.3 T later, /health, a short completion given as
+//     token ids (it needs no tokenizer) and a short text completion (it
+//     tokenizes beside the large prompt, with an encoder of its own): all
+//     must be answered before the large request, each within T / 2, and the
+//     large request must get the same answer as alone. Times are only compared with T, never with a
 //     constant, so a slow or busy machine stretches them alike.
 'use strict';
 const [portArg, bytesArg] = process.argv.slice(2);
@@ -44,6 +45,7 @@ async function timed(path, body) {
 async function main() {
   const big = JSON.stringify({ prompt: letters(Number(bytesArg)), max_tokens: 1 });
   const short = JSON.stringify({ prompt: [1, 2, 3, 4], max_tokens: 2, temperature: 0 });
+  const shortText = JSON.stringify({ prompt: 'Hello there, how are you?', max_tokens: 2, temperature: 0 });
 
   // Alone, twice: the faster is T (the first may pay for page faults).
   const a1 = await timed('/v1/completions', big);
@@ -57,18 +59,22 @@ async function main() {
 
   const pending = timed('/v1/completions', big);
   await sleep(0.3 * T);
-  const [health, small] = await Promise.all([timed('/health'), timed('/v1/completions', short)]);
+  const [health, small, text] = await Promise.all([timed('/health'), timed('/v1/completions', short),
+    timed('/v1/completions', shortText)]);
   const b = await pending;
 
   if (b.status !== 400 || b.text !== a1.text) fail(`the large prompt with others: ${b.status} ${b.text.slice(0, 300)}`);
   if (health.status !== 200) fail(`/health: ${health.status} ${health.text}`);
-  if (small.status !== 200 || JSON.parse(small.text).usage.completion_tokens !== 2)
-    fail(`the short completion: ${small.status} ${small.text.slice(0, 300)}`);
+  for (const [name, r] of [['token-id', small], ['text', text]])
+    if (r.status !== 200 || JSON.parse(r.text).usage.completion_tokens !== 2)
+      fail(`the short ${name} completion: ${r.status} ${r.text.slice(0, 300)}`);
   const ms = (v) => `${v.toFixed(0)} ms`;
-  const report = `large prompt alone ${ms(T)}; /health ${ms(health.ms)}, short completion ${ms(small.ms)}`;
-  if (health.end > b.end || small.end > b.end)
+  const report = `large prompt alone ${ms(T)}; /health ${ms(health.ms)}, short token-id completion ` +
+    `${ms(small.ms)}, short text completion ${ms(text.ms)}`;
+  if (health.end > b.end || small.end > b.end || text.end > b.end)
     fail(`answered only after the large prompt's tokenization (${report})`);
-  if (health.ms > T / 2 || small.ms > T / 2) fail(`held up by the large prompt's tokenization (${report})`);
+  if (health.ms > T / 2 || small.ms > T / 2 || text.ms > T / 2)
+    fail(`held up by the large prompt's tokenization (${report})`);
   console.log(`ok: ${report}`);
 }
 
