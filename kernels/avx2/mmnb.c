@@ -225,7 +225,7 @@ INLINE __m256 scales4x2(const float *s0, const float *s1, const float *s2, const
 
 /*
  * y for rows [m0, m0 + MR) and the four columns [n0, n0 + 4), block_size 32,
- * into out[row][col] (columns past n computed from duplicates and ignored by
+ * into out[4 * row + col] (columns past n computed from duplicates and ignored by
  * the caller). Per block pair: each column's 32 weight bytes are unpacked once
  * for all MR rows; the four columns' pair sums are reduced to one vector of
  * block dots; the zero point comes in as zp * qsum(block) (zp = 8 is a shift),
@@ -235,7 +235,7 @@ INLINE __m256 scales4x2(const float *s0, const float *s1, const float *s2, const
  * zero points); an odd last block goes through 128-bit code. MR and ZP are
  * constants at every call site.
  */
-INLINE void i8_tile32(const krn_mmnb_args *a, size_t m0, size_t n0, float out[4][4], const int MR, const bool ZP)
+INLINE void i8_tile32(const krn_mmnb_args *a, size_t m0, size_t n0, float *out, const int MR, const bool ZP)
 {
     const krn_q4_weights *w = &a->w;
     const size_t kb = w->k_blocks;
@@ -315,18 +315,7 @@ INLINE void i8_tile32(const krn_mmnb_args *a, size_t m0, size_t n0, float out[4]
     }
 
     UNROLL for (int i = 0; i < MR; i++)
-        _mm_storeu_ps(out[i], _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1)));
-}
-
-/* Rows [m0, m0 + mr) of a tile, mr in 1..4, with the row count as a constant. */
-INLINE void i8_tile32_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, float out[4][4], const bool ZP)
-{
-    switch (mr) {
-    case 4: i8_tile32(a, m0, n0, out, 4, ZP); break;
-    case 3: i8_tile32(a, m0, n0, out, 3, ZP); break;
-    case 2: i8_tile32(a, m0, n0, out, 2, ZP); break;
-    default: i8_tile32(a, m0, n0, out, 1, ZP); break;
-    }
+        _mm_storeu_ps(out + 4 * i, _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1)));
 }
 
 /*
@@ -362,21 +351,6 @@ static void store_tile(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, 
  */
 #define ROW_BLOCK 64
 #define MR_TILE 4 /* rows per register tile in the GEMM case */
-
-/* In-place ONNX weights: 4-column tiles starting wherever the range does. */
-INLINE void i8_cols32(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool ZP)
-{
-    float out[4][4];
-    for (size_t mb = 0; mb < a->m; mb += ROW_BLOCK) {
-        size_t me = a->m - mb < ROW_BLOCK ? a->m : mb + ROW_BLOCK;
-        for (size_t n0 = n_begin; n0 < n_end; n0 += 4)
-            for (size_t m0 = mb; m0 < me; m0 += MR_TILE) {
-                size_t mr = me - m0 < MR_TILE ? me - m0 : MR_TILE;
-                i8_tile32_rows(a, m0, mr, n0, out, ZP);
-                store_tile(a, m0, mr, n0, n_begin, n_end, &out[0][0], 4);
-            }
-    }
-}
 
 /* Software prefetch distance in the packed weight stream (bytes). */
 #define PF_DIST 2048
@@ -454,28 +428,39 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
         _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
-INLINE void i8_lanes_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, float *out, bool pf)
+/*
+ * Rows [m0, m0 + mr) of one tile, mr in 1..4, with the row count as a
+ * constant: the lane kernel on packed weights, else the in-place one.
+ */
+INLINE void i8_tile_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, float *out, const bool PACKED,
+                         const bool ZP, bool pf)
 {
     switch (mr) {
-    case 4: i8_lanes_tile(a, m0, n0, out, 4, pf); break;
-    case 3: i8_lanes_tile(a, m0, n0, out, 3, pf); break;
-    case 2: i8_lanes_tile(a, m0, n0, out, 2, pf); break;
-    default: i8_lanes_tile(a, m0, n0, out, 1, pf); break;
+    case 4: PACKED ? i8_lanes_tile(a, m0, n0, out, 4, pf) : i8_tile32(a, m0, n0, out, 4, ZP); break;
+    case 3: PACKED ? i8_lanes_tile(a, m0, n0, out, 3, pf) : i8_tile32(a, m0, n0, out, 3, ZP); break;
+    case 2: PACKED ? i8_lanes_tile(a, m0, n0, out, 2, pf) : i8_tile32(a, m0, n0, out, 2, ZP); break;
+    default: PACKED ? i8_lanes_tile(a, m0, n0, out, 1, pf) : i8_tile32(a, m0, n0, out, 1, ZP); break;
     }
 }
 
-/* Packed weights: 8-column tiles at multiples of 8 (a range cut inside one computes it whole). */
-static void i8_cols_packed(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
+/*
+ * Columns [n_begin, n_end) of every row, block_size 32: row blocks, column
+ * tiles (packed: eight columns from a multiple of 8, so a range cut inside a
+ * tile computes it whole; in place: four from wherever the range starts),
+ * register tiles of MR_TILE rows. PACKED and ZP are constants at every call.
+ */
+INLINE void i8_cols32(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool PACKED, const bool ZP)
 {
+    const size_t nt = PACKED ? KRN_Q4P_NR : 4;
     float out[MR_TILE * KRN_Q4P_NR] __attribute__((aligned(32)));
-    size_t first = n_begin / KRN_Q4P_NR * KRN_Q4P_NR;
+    size_t first = PACKED ? n_begin / nt * nt : n_begin;
     for (size_t mb = 0; mb < a->m; mb += ROW_BLOCK) {
         size_t me = a->m - mb < ROW_BLOCK ? a->m : mb + ROW_BLOCK;
-        for (size_t n0 = first; n0 < n_end; n0 += KRN_Q4P_NR)
+        for (size_t n0 = first; n0 < n_end; n0 += nt)
             for (size_t m0 = mb; m0 < me; m0 += MR_TILE) {
                 size_t mr = me - m0 < MR_TILE ? me - m0 : MR_TILE;
-                i8_lanes_rows(a, m0, mr, n0, out, m0 == mb);
-                store_tile(a, m0, mr, n0, n_begin, n_end, out, KRN_Q4P_NR);
+                i8_tile_rows(a, m0, mr, n0, out, PACKED, ZP, m0 == mb);
+                store_tile(a, m0, mr, n0, n_begin, n_end, out, nt);
             }
     }
 }
@@ -539,11 +524,11 @@ void krn_avx2_mmnb_i8(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
         return;
     bool packed = w->packed && !w->zero_pts;
     if (w->block_size == 32 && packed)
-        i8_cols_packed(a, n_begin, n_end);
+        i8_cols32(a, n_begin, n_end, true, false);
     else if (w->block_size == 32 && w->zero_pts)
-        i8_cols32(a, n_begin, n_end, true);
+        i8_cols32(a, n_begin, n_end, false, true);
     else if (w->block_size == 32)
-        i8_cols32(a, n_begin, n_end, false);
+        i8_cols32(a, n_begin, n_end, false, false);
     else
         for (size_t m = 0; m < a->m; m++)
             for (size_t n = n_begin; n < n_end; n++)
