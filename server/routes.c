@@ -333,6 +333,31 @@ static void on_job(srv_job *job, void *user)
     free(body);
 }
 
+/* Any thread: an idle encoder, or a new one (NULL when out of memory). */
+static eng_tok_enc *take_encoder(srv_routes *rt)
+{
+    eng_tok_enc *enc = NULL;
+    pthread_mutex_lock(&rt->enc_mu);
+    if (rt->n_enc_free)
+        enc = rt->enc_free[--rt->n_enc_free];
+    pthread_mutex_unlock(&rt->enc_mu);
+    return enc ? enc : eng_tok_enc_new();
+}
+
+/* Any thread: keeps ENC for the next prompt, or frees it when ENC_KEEP are idle already. */
+static void return_encoder(srv_routes *rt, eng_tok_enc *enc)
+{
+    if (!enc)
+        return;
+    pthread_mutex_lock(&rt->enc_mu);
+    if (rt->n_enc_free < ENC_KEEP) {
+        rt->enc_free[rt->n_enc_free++] = enc;
+        enc = NULL;
+    }
+    pthread_mutex_unlock(&rt->enc_mu);
+    eng_tok_enc_free(enc);
+}
+
 /* The prompt of a parsed request as token ids; fills E on failure. */
 static int prompt_ids(call *c, const api_request *q, eng_tok_ids *ids, api_error *e)
 {
@@ -369,23 +394,9 @@ static int prompt_ids(call *c, const api_request *q, eng_tok_ids *ids, api_error
     }
     if (rt->o.log_prompts)
         log_text(c, "prompt_text", text, len);
-    eng_tok_enc *enc = NULL;
-    pthread_mutex_lock(&rt->enc_mu);
-    if (rt->n_enc_free)
-        enc = rt->enc_free[--rt->n_enc_free];
-    pthread_mutex_unlock(&rt->enc_mu);
-    int rc = ENG_TOK_ENOMEM;
-    if (enc || (enc = eng_tok_enc_new()))
-        rc = eng_tok_encode_with(c->tok, enc, text, len, 0, ids);
-    if (enc) {
-        pthread_mutex_lock(&rt->enc_mu);
-        if (rt->n_enc_free < ENC_KEEP) {
-            rt->enc_free[rt->n_enc_free++] = enc;
-            enc = NULL;
-        }
-        pthread_mutex_unlock(&rt->enc_mu);
-        eng_tok_enc_free(enc);
-    }
+    eng_tok_enc *enc = take_encoder(rt);
+    int rc = enc ? eng_tok_encode_with(c->tok, enc, text, len, 0, ids) : ENG_TOK_ENOMEM;
+    return_encoder(rt, enc);
     free(rendered);
     if (rc)
         return api_error_set(e, rc == ENG_TOK_ENOMEM ? API_ENOMEM : API_EPROMPT,

@@ -23,7 +23,8 @@
  *    (from submit until the job ends) and the ready list's (while the job
  *    waits for its callback).
  *  - The compute thread only reads the tokenizer (streaming decode); the
- *    routes encode with it, one at a time, on libuv's work pool.
+ *    routes encode with it on libuv's work pool, each thread with an
+ *    encoder of its own (eng_tok_encode_with).
  */
 #include "server/sched.h"
 

@@ -68,8 +68,8 @@ int srv_sched_new(uv_loop_t *loop, const srv_sched_opts *opts, srv_metrics *metr
 void srv_sched_stop(srv_sched *s);
 void srv_sched_free(srv_sched *s);
 
-/* The tokenizer, once loaded (NULL before). One thread at a time may encode
- * with it (the routes serialize their encodes). */
+/* The tokenizer, once loaded (NULL before). Threads encode with it through
+ * encoders of their own (eng_tok_encode_with, as the routes do). */
 eng_tok *srv_sched_tokenizer(srv_sched *s);
 
 /* New submissions fail with SRV_ESHUTDOWN from now on. */
