@@ -23,7 +23,6 @@
 'use strict';
 
 const { spawn, spawnSync } = require('child_process');
-const fs = require('fs');
 const http = require('http');
 const path = require('path');
 
@@ -61,16 +60,15 @@ function run(cmd, args) {
   return r.stdout;
 }
 
-// bw_probe: "threads seq seq+pf 4streams memset" rows after the header.
+// bw_probe's sequential read rate at THREADS threads: the "seq" column of
+// its "threads seq seq+pf 4streams memset" row.
 function probe(threads) {
-  const out = run(o.probe, ['--mib', '1024', '--threads', threads.join(','), '--huge', '1']);
-  const rates = {};
+  const out = run(o.probe, ['--mib', '1024', '--threads', threads, '--huge', '1']);
   for (const line of out.split('\n')) {
     const f = line.trim().split(/\s+/);
-    if (f.length >= 2 && /^\d+$/.test(f[0]) && !Number.isNaN(Number(f[1]))) rates[f[0]] = Number(f[1]);
+    if (f.length >= 2 && f[0] === String(threads) && !Number.isNaN(Number(f[1]))) return Number(f[1]);
   }
-  for (const t of threads) if (!(t in rates)) fail(`bw_probe printed no rate for ${t} thread(s)`);
-  return rates;
+  return fail(`bw_probe printed no rate for ${threads} thread(s)`);
 }
 
 function compare(model, threads, prompt, gen) {
@@ -126,9 +124,9 @@ async function main() {
   lines.push('| model | threads | decode tok/s qwen3d / ORT (x) | TTFT 512 ms qwen3d / ORT (ratio) | weight stream GB/s (share of probe; probe before, after) | load ms qwen3d / ORT | prepared / serialized INT4 |');
   lines.push('| --- | --- | --- | --- | --- | --- | --- |');
   for (const c of o.cases) {
-    const before = probe([c.threads])[c.threads];
+    const before = probe(c.threads);
     const d = compare(c.model, c.threads, 32, 128);
-    const after = probe([c.threads])[c.threads];
+    const after = probe(c.threads);
     const bw = (before + after) / 2;
     const t = compare(c.model, c.threads, 512, 2);
     const bytes = d.qwen3d_prepared_bytes;
