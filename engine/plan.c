@@ -1720,6 +1720,12 @@ static int producer_step(const eng_plan *p, int v)
     return p->vals[v].kind == PV_NODE ? p->vals[v].def : -1;
 }
 
+/* Step R is an int8-mode MatMulNBits whose A is value V. */
+static bool int8_mmnb_reading(const step *r, int v)
+{
+    return r->op && r->op->run == run_mmnb && r->in[0] == v && r->p.mmnb.int8;
+}
+
 /*
  * Plan rewrite: an RMSNorm (Simplified or SkipSimplifiedLayerNormalization
  * over the last axis) whose output is read by int8-mode MatMulNBits nodes
@@ -1740,7 +1746,7 @@ static void fuse_norm_quant(eng_plan *p)
         bool agree = true;
         for (size_t j = i + 1; j < p->n_steps; j++) {
             const step *r = &p->steps[j];
-            if (!r->op || r->op->run != run_mmnb || r->in[0] != ns->out[0] || !r->p.mmnb.int8)
+            if (!int8_mmnb_reading(r, ns->out[0]))
                 continue;
             if (readers_n++ && (r->p.mmnb.w.k != k || r->p.mmnb.w.block_size != bs))
                 agree = false;
@@ -1753,7 +1759,7 @@ static void fuse_norm_quant(eng_plan *p)
         ns->p.norm.qa_k = k;
         for (size_t j = i + 1; j < p->n_steps; j++) {
             step *r = &p->steps[j];
-            if (r->op && r->op->run == run_mmnb && r->in[0] == ns->out[0] && r->p.mmnb.int8) {
+            if (int8_mmnb_reading(r, ns->out[0])) {
                 r->p.mmnb.qa_from_norm = true;
                 snprintf(r->kernel, sizeof r->kernel, "%s%s (activations quantized by the norm)",
                          p->krn.mmnb_i8.name, r->p.mmnb.w.packed ? " (packed)" : "");
