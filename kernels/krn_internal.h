@@ -25,7 +25,8 @@
  *   int8_t  q[k_blocks * block_size]   values, zero past k
  *   float   scale[k_blocks]            sA = amax / 127 of the block
  *   int32_t qsum[k_blocks]             sum of the block's q values
- *   float   scaled_sum[k_blocks]       scale * qsum (as float product)
+ *   float   zp8_sum[k_blocks]          8 * (scale * qsum): the default zero
+ *                                      point's share of the block's scaled dot
  *   (zeros up to a 32-byte boundary)
  *   int8_t  q64[n_chunks * 64]         the same values in chunks of 64 k
  *   float   sa8[n_pairs * 8]           per block pair: [sA(2p) x4 | sA(2p+1) x4]
@@ -88,7 +89,7 @@ static inline int32_t *krn_qa_qsum(void *qa, size_t row, size_t k_blocks, size_t
     return (int32_t *)(void *)(krn_qa_scale(qa, row, k_blocks, block_size) + k_blocks);
 }
 
-static inline float *krn_qa_scaled_sum(void *qa, size_t row, size_t k_blocks, size_t block_size)
+static inline float *krn_qa_zp8_sum(void *qa, size_t row, size_t k_blocks, size_t block_size)
 {
     return (float *)(void *)(krn_qa_qsum(qa, row, k_blocks, block_size) + k_blocks);
 }

@@ -451,6 +451,11 @@ END_TEST
  * int8 mode: per-block int32 dots are exact on both sides; the fp32 part sums
  * kb products isum_b * d_b (d_b identical) in different orders and lane
  * splits: |diff| <= 2 (kb + 16) u (sum_b |d_b| sum_j |qa_j||q_j - zp| + |bias|).
+ * Packed weights take the zero point off in floating point instead, per block
+ * t_b = fl(sA_b * dot_b - 8 * fl(sA_b * qsum_b)) then acc += t_b * sB_b: that
+ * adds at most u * 8 |sA_b qsum_b| (1 + u) to each block's term before sB_b,
+ * covered by 2 u sum_b |d_b| 8 |qsum_b| on top (and, for subnormal d_b, the
+ * reference's own rounding of d_b times the block's integer sums).
  * Columns outside the range must stay untouched.
  */
 static void mmnb_case(const krn_table *lv, size_t m, size_t n, size_t k, size_t bs, bool zp,
@@ -512,6 +517,7 @@ static void mmnb_case(const krn_table *lv, size_t m, size_t n, size_t k, size_t 
                 } else {
                     const int8_t *qq = krn_qa_q(qa, i, kb, bs);
                     const float *sa = krn_qa_scale(qa, i, kb, bs);
+                    const int32_t *qs = krn_qa_qsum(qa, i, kb, bs);
                     for (size_t kk = 0; kk < k; kk++) {
                         size_t b = kk / bs;
                         int wq = (int)krn_q4_get(&q.w, j, kk) - krn_q4_zp(&q.w, j, b);
@@ -519,6 +525,18 @@ static void mmnb_case(const krn_table *lv, size_t m, size_t n, size_t k, size_t 
                                abs(qq[b * bs + krn_qa_slot(kk % bs, bs)] * wq);
                     }
                     tol = 2.0 * (kb + 16) * U * mag;
+                    if (mode == 2)
+                        for (size_t b = 0; b < kb; b++) {
+                            long isum = 0;
+                            for (size_t kk = b * bs; kk < k && kk < (b + 1) * bs; kk++)
+                                isum += qq[b * bs + krn_qa_slot(kk % bs, bs)] *
+                                        ((int)krn_q4_get(&q.w, j, kk) - krn_q4_zp(&q.w, j, b));
+                            tol += 2.0 * U * fabs((double)sa[b] * q.scales[j * kb + b]) * 8.0 * abs(qs[b]);
+                            /* The reference's d_b = fl(sA_b sB_b) may be subnormal: its absolute
+                             * error 2^-150 comes back times |isum_b|; the packed kernel's terms
+                             * are products of normal numbers until the last one. */
+                            tol += 0x1p-150 * (double)(labs(isum) + 8L * abs(qs[b]));
+                        }
                 }
                 /*
                  * Products in the subnormal range round with an absolute error of up to

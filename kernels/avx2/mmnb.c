@@ -9,9 +9,12 @@
  * of the quantizer's even and odd activations in _mm256_maddubs_epi16 (the
  * unsigned 4-bit q times the int8 activations), the products summed in int16
  * across the block and widened once, so no horizontal reduction is needed;
- * the zero point enters as 8 * (block sum of the activations), so every
- * block's int32 dot is exact as in the reference, and one FMA per block and
- * row applies sA * sB to all eight columns. Register tiles are MR rows x 8
+ * each block's int32 dot of the unsigned q is exact, and per block and row
+ * one FMA takes off the zero point's share in floating point (sA * dot -
+ * 8 * sA * qsum, the second term from the quantizer, as ONNX Runtime's
+ * block-sum form does) and one more applies sB to all eight columns; an
+ * integer correction cost three more instructions per row, among them a
+ * transfer from a general register. Register tiles are MR rows x 8
  * columns: each block's weights are unpacked once for all MR rows, so prefill
  * (M > 1) amortizes the unpacking, and rows are blocked so their activations
  * stay in L2. Decode (M = 1) streams each tile once, prefetched 2 KiB ahead.
@@ -116,7 +119,7 @@ void krn_avx2_quant_row(const float *a, size_t k, size_t bs, void *qa, size_t m)
         int8_t *q = krn_qa_q(qa, m, kb, bs);
         float *scale = krn_qa_scale(qa, m, kb, bs);
         int32_t *qsum = krn_qa_qsum(qa, m, kb, bs);
-        float *ssum = krn_qa_scaled_sum(qa, m, kb, bs);
+        float *zp8 = krn_qa_zp8_sum(qa, m, kb, bs);
         for (size_t b = 0; b < kb; b++) {
             size_t k0 = b * bs, len = k - k0 < bs ? k - k0 : bs;
             const float *ab = a + k0;
@@ -159,7 +162,7 @@ void krn_avx2_quant_row(const float *a, size_t k, size_t bs, void *qa, size_t m)
             s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
             scale[b] = amax / 127.0f;
             qsum[b] = _mm_cvtsi128_si32(s4);
-            ssum[b] = scale[b] * (float)qsum[b];
+            zp8[b] = 8.0f * (scale[b] * (float)qsum[b]);
         }
         if (bs == 32)
             fill_ext32(qa, m, kb);
@@ -374,8 +377,9 @@ INLINE __m256i bcast4(const int8_t *p)
  * horizontal reduction is needed. Per row and block, the eight maddubs pair
  * sums per lane (each at most 2 * 15 * 127 = 3810 in magnitude) add up in
  * int16 to at most 30480, exact; one widening multiply-add gives the block's
- * int32 dot per column, minus 8 * qsum for the zero point as in the
- * reference, then one conversion and one FMA with sA * sB. The weights of a
+ * int32 dot per column (at most 32 * 15 * 127 in magnitude, exact as a
+ * float), then t = sA * dot - zp8_sum (the zero point, one FMA) and
+ * acc += t * sB (another). The weights of a
  * block are unpacked once for all MR rows. PF prefetches the stream ahead
  * (the first row tile of a row block is the one that reads it from memory).
  */
@@ -386,7 +390,7 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
     const uint8_t *g = (const uint8_t *)w->packed + (n0 / KRN_Q4P_NR) * krn_q4p_tile_bytes(kb);
     const int8_t *q = krn_qa_q((void *)a->qa, m0, kb, 32);
     const float *sa = krn_qa_scale((void *)a->qa, m0, kb, 32);
-    const int32_t *qs = krn_qa_qsum((void *)a->qa, m0, kb, 32);
+    const float *zs = krn_qa_zp8_sum((void *)a->qa, m0, kb, 32);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[MR_TILE];
 
@@ -418,10 +422,10 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
         UNROLL for (int i = 0; i < MR; i++) {
             const size_t ro = (size_t)i * rb; /* the next row's statistics, in bytes */
             const float *sai = (const float *)(const void *)((const char *)sa + ro);
-            const int32_t *qsi = (const int32_t *)(const void *)((const char *)qs + ro);
-            __m256i d = _mm256_sub_epi32(_mm256_madd_epi16(s16[i], ones), _mm256_set1_epi32(qsi[b] * 8));
-            __m256 s = _mm256_mul_ps(_mm256_broadcast_ss(sai + b), sb);
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc[i]);
+            const float *zsi = (const float *)(const void *)((const char *)zs + ro);
+            __m256 d = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[i], ones));
+            __m256 t = _mm256_fmsub_ps(d, _mm256_broadcast_ss(sai + b), _mm256_broadcast_ss(zsi + b));
+            acc[i] = _mm256_fmadd_ps(t, sb, acc[i]);
         }
     }
     UNROLL for (int i = 0; i < MR; i++)

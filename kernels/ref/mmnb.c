@@ -14,7 +14,7 @@
 
 /* Quantizes one row of k values into the shared layout (see krn_internal.h). */
 static void quant_row(const float *a, size_t k, size_t block_size, size_t k_blocks,
-                      int8_t *q, float *scale, int32_t *qsum, float *scaled_sum)
+                      int8_t *q, float *scale, int32_t *qsum, float *zp8_sum)
 {
     for (size_t b = 0; b < k_blocks; b++) {
         size_t k0 = b * block_size;
@@ -36,7 +36,7 @@ static void quant_row(const float *a, size_t k, size_t block_size, size_t k_bloc
         }
         scale[b] = amax / 127.0f;
         qsum[b] = sum;
-        scaled_sum[b] = scale[b] * (float)sum;
+        zp8_sum[b] = 8.0f * (scale[b] * (float)sum); /* times 8 is exact */
     }
 }
 
@@ -44,7 +44,7 @@ void krn_ref_quant_row(const float *a, size_t k, size_t bs, void *qa, size_t m)
 {
     size_t kb = (k + bs - 1) / bs;
     quant_row(a, k, bs, kb, krn_qa_q(qa, m, kb, bs), krn_qa_scale(qa, m, kb, bs), krn_qa_qsum(qa, m, kb, bs),
-              krn_qa_scaled_sum(qa, m, kb, bs));
+              krn_qa_zp8_sum(qa, m, kb, bs));
     krn_qa_fill_ext(qa, m, kb, bs);
 }
 
