@@ -4,8 +4,14 @@
  *
  * Synchronisation: the driver publishes a job under the mutex and bumps the
  * generation counter; workers spin on the counter for a short while and then
- * sleep on `wake`. Each participant increments `done` when its slice is
- * finished; the driver spins/sleeps until done == participants - 1.
+ * sleep on `wake`. Each participant increments `done` when it finds no work
+ * left; the driver spins/sleeps until done == participants - 1.
+ *
+ * Work is handed out from `next` (in grains): with at least GUIDED_MIN grains
+ * per participant, each take is a 1/(2N) share of what is left, so the first
+ * ranges are large and contiguous (few calls, long weight streams) and the
+ * last ones small enough to even out participants that ran at different
+ * speeds; below that, one even slice each.
  */
 #include "engine/pool.h"
 
@@ -27,6 +33,9 @@
  * by time, not by iterations, so it does not depend on the CPU's speed.
  */
 #define SPIN_NS 1000000
+
+/* Grains per participant from which a step is handed out in guided ranges. */
+#define GUIDED_MIN 8
 
 static uint64_t now_ns(void)
 {
@@ -79,6 +88,9 @@ struct eng_pool {
     eng_pool_fn fn;
     void *ctx;
     size_t n_items, grain;
+    size_t units;                /* grains */
+    bool guided;
+    atomic_size_t next;          /* first grain not yet taken (guided) */
     hwloc_topology_t topo;
     int pinned;                  /* participants actually bound */
     char placement[256];
@@ -98,12 +110,38 @@ static void slice(const eng_pool *p, int index, size_t *b, size_t *e)
         *e = p->n_items;
 }
 
+/* Takes the next guided range of grains into [*ub, *ue); false when none is left. */
+static bool take(eng_pool *p, size_t *ub, size_t *ue)
+{
+    size_t u = atomic_load_explicit(&p->next, memory_order_relaxed), n;
+    do {
+        if (u >= p->units)
+            return false;
+        n = (p->units - u) / (2 * (size_t)p->n);
+        if (n == 0)
+            n = 1;
+    } while (!atomic_compare_exchange_weak_explicit(&p->next, &u, u + n, memory_order_relaxed,
+                                                    memory_order_relaxed));
+    *ub = u;
+    *ue = u + n;
+    return true;
+}
+
 static void work(eng_pool *p, int index)
 {
     size_t b, e;
-    slice(p, index, &b, &e);
-    if (b < e)
+    if (!p->guided) {
+        slice(p, index, &b, &e);
+        if (b < e)
+            p->fn(p->ctx, b, e);
+        return;
+    }
+    size_t ub, ue;
+    while (take(p, &ub, &ue)) {
+        b = ub * p->grain;
+        e = ue * p->grain < p->n_items ? ue * p->grain : p->n_items;
         p->fn(p->ctx, b, e);
+    }
 }
 
 static void bind_to_core(eng_pool *p, int index)
@@ -238,6 +276,9 @@ void eng_pool_run(eng_pool *p, size_t n_items, size_t grain, eng_pool_fn fn, voi
     p->ctx = ctx;
     p->n_items = n_items;
     p->grain = grain;
+    p->units = (n_items + grain - 1) / grain;
+    p->guided = p->units >= (size_t)GUIDED_MIN * (size_t)p->n;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);

@@ -1,12 +1,12 @@
 /*
  * pool: the compute pool. Persistent worker threads created once; each
- * parallel step hands every participant a contiguous slice of the step's work
- * items, and the calling thread works as participant 0, so a pool of N
- * threads starts N-1 workers. Workers spin briefly for the next step and then
- * sleep on a condition variable.
+ * parallel step splits its work items among the participants, and the
+ * calling thread works as participant 0, so a pool of N threads starts N-1
+ * workers. Workers spin briefly for the next step and then sleep on a
+ * condition variable.
  *
  * Threads: eng_pool_run() is called by one thread at a time (the thread that
- * drives the plan); workers touch nothing but the slice they are given.
+ * drives the plan); workers touch nothing but the ranges they are given.
  */
 #ifndef QWEN3D_ENGINE_POOL_H
 #define QWEN3D_ENGINE_POOL_H
@@ -27,9 +27,13 @@ void eng_pool_free(eng_pool *p);
 int eng_pool_threads(const eng_pool *p);
 
 /*
- * Splits [0, n_items) into one contiguous slice per participant, each slice a
- * multiple of `grain` items except the last, and returns when all are done.
- * With p == NULL the caller does all the work.
+ * Runs fn over [0, n_items) in ranges that are multiples of `grain` items
+ * (except the last) and returns when all are done. A step with few grains
+ * gives each participant one contiguous slice; a larger one is handed out in
+ * shrinking ranges that participants take as they become free (guided
+ * self-scheduling), so a core that is slower for a while, or a worker that
+ * wakes late, does not hold up the step. fn must give the same result for an
+ * item whatever range it comes in. With p == NULL the caller does all the work.
  */
 void eng_pool_run(eng_pool *p, size_t n_items, size_t grain, eng_pool_fn fn, void *ctx);
 

@@ -114,6 +114,12 @@ tests_test_kvcache_CFLAGS = $(TEST_CFLAGS)
 tests_test_kvcache_LDADD = $(TEST_LDADD)
 TESTS += tests/test_kvcache
 
+check_PROGRAMS += tests/test_pool
+tests_test_pool_SOURCES = tests/test_pool.c
+tests_test_pool_CFLAGS = $(TEST_CFLAGS)
+tests_test_pool_LDADD = $(TEST_LDADD)
+TESTS += tests/test_pool
+
 # Persistent KV sessions against the tensor contract, and KV bytes per token.
 TESTS += tests/kv_modes.sh
 EXTRA_DIST += tests/kv_modes.sh
