@@ -4,11 +4,12 @@
  *
  * Usage: bench/attn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all]
  *                         [--contexts 1024,4096] [--prefill 512] [--min-ms T] [--hot]
- *                         [--head-major]
+ *                         [--token-major]
  *
  * Decode: one new token over a context of C cached tokens, the cache laid
- * out as the session cache ([token, kv_head, head_dim]; --head-major: the
- * tensor contract's [kv_head, token, head_dim]), one layer's worth of
+ * out as the session cache and the tensor contract ([kv_head, token,
+ * head_dim]; --token-major: [token, kv_head, head_dim], the session layout
+ * of earlier versions, for comparison), one layer's worth of
  * heads per call; reported as ms per layer and the rate at which K and V were
  * read (2 * C * kv_heads * head_dim elements of the cache type). Every call
  * uses the next of several caches that together exceed the last-level cache,
@@ -37,7 +38,7 @@ static const shape shapes[] = {{"0.6b", 16, 8, 128}, {"4b", 32, 8, 128}};
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static bool hot;        /* one cache copy: the compute ceiling when it fits in cache */
-static bool head_major; /* [kv_head, token, head_dim] (the tensor contract) instead of the session layout */
+static bool token_major; /* [token, kv_head, head_dim] instead of [kv_head, token, head_dim] */
 
 static float rnd(void)
 {
@@ -74,8 +75,8 @@ static double run(const krn_table *tab, const shape *sh, size_t ctx, size_t seq,
     float *q = bench_alloc("attn_bench", qn * sizeof(float)), *out = bench_alloc("attn_bench", qn * sizeof(float));
     for (size_t i = 0; i < qn; i++)
         q[i] = rnd();
-    krn_gqa_args a = {.q = q, .q_ld = sh->nq * sh->hd, .kv_head_stride = head_major ? T * sh->hd : sh->hd,
-                      .kv_tok_stride = head_major ? sh->hd : sh->nkv * sh->hd,
+    krn_gqa_args a = {.q = q, .q_ld = sh->nq * sh->hd, .kv_head_stride = token_major ? sh->hd : T * sh->hd,
+                      .kv_tok_stride = token_major ? sh->nkv * sh->hd : sh->hd,
                       .out = out, .out_ld = sh->nq * sh->hd, .seq = seq, .past = ctx, .n_heads = sh->nq,
                       .n_kv_heads = sh->nkv, .head_dim = sh->hd, .scale = 0.0883883476f, .local_window = -1,
                       .kv_type = kt};
@@ -105,7 +106,7 @@ static double run(const krn_table *tab, const shape *sh, size_t ctx, size_t seq,
 static void usage(void)
 {
     fprintf(stderr, "usage: attn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all] "
-                    "[--contexts 1024,4096] [--prefill S] [--min-ms T] [--hot] [--head-major]\n");
+                    "[--contexts 1024,4096] [--prefill S] [--min-ms T] [--hot] [--token-major]\n");
     exit(2);
 }
 
@@ -119,8 +120,8 @@ int main(int argc, char **argv)
             hot = true;
             continue;
         }
-        if (!strcmp(argv[i], "--head-major")) {
-            head_major = true;
+        if (!strcmp(argv[i], "--token-major")) {
+            token_major = true;
             continue;
         }
         if (i + 1 >= argc)
@@ -145,7 +146,7 @@ int main(int argc, char **argv)
         printf("# %s; single thread; one cache copy (hot when it fits)", line);
     else
         printf("# %s; single thread; decode caches rotate over >= %zu MiB", line, COLD_BYTES >> 20);
-    printf("; cache %s\n", head_major ? "[kv_head, token, dim]" : "[token, kv_head, dim]");
+    printf("; cache %s\n", token_major ? "[token, kv_head, dim]" : "[kv_head, token, dim]");
     for (int l = 0; l < KRN_LEVEL_COUNT; l++) {
         krn_table tab;
         if ((strcmp(level, "all") && strcmp(level, krn_level_name((krn_level)l))) ||

@@ -1578,13 +1578,16 @@ static int run_gqa(eng_exec *x, const step *s)
     krn_kv_type kvt = f16 ? KRN_KV_F16 : KRN_KV_F32;
     size_t esz = f16 ? sizeof(uint16_t) : sizeof(float);
     uint64_t row = (uint64_t)H * sizeof(float);
-    /* Session cache: rows are [token, kv_head, head]; otherwise the present
-     * tensor [kv_head, token, head]. Both are just strides to the kernels. */
-    size_t tok_stride = kvb->k ? (size_t)(Nkv * H) : (size_t)H;
-    size_t head_stride = kvb->k ? (size_t)H : (size_t)(d.present * H);
+    /* Session cache or present tensor, both [kv_head, token, head]: a kv
+     * head's rows are contiguous, only the distance between heads differs. */
+    size_t tok_stride = (size_t)H;
+    size_t head_stride = kvb->k ? (size_t)kvb->head_stride : (size_t)(d.present * H);
     if (kvb->k && past + S > kvb->capacity)
         STEP_FAIL(x, s, "%lld cached + %lld new tokens exceed the KV cache of %lld", (long long)past, (long long)S,
                   (long long)kvb->capacity);
+    if (kvb->k && kvb->head_stride < kvb->capacity * H)
+        STEP_FAIL(x, s, "KV cache head stride %lld is below %lld tokens x head size %lld", (long long)kvb->head_stride,
+                  (long long)kvb->capacity, (long long)H);
     void *kc = kvb->k ? kvb->k : prk->v.data, *vc = kvb->k ? kvb->v : prv->v.data;
     /* Separate past and present buffers: copy the cached rows over (the
      * tensor contract, always fp32; a shared buffer already holds them). */
@@ -2141,7 +2144,7 @@ int eng_exec_bind_kv(eng_exec *x, const char *past_key_input, const eng_kv_bindi
         const step *s = &p->steps[i];
         if (s->op->run != run_gqa || s->n_in < 4 || s->in[3] != v)
             continue;
-        if (b && (!b->k || !b->v || b->capacity <= 0 ||
+        if (b && (!b->k || !b->v || b->capacity <= 0 || b->head_stride < b->capacity ||
                   (b->dtype != ENG_DT_FLOAT && b->dtype != ENG_DT_FLOAT16))) {
             eng_diag_add(diag, "invalid KV binding for '%s'", past_key_input);
             return -1;

@@ -289,7 +289,7 @@ eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag)
             s->mask[i] = 1;
         int32_t dt = m->opts.kv_type == KV_F16 ? ENG_DT_FLOAT16 : ENG_DT_FLOAT;
         for (int64_t l = 0; l < L; l++) {
-            eng_kv_binding b = {kv_keys(s->kv, l), kv_values(s->kv, l), dt, max_ctx};
+            eng_kv_binding b = {kv_keys(s->kv, l), kv_values(s->kv, l), dt, max_ctx, kv_head_stride(s->kv)};
             if (eng_exec_bind_kv(s->x, m->past_k[l], &b, diag) != 0) {
                 eng_session_free(s);
                 return NULL;
@@ -385,10 +385,12 @@ int eng_session_fill_synthetic(eng_session *s, int64_t length, eng_diag *diag)
             eng_diag_add(diag, "cannot commit KV cache memory for %lld tokens", (long long)length);
             return -1;
         }
-        for (int64_t l = 0; l < m->geo.layers; l++) {
-            fill_random(kv_keys(s->kv, l), per_layer, &state);
-            fill_random(kv_values(s->kv, l), per_layer, &state);
-        }
+        uint64_t per_head = (uint64_t)(length * m->geo.head_size);
+        for (int64_t l = 0; l < m->geo.layers; l++)
+            for (int64_t h = 0; h < m->geo.kv_heads; h++) {
+                fill_random((float *)kv_keys(s->kv, l) + h * kv_head_stride(s->kv), per_head, &state);
+                fill_random((float *)kv_values(s->kv, l) + h * kv_head_stride(s->kv), per_head, &state);
+            }
         kv_set_length(s->kv, length);
     } else {
         for (int64_t l = 0; l < m->geo.layers; l++) {

@@ -1,8 +1,9 @@
 /*
  * kv: session key/value storage (see kv.h). Each layer's keys and values
- * are one region of the reserved range, PROT_NONE until committed; commits
- * grow every region's prefix together in steps of COMMIT_STEP tokens, so a
- * write past the committed length faults instead of corrupting memory.
+ * are one region of the reserved range, one page-aligned run per kv head,
+ * PROT_NONE until committed; commits grow every run's prefix together in
+ * steps of COMMIT_STEP tokens, so a write past the committed length faults
+ * instead of corrupting memory.
  *
  * Threads: see kv.h.
  */
@@ -19,8 +20,9 @@
 struct kv_cache {
     kv_geometry geo;
     uint8_t *base;          /* reserved range */
-    uint64_t region_bytes;  /* one layer's keys (or values), page aligned */
-    uint64_t token_bytes;   /* one token in one region */
+    uint64_t row_bytes;     /* one token of one kv head */
+    uint64_t head_bytes;    /* one kv head's run, page aligned */
+    uint64_t region_bytes;  /* one layer's keys (or values): kv_heads runs */
     uint64_t page;
     int64_t length;
     int64_t committed;      /* tokens committed in every region */
@@ -56,8 +58,9 @@ uint64_t kv_bytes_for(const kv_geometry *geo)
 {
     if (geo->layers <= 0 || geo->kv_heads <= 0 || geo->head_dim <= 0 || geo->capacity <= 0)
         return 0;
-    uint64_t token = (uint64_t)(geo->kv_heads * geo->head_dim) * kv_elem_size(geo->type);
-    return round_up(token * (uint64_t)geo->capacity, (uint64_t)sysconf(_SC_PAGESIZE)) * 2 * (uint64_t)geo->layers;
+    uint64_t row = (uint64_t)geo->head_dim * kv_elem_size(geo->type);
+    return round_up(row * (uint64_t)geo->capacity, (uint64_t)sysconf(_SC_PAGESIZE)) * (uint64_t)geo->kv_heads * 2 *
+           (uint64_t)geo->layers;
 }
 
 kv_cache *kv_new(const kv_geometry *geo)
@@ -69,8 +72,9 @@ kv_cache *kv_new(const kv_geometry *geo)
         return NULL;
     kv->geo = *geo;
     kv->page = (uint64_t)sysconf(_SC_PAGESIZE);
-    kv->token_bytes = (uint64_t)(geo->kv_heads * geo->head_dim) * kv_elem_size(geo->type);
-    kv->region_bytes = round_up(kv->token_bytes * (uint64_t)geo->capacity, kv->page);
+    kv->row_bytes = (uint64_t)geo->head_dim * kv_elem_size(geo->type);
+    kv->head_bytes = round_up(kv->row_bytes * (uint64_t)geo->capacity, kv->page);
+    kv->region_bytes = kv->head_bytes * (uint64_t)geo->kv_heads;
     uint64_t total = kv->region_bytes * 2 * (uint64_t)geo->layers;
     void *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
@@ -104,6 +108,11 @@ void *kv_values(kv_cache *kv, int64_t layer)
     return kv->base + (uint64_t)(2 * layer + 1) * kv->region_bytes;
 }
 
+int64_t kv_head_stride(const kv_cache *kv)
+{
+    return (int64_t)(kv->head_bytes / kv_elem_size(kv->geo.type));
+}
+
 int64_t kv_length(const kv_cache *kv)
 {
     return kv->length;
@@ -118,11 +127,11 @@ int kv_reserve_tokens(kv_cache *kv, int64_t new_length)
     int64_t want = round_up((uint64_t)new_length, COMMIT_STEP);
     if (want > kv->geo.capacity)
         want = kv->geo.capacity;
-    uint64_t from = round_up(kv->token_bytes * (uint64_t)kv->committed, kv->page);
-    uint64_t to = round_up(kv->token_bytes * (uint64_t)want, kv->page);
+    uint64_t from = round_up(kv->row_bytes * (uint64_t)kv->committed, kv->page);
+    uint64_t to = round_up(kv->row_bytes * (uint64_t)want, kv->page);
     if (to > from)
-        for (int64_t r = 0; r < 2 * kv->geo.layers; r++)
-            if (mprotect(kv->base + (uint64_t)r * kv->region_bytes + from, to - from, PROT_READ | PROT_WRITE) != 0)
+        for (int64_t r = 0; r < 2 * kv->geo.layers * kv->geo.kv_heads; r++)
+            if (mprotect(kv->base + (uint64_t)r * kv->head_bytes + from, to - from, PROT_READ | PROT_WRITE) != 0)
                 return -1;
     kv->committed = want;
     return 0;
@@ -145,10 +154,11 @@ uint64_t kv_bytes_reserved(const kv_cache *kv)
 
 uint64_t kv_bytes_committed(const kv_cache *kv)
 {
-    return round_up(kv->token_bytes * (uint64_t)kv->committed, kv->page) * 2 * (uint64_t)kv->geo.layers;
+    return round_up(kv->row_bytes * (uint64_t)kv->committed, kv->page) * (uint64_t)kv->geo.kv_heads * 2 *
+           (uint64_t)kv->geo.layers;
 }
 
 uint64_t kv_bytes_per_token(const kv_cache *kv)
 {
-    return kv->token_bytes * 2 * (uint64_t)kv->geo.layers;
+    return kv->row_bytes * (uint64_t)kv->geo.kv_heads * 2 * (uint64_t)kv->geo.layers;
 }

@@ -1,14 +1,18 @@
 /*
  * kv: the key/value cache of one session.
  *
- * Per layer, keys and values each live in one contiguous region laid out
- * [token, kv_head, head_dim]: a new token's rows for all heads are one
- * contiguous append, and the used part of a region is always a prefix, so
- * the region grows by committing more of its reserved address range and
- * nothing stored is ever moved. The whole range for the session's maximum
- * context is reserved at creation (address space only); pages are committed
- * in steps as the cached length grows, and bytes reserved and committed are
- * reported for the server's metrics. Elements are fp32 or fp16.
+ * Per layer, keys and values each live in one region laid out [kv_head,
+ * token, head_dim] with room for the session's maximum context per kv head:
+ * each kv head's rows are one contiguous run, so attention reads each head's
+ * past as a sequential stream (a decode step's workers take different kv
+ * heads, and one page holds eight rows of one head rather than one row of
+ * each), and a new token appends one row at the end of each head's run. The
+ * used part of every run is a prefix, so it grows by committing more of its
+ * reserved address range and nothing stored is ever moved. The whole range
+ * for the session's maximum context is reserved at creation (address space
+ * only); pages are committed in steps as the cached length grows, and bytes
+ * reserved and committed are reported for the server's metrics. Elements are
+ * fp32 or fp16.
  *
  * Threads: a cache belongs to one session; the scheduler is its only writer
  * (the compute pool writes rows into it during that session's step).
@@ -43,9 +47,11 @@ const char *kv_type_name(kv_type t);
 int kv_type_parse(const char *s, kv_type *out);
 
 /* Base of layer L's keys / values. Element (t, h, d) is at
- * base + (t * kv_heads + h) * head_dim + d. */
+ * base + h * kv_head_stride(kv) + t * head_dim + d. */
 void *kv_keys(kv_cache *kv, int64_t layer);
 void *kv_values(kv_cache *kv, int64_t layer);
+/* Elements from one kv head's first row to the next one's (at least capacity * head_dim). */
+int64_t kv_head_stride(const kv_cache *kv);
 
 /* Cached tokens. */
 int64_t kv_length(const kv_cache *kv);

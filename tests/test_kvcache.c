@@ -15,9 +15,15 @@ START_TEST(reserve_commit_and_limits)
     kv_cache *kv = kv_new(&geo);
     ck_assert_ptr_nonnull(kv);
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t token = 2 * 64 * 4;
+    uint64_t row = 64 * 4, token = 2 * row;
     ck_assert_uint_eq(kv_bytes_per_token(kv), token * 2 * 3);
-    ck_assert_uint_eq(kv_bytes_reserved(kv), 6 * ((token * 1000 + page - 1) / page * page));
+    /* one page-aligned run of 1000 rows per kv head, 2 heads, 3 layers, keys and values */
+    uint64_t run = (row * 1000 + page - 1) / page * page;
+    ck_assert_uint_eq(kv_bytes_reserved(kv), 6 * 2 * run);
+    ck_assert_uint_eq(kv_bytes_for(&geo), kv_bytes_reserved(kv));
+    int64_t hs = kv_head_stride(kv);
+    ck_assert_int_eq(hs, (int64_t)(run / 4));
+    ck_assert_int_ge(hs, 1000 * 64);
     ck_assert_uint_eq(kv_bytes_committed(kv), 0);
     ck_assert_int_eq(kv_length(kv), 0);
 
@@ -25,21 +31,23 @@ START_TEST(reserve_commit_and_limits)
     uint64_t c10 = kv_bytes_committed(kv);
     ck_assert_uint_ge(c10, 6 * 10 * token);
     ck_assert_uint_le(c10, kv_bytes_reserved(kv));
-    /* every committed row of every region is writable and keeps its value */
+    /* every committed row of every kv head's run is writable and keeps its value */
     for (int64_t l = 0; l < 3; l++) {
         float *k = kv_keys(kv, l), *v = kv_values(kv, l);
-        for (int i = 0; i < 10 * 2 * 64; i++) {
-            k[i] = (float)(l * 100000 + i);
-            v[i] = -(float)(l * 100000 + i);
-        }
+        for (int64_t h = 0; h < 2; h++)
+            for (int i = 0; i < 10 * 64; i++) {
+                k[h * hs + i] = (float)(l * 100000 + h * 1000 + i);
+                v[h * hs + i] = -(float)(l * 100000 + h * 1000 + i);
+            }
     }
     kv_set_length(kv, 10);
     ck_assert_int_eq(kv_reserve_tokens(kv, 1000), 0);
     ck_assert_uint_eq(kv_bytes_committed(kv), kv_bytes_reserved(kv));
     for (int64_t l = 0; l < 3; l++) {
         const float *k = kv_keys(kv, l), *v = kv_values(kv, l);
-        ck_assert(k[1279] == (float)(l * 100000 + 1279) && v[5] == -(float)(l * 100000 + 5));
-        ((float *)kv_values(kv, l))[999 * 128 + 127] = 1.0f; /* last element of the region */
+        /* growing moved nothing: row 9 of head 1, row 0 of head 0 */
+        ck_assert(k[hs + 9 * 64 + 63] == (float)(l * 100000 + 1000 + 639) && v[5] == -(float)(l * 100000 + 5));
+        ((float *)kv_values(kv, l))[hs + 999 * 64 + 63] = 1.0f; /* last element of the last head's run */
     }
     ck_assert_int_eq(kv_reserve_tokens(kv, 1001), -1);
     ck_assert_int_eq(kv_reserve_tokens(kv, -1), -1);

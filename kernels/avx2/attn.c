@@ -4,9 +4,11 @@
  *
  * A pass over the keys serves a "row set" of up to RMAX query rows: in
  * prefill the query heads of one kv group times a block of consecutive new
- * tokens, so each K/V row fetched serves many rows; in decode up to RMAX
- * heads across kv groups, so the pass walks the session cache's token rows
- * (all kv heads of a token side by side) as one stream. Keys are taken in
+ * tokens, so each K/V row fetched serves many rows; in decode the heads of
+ * one kv group over that kv head's rows (contiguous in the session cache and
+ * the present tensor), or, when a cache keeps a token's kv heads side by
+ * side, up to RMAX heads across kv groups, so the pass walks its token rows
+ * as one stream. Keys are taken in
  * chunks of CH with an online softmax: when a chunk raises a row's running
  * maximum, its accumulated output and denominator are rescaled by
  * exp(old max - new max). Nothing grows with the context: the state is the
@@ -70,11 +72,12 @@ INLINE float kv_load1(const void *base, size_t off, const bool F16)
 
 /*
  * Asks for cache row `off` (head_dim elements) ahead of use, into L2 (L1 is
- * too small for the distance that covers DRAM latency). The session
- * cache is [token, kv_head, head_dim], so one head's consecutive keys are a
+ * too small for the distance that covers DRAM latency). In a token-major
+ * cache ([token, kv_head, head_dim]) one head's consecutive keys are a
  * kv_heads * head_dim stride apart (4 KiB for Qwen3 in fp32): every key row
  * starts a new page, where hardware prefetchers stop, and without this a
- * decode step waits on DRAM latency key by key. Prefetches never fault, so
+ * decode step waits on DRAM latency key by key; in a head-major one it
+ * keeps the stream ahead across page boundaries. Prefetches never fault, so
  * rows past the end of the cache are harmless.
  */
 INLINE void prefetch_row(const void *base, size_t off, size_t hd, const bool F16)
@@ -637,7 +640,7 @@ static void run_set(const krn_gqa_args *a, const rowset *rs)
 /*
  * Heads [h, h + cnt) of token s, RMAX at a time, across kv heads. For a
  * decode step this makes one pass over the keys serve every kv head of the
- * range: the session cache keeps a token's kv heads side by side, so the pass
+ * range: a token-major cache keeps a token's kv heads side by side, so the pass
  * reads each token's rows as one contiguous span instead of a 4 KiB-strided
  * stream per head.
  */
