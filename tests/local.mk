@@ -11,6 +11,9 @@ AM_TESTS_ENVIRONMENT = \
 	NODE=$(NODE); export NODE; \
 	NODE_PATH=$(abs_top_builddir)/tests/npm/node_modules; export NODE_PATH;
 
+# The check suites' shared main() helper.
+noinst_HEADERS += tests/check_main.h
+
 TEST_LDADD = $(QD_ARCHIVES) $(CHECK_LIBS) $(QD_LIBS)
 TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 

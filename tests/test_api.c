@@ -17,6 +17,7 @@
 #include "api/error.h"
 #include "api/parse.h"
 #include "api/render.h"
+#include "tests/check_main.h"
 
 /* ---- case files ------------------------------------------------------------ */
 
@@ -513,9 +514,5 @@ static Suite *api_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(api_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qd_run_suite(api_suite());
 }

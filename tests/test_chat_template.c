@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "api/chat_template.h"
+#include "tests/check_main.h"
 
 #define OPEN "<|im_start|>"
 #define CLOSE "<|im_end|>\n"
@@ -196,9 +197,5 @@ int main(void)
     tcase_add_test(tc, bad_messages_named);
     tcase_add_test(tc, thinking_split);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qd_run_suite(su);
 }

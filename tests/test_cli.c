@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "server/cli.h"
+#include "tests/check_main.h"
 
 START_TEST(parse_i64_strict)
 {
@@ -46,9 +47,5 @@ int main(void)
     tcase_add_test(tc, parse_i64_strict);
     tcase_add_test(tc, opt_forms);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qd_run_suite(s);
 }

@@ -21,6 +21,7 @@
 
 #include "kernels/krn.h"
 #include "kernels/krn_internal.h"
+#include "tests/check_main.h"
 
 #define U 0x1p-24 /* unit roundoff of fp32 */
 
@@ -1417,9 +1418,5 @@ int main(void)
     tcase_add_test(tc, elementwise);
     tcase_add_test(tc, gather);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qd_run_suite(s);
 }

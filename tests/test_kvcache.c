@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "kvcache/kv.h"
+#include "tests/check_main.h"
 
 static const kv_geometry geo = {.layers = 3, .kv_heads = 2, .head_dim = 64, .capacity = 1000, .type = KV_F32};
 
@@ -108,9 +109,5 @@ int main(void)
     tcase_add_test(tc, types_and_bad_geometry);
     tcase_add_test(tc, many_sessions_are_independent);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qd_run_suite(s);
 }

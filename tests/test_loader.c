@@ -20,6 +20,7 @@
 #include "engine/geometry.h"
 #include "engine/model.h"
 #include "engine/onnx.pb-c.h"
+#include "tests/check_main.h"
 
 static char base_dir[1024];
 static char cases_dir[1024];
@@ -507,9 +508,5 @@ int main(void)
     tcase_add_test(tc, missing_folder);
     tcase_add_loop_test(tc, corrupt_file_rejected, 0, (int)N_CASES);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qd_run_suite(s);
 }

@@ -22,6 +22,7 @@
 #include "engine/onnx_write.h"
 #include "engine/plan.h"
 #include "kernels/krn.h"
+#include "tests/check_main.h"
 
 #define MAX_CASES 96
 #define MAX_IN 16
@@ -801,12 +802,9 @@ int main(void)
     tcase_add_loop_test(tc, op_matches_onnx_runtime, 0, n_cases);
     tcase_add_test(tc, unsupported_variants_rejected);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int status = qd_run_suite(s);
     for (int i = 0; i < n_cases; i++)
         for (int k = 0; k < cases[i].n_in; k++)
             free(cases[i].in[k].data);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return status;
 }

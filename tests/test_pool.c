@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "engine/pool.h"
+#include "tests/check_main.h"
 
 typedef struct cover {
     size_t n, grain;
@@ -95,9 +96,5 @@ int main(void)
     tcase_add_test(tc, every_item_once);
     tcase_add_test(tc, slow_participant_does_less);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qd_run_suite(s);
 }

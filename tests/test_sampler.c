@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "engine/sampler.h"
+#include "tests/check_main.h"
 
 #define FULL_VOCAB 151936
 
@@ -824,9 +825,5 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, full_vocabulary_rows);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qd_run_suite(su);
 }

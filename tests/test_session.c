@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "engine/runner.h"
+#include "tests/check_main.h"
 
 static char model_dir[1024];
 
@@ -234,9 +235,5 @@ int main(void)
     tcase_add_test(tc, context_limit_is_an_error);
     tcase_add_test(tc, kv_bytes_known_before_the_session);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qd_run_suite(su);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine/stop.h"
+#include "tests/check_main.h"
 
 /* Where the first stop ends in TEXT[0..len): returns the start, or -1. */
 static long ref_stop_start(const char *text, size_t len, const char *const *stops, size_t n)
@@ -254,9 +255,5 @@ int main(void)
     tcase_add_test(tc, reset_and_reuse);
     tcase_add_test(tc, invalid_lists_named);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qd_run_suite(su);
 }

@@ -26,6 +26,7 @@
 #include "engine/onnx_write.h"
 #include "engine/synth.h"
 #include "server/cli.h"
+#include "tests/check_main.h"
 
 #define TINY_SEED 7
 
@@ -824,9 +825,5 @@ int main(void)
     tcase_add_test(tt, tiny_genai_config_and_tokenizer);
     suite_add_tcase(s, tt);
 
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qd_run_suite(s);
 }

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "engine/tokenizer.h"
+#include "tests/check_main.h"
 
 static char work_dir[1024];
 static char qwen_path[1024];
@@ -730,10 +731,7 @@ int main(void)
     tcase_add_test(tc, stream_matches_decode);
     tcase_add_test(tc, decode_rejects_bad_ids);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int status = qd_run_suite(s);
     eng_tok_free(qwen);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return status;
 }
