@@ -20,7 +20,6 @@
 struct kv_cache {
     kv_geometry geo;
     uint8_t *base;          /* reserved range */
-    uint64_t row_bytes;     /* one token of one kv head */
     uint64_t head_bytes;    /* one kv head's run, page aligned */
     uint64_t region_bytes;  /* one layer's keys (or values): kv_heads runs */
     uint64_t page;
@@ -54,13 +53,23 @@ static uint64_t round_up(uint64_t v, uint64_t a)
     return (v + a - 1) / a * a;
 }
 
+/* Bytes of one token's row in one kv head's run. */
+static uint64_t row_bytes(const kv_geometry *geo)
+{
+    return (uint64_t)geo->head_dim * kv_elem_size(geo->type);
+}
+
+/* Runs in the reserved range: one per kv head, for keys and values of every layer. */
+static uint64_t n_runs(const kv_geometry *geo)
+{
+    return (uint64_t)geo->kv_heads * 2 * (uint64_t)geo->layers;
+}
+
 uint64_t kv_bytes_for(const kv_geometry *geo)
 {
     if (geo->layers <= 0 || geo->kv_heads <= 0 || geo->head_dim <= 0 || geo->capacity <= 0)
         return 0;
-    uint64_t row = (uint64_t)geo->head_dim * kv_elem_size(geo->type);
-    return round_up(row * (uint64_t)geo->capacity, (uint64_t)sysconf(_SC_PAGESIZE)) * (uint64_t)geo->kv_heads * 2 *
-           (uint64_t)geo->layers;
+    return round_up(row_bytes(geo) * (uint64_t)geo->capacity, (uint64_t)sysconf(_SC_PAGESIZE)) * n_runs(geo);
 }
 
 kv_cache *kv_new(const kv_geometry *geo)
@@ -72,10 +81,9 @@ kv_cache *kv_new(const kv_geometry *geo)
         return NULL;
     kv->geo = *geo;
     kv->page = (uint64_t)sysconf(_SC_PAGESIZE);
-    kv->row_bytes = (uint64_t)geo->head_dim * kv_elem_size(geo->type);
-    kv->head_bytes = round_up(kv->row_bytes * (uint64_t)geo->capacity, kv->page);
+    kv->head_bytes = round_up(row_bytes(geo) * (uint64_t)geo->capacity, kv->page);
     kv->region_bytes = kv->head_bytes * (uint64_t)geo->kv_heads;
-    uint64_t total = kv->region_bytes * 2 * (uint64_t)geo->layers;
+    uint64_t total = kv->head_bytes * n_runs(geo);
     void *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         free(kv);
@@ -89,7 +97,7 @@ void kv_free(kv_cache *kv)
 {
     if (!kv)
         return;
-    munmap(kv->base, kv->region_bytes * 2 * (uint64_t)kv->geo.layers);
+    munmap(kv->base, kv_bytes_reserved(kv));
     free(kv);
 }
 
@@ -127,11 +135,11 @@ int kv_reserve_tokens(kv_cache *kv, int64_t new_length)
     int64_t want = round_up((uint64_t)new_length, COMMIT_STEP);
     if (want > kv->geo.capacity)
         want = kv->geo.capacity;
-    uint64_t from = round_up(kv->row_bytes * (uint64_t)kv->committed, kv->page);
-    uint64_t to = round_up(kv->row_bytes * (uint64_t)want, kv->page);
+    uint64_t from = round_up(row_bytes(&kv->geo) * (uint64_t)kv->committed, kv->page);
+    uint64_t to = round_up(row_bytes(&kv->geo) * (uint64_t)want, kv->page);
     if (to > from)
-        for (int64_t r = 0; r < 2 * kv->geo.layers * kv->geo.kv_heads; r++)
-            if (mprotect(kv->base + (uint64_t)r * kv->head_bytes + from, to - from, PROT_READ | PROT_WRITE) != 0)
+        for (uint64_t r = 0; r < n_runs(&kv->geo); r++)
+            if (mprotect(kv->base + r * kv->head_bytes + from, to - from, PROT_READ | PROT_WRITE) != 0)
                 return -1;
     kv->committed = want;
     return 0;
@@ -149,16 +157,15 @@ void kv_reset(kv_cache *kv)
 
 uint64_t kv_bytes_reserved(const kv_cache *kv)
 {
-    return kv->region_bytes * 2 * (uint64_t)kv->geo.layers;
+    return kv->head_bytes * n_runs(&kv->geo);
 }
 
 uint64_t kv_bytes_committed(const kv_cache *kv)
 {
-    return round_up(kv->row_bytes * (uint64_t)kv->committed, kv->page) * (uint64_t)kv->geo.kv_heads * 2 *
-           (uint64_t)kv->geo.layers;
+    return round_up(row_bytes(&kv->geo) * (uint64_t)kv->committed, kv->page) * n_runs(&kv->geo);
 }
 
 uint64_t kv_bytes_per_token(const kv_cache *kv)
 {
-    return kv->row_bytes * (uint64_t)kv->geo.kv_heads * 2 * (uint64_t)kv->geo.layers;
+    return row_bytes(&kv->geo) * n_runs(&kv->geo);
 }
