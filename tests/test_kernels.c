@@ -519,25 +519,25 @@ static void mmnb_case(const krn_table *lv, size_t m, size_t n, size_t k, size_t 
                     const int8_t *qq = krn_qa_q(qa, i, kb, bs);
                     const float *sa = krn_qa_scale(qa, i, kb, bs);
                     const int32_t *qs = krn_qa_qsum(qa, i, kb, bs);
-                    for (size_t kk = 0; kk < k; kk++) {
-                        size_t b = kk / bs;
-                        int wq = (int)krn_q4_get(&q.w, j, kk) - krn_q4_zp(&q.w, j, b);
-                        mag += fabs((double)sa[b] * q.scales[j * kb + b]) *
-                               abs(qq[b * bs + krn_qa_slot(kk % bs, bs)] * wq);
+                    double zp_tol = 0; /* the packed form's extra terms, below */
+                    for (size_t b = 0; b < kb; b++) {
+                        double d = fabs((double)sa[b] * q.scales[j * kb + b]);
+                        long isum = 0;
+                        for (size_t kk = b * bs; kk < k && kk < (b + 1) * bs; kk++) {
+                            int prod = qq[b * bs + krn_qa_slot(kk % bs, bs)] *
+                                       ((int)krn_q4_get(&q.w, j, kk) - krn_q4_zp(&q.w, j, b));
+                            mag += d * abs(prod);
+                            isum += prod;
+                        }
+                        zp_tol += 2.0 * U * d * 8.0 * abs(qs[b]);
+                        /* The reference's d_b = fl(sA_b sB_b) may be subnormal: its absolute
+                         * error 2^-150 comes back times |isum_b|; the packed kernel's terms
+                         * are products of normal numbers until the last one. */
+                        zp_tol += 0x1p-150 * (double)(labs(isum) + 8L * abs(qs[b]));
                     }
                     tol = 2.0 * (kb + 16) * U * mag;
                     if (mode == 2)
-                        for (size_t b = 0; b < kb; b++) {
-                            long isum = 0;
-                            for (size_t kk = b * bs; kk < k && kk < (b + 1) * bs; kk++)
-                                isum += qq[b * bs + krn_qa_slot(kk % bs, bs)] *
-                                        ((int)krn_q4_get(&q.w, j, kk) - krn_q4_zp(&q.w, j, b));
-                            tol += 2.0 * U * fabs((double)sa[b] * q.scales[j * kb + b]) * 8.0 * abs(qs[b]);
-                            /* The reference's d_b = fl(sA_b sB_b) may be subnormal: its absolute
-                             * error 2^-150 comes back times |isum_b|; the packed kernel's terms
-                             * are products of normal numbers until the last one. */
-                            tol += 0x1p-150 * (double)(labs(isum) + 8L * abs(qs[b]));
-                        }
+                        tol += zp_tol;
                 }
                 /*
                  * Products in the subnormal range round with an absolute error of up to
