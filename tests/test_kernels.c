@@ -1254,6 +1254,12 @@ START_TEST(gqa)
         /* Decode over a token-major cache: passes span kv heads (odd groups, 1:1, > 16 heads). */
         {33, 1, 6, 2, 40, -1, 0, true, false},  {50, 1, 4, 4, 64, -1, 0, true, true},
         {9, 1, 32, 2, 128, -1, 0, true, false}, {20, 1, 12, 4, 24, 7, 0, true, false},
+        /* Decode over a head-major cache: groups of 3 and 4, a window starting inside a chunk,
+         * soft-capping, head sizes with an 8-dim tail, an empty past, fp16 at the 4B geometry. */
+        {77, 1, 8, 2, 64, -1, 0, false, false},   {45, 1, 6, 2, 128, 10, 0, false, false},
+        {33, 1, 12, 4, 64, -1, 3.0f, false, false}, {0, 1, 4, 2, 24, -1, 0, false, false},
+        {64, 1, 3, 1, 40, -1, 0, false, false},   {95, 1, 32, 8, 128, -1, 0, false, true},
+        {160, 1, 8, 2, 128, 33, 0, false, true},
         /* fp16 caches, decode and prefill. */
         {70, 1, 16, 8, 128, -1, 0, true, true}, {300, 1, 4, 1, 128, -1, 0, false, true},
         {0, 37, 4, 2, 128, -1, 0, true, true},  {12, 9, 6, 3, 36, 5, 0, true, true},

@@ -20,7 +20,9 @@
  * weighted sum of values in
  * 2-row x 32-dim tiles kept in registers across the chunk, so each V vector
  * is read once per row pair and the accumulators touch memory once per chunk.
- * Causality (and a local window) are per-row masks over the shared key range.
+ * Causality (and a local window) are per-row masks over the shared key range;
+ * a decode set whose rows share one kv head and one key range, the usual
+ * case, takes attend_dec(), the same arithmetic without the per-row work.
  *
  * Numerics versus the reference: the same scores up to summation order, the
  * vector exp (~2 ulp), and normalization by the total at the end instead of
@@ -250,6 +252,57 @@ INLINE void chunk_pv(const krn_gqa_args *a, const rowset *rs, size_t jc, size_t 
                 acc[r][d] += p[r][jj] * kv_load1(a->v_cache, rs->g[r] * a->kv_head_stride + (jc + jj) * ts + d, F16);
 }
 
+/*
+ * One chunk's online-softmax step for one row: s holds the chunk's cn8
+ * scores (-inf where not visible) and becomes its weights; when the chunk
+ * raises the running maximum mx, the accumulated output and the
+ * denominator are rescaled first.
+ */
+INLINE void softmax_step(float *s, size_t cn8, float *mx, float *den, float *acc, size_t hd)
+{
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    for (size_t jj = 0; jj < cn8; jj += 8)
+        vm = _mm256_max_ps(vm, _mm256_load_ps(s + jj));
+    float m_new = fmaxf(*mx, krn_avx2_hmax(vm));
+    if (m_new == -INFINITY) { /* nothing visible yet: weights all zero */
+        memset(s, 0, cn8 * sizeof(float));
+        return;
+    }
+    if (m_new > *mx) {
+        if (*den > 0.0f) {
+            float c = expf(*mx - m_new);
+            scale_row(acc, c, hd);
+            *den *= c;
+        }
+        *mx = m_new;
+    }
+    __m256 vmx = _mm256_set1_ps(*mx), vsum = _mm256_setzero_ps();
+    for (size_t jj = 0; jj < cn8; jj += 8) {
+        __m256 p = krn_avx2_vexp(_mm256_sub_ps(_mm256_load_ps(s + jj), vmx));
+        _mm256_store_ps(s + jj, p);
+        vsum = _mm256_add_ps(vsum, p);
+    }
+    *den += krn_avx2_hsum(vsum);
+}
+
+/* Each row's output: its accumulated sum over its denominator (zeros when it saw no key). */
+static void finish_rows(const rowset *rs, float (*acc)[KRN_MAX_HEAD_DIM], const float *den, size_t hd)
+{
+    for (size_t r = 0; r < rs->n; r++) {
+        float *out = rs->out[r];
+        if (den[r] > 0.0f) {
+            __m256 vd = _mm256_set1_ps(den[r]);
+            size_t d = 0;
+            for (; d + 8 <= hd; d += 8)
+                _mm256_storeu_ps(out + d, _mm256_div_ps(_mm256_load_ps(acc[r] + d), vd));
+            for (; d < hd; d++)
+                out[d] = acc[r][d] / den[r];
+        } else {
+            memset(out, 0, hd * sizeof(float));
+        }
+    }
+}
+
 /* All rows of a set, each against its kv head. */
 INLINE void attend(const krn_gqa_args *a, const rowset *rs, const bool F16)
 {
@@ -285,46 +338,75 @@ INLINE void attend(const krn_gqa_args *a, const rowset *rs, const bool F16)
             for (size_t jj = 0; jj < cn8; jj++)
                 if (jj >= cn || jc + jj < rs->lo[r] || jc + jj >= rs->hi[r])
                     sc[r][jj] = -INFINITY;
-            __m256 vm = _mm256_set1_ps(-INFINITY);
-            for (size_t jj = 0; jj < cn8; jj += 8)
-                vm = _mm256_max_ps(vm, _mm256_load_ps(&sc[r][jj]));
-            float m_new = fmaxf(mx[r], krn_avx2_hmax(vm));
-            if (m_new == -INFINITY) { /* nothing visible yet: weights all zero */
-                memset(sc[r], 0, cn8 * sizeof(float));
-                continue;
-            }
-            if (m_new > mx[r]) {
-                if (den[r] > 0.0f) {
-                    float c = expf(mx[r] - m_new);
-                    scale_row(acc[r], c, hd);
-                    den[r] *= c;
-                }
-                mx[r] = m_new;
-            }
-            __m256 vmx = _mm256_set1_ps(mx[r]), vsum = _mm256_setzero_ps();
-            for (size_t jj = 0; jj < cn8; jj += 8) {
-                __m256 p = krn_avx2_vexp(_mm256_sub_ps(_mm256_load_ps(&sc[r][jj]), vmx));
-                _mm256_store_ps(&sc[r][jj], p);
-                vsum = _mm256_add_ps(vsum, p);
-            }
-            den[r] += krn_avx2_hsum(vsum);
+            softmax_step(sc[r], cn8, &mx[r], &den[r], acc[r], hd);
         }
         chunk_pv(a, rs, jc, cn, sc, acc, F16);
     }
 
-    for (size_t r = 0; r < rs->n; r++) {
-        float *out = rs->out[r];
-        if (den[r] > 0.0f) {
-            __m256 vd = _mm256_set1_ps(den[r]);
-            size_t d = 0;
-            for (; d + 8 <= hd; d += 8)
-                _mm256_storeu_ps(out + d, _mm256_div_ps(_mm256_load_ps(acc[r] + d), vd));
-            for (; d < hd; d++)
-                out[d] = acc[r][d] / den[r];
-        } else {
-            memset(out, 0, hd * sizeof(float));
-        }
+    finish_rows(rs, acc, den, hd);
+}
+
+/*
+ * Decode: rows that share one kv head and one visible key range (the heads of
+ * a kv group for the one new token). Same arithmetic as attend(), operation
+ * for operation, so a row's bits do not depend on which path ran it; what
+ * goes is the per-row bookkeeping: scores are stored four at a time, the
+ * visibility mask is only built for the chunks that reach outside the range,
+ * the prefetch ahead is a flat loop per four keys, and a row without a
+ * partner in its tile pairs with itself. head_dim must be a multiple of 8.
+ */
+INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const bool F16)
+{
+    const size_t hd = a->head_dim, ts = a->kv_tok_stride, n = rs->n;
+    const size_t kb = rs->g[0] * a->kv_head_stride, lo = rs->lo[0], hi = rs->hi[0];
+    const size_t lines = hd * (F16 ? 2 : 4) / 64; /* cache lines a row covers, less one if it straddles */
+    float acc[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(32)));
+    float sc[RMAX][CH] __attribute__((aligned(32)));
+    float mx[RMAX], den[RMAX];
+
+    for (size_t r = 0; r < n; r++) {
+        memset(acc[r], 0, hd * sizeof(float));
+        mx[r] = -INFINITY;
+        den[r] = 0.0f;
     }
+    for (size_t jc = lo < hi ? lo - lo % CH : hi; jc < hi; jc += CH) {
+        size_t cn = hi - jc < CH ? hi - jc : CH, cn8 = (cn + 7) & ~(size_t)7;
+        for (size_t jj = 0; jj < cn; jj += 4) {
+            size_t koff[4];
+            for (int i = 0; i < 4; i++) /* keys past the chunk repeat its last one; their scores are masked */
+                koff[i] = kb + (jc + (jj + (size_t)i < cn ? jj + (size_t)i : cn - 1)) * ts;
+            /* Rows jc + PF_KEYS + jj .. + 3 of K and V, one line more in case a row straddles lines. */
+            const char *pk = (const char *)a->k_cache + (kb + (jc + PF_KEYS + jj) * ts) * (F16 ? 2 : 4);
+            const char *pv = (const char *)a->v_cache + (kb + (jc + PF_KEYS + jj) * ts) * (F16 ? 2 : 4);
+            const size_t step = ts * (F16 ? 2 : 4);
+            for (int i = 0; i < 4; i++, pk += step, pv += step)
+                for (size_t l = 0; l <= lines; l++) {
+                    _mm_prefetch(pk + 64 * l, _MM_HINT_T1);
+                    _mm_prefetch(pv + 64 * l, _MM_HINT_T1);
+                }
+            for (size_t r = 0; r < n; r += 2) {
+                size_t r1 = r + 1 < n ? r + 1 : r;
+                __m256 v = score2x4(a, rs->q[r], rs->q[r1], koff, F16);
+                _mm_store_ps(&sc[r][jj], _mm256_castps256_ps128(v));
+                _mm_store_ps(&sc[r1][jj], _mm256_extractf128_ps(v, 1));
+            }
+        }
+        if (a->softcap > 0.0f)
+            for (size_t r = 0; r < n; r++)
+                for (size_t jj = 0; jj < cn; jj++)
+                    sc[r][jj] = a->softcap * tanhf(sc[r][jj] / a->softcap);
+        /* Keys before lo (the first chunk, a local window) and the padding lanes score -inf. */
+        size_t vis = lo > jc ? lo - jc : 0;
+        if (vis || cn < cn8)
+            for (size_t r = 0; r < n; r++)
+                for (size_t jj = 0; jj < cn8; jj++)
+                    if (jj < vis || jj >= cn)
+                        sc[r][jj] = -INFINITY;
+        for (size_t r = 0; r < n; r++)
+            softmax_step(sc[r], cn8, &mx[r], &den[r], acc[r], hd);
+        chunk_pv(a, rs, jc, cn, sc, acc, F16);
+    }
+    finish_rows(rs, acc, den, hd);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -627,10 +709,23 @@ static void add_row(const krn_gqa_args *a, rowset *rs, size_t s, size_t h)
     rs->n++;
 }
 
+/* Whether every row of a set reads one kv head over one key range (attend_dec). */
+static bool one_head_one_range(const krn_gqa_args *a, const rowset *rs)
+{
+    if (a->head_dim % 8)
+        return false;
+    for (size_t r = 1; r < rs->n; r++)
+        if (rs->g[r] != rs->g[0] || rs->lo[r] != rs->lo[0] || rs->hi[r] != rs->hi[0])
+            return false;
+    return true;
+}
+
 static void run_set(const krn_gqa_args *a, const rowset *rs)
 {
     if (a->seq > 1)
         run_set_lanes(a, rs);
+    else if (one_head_one_range(a, rs))
+        a->kv_type == KRN_KV_F16 ? attend_dec(a, rs, true) : attend_dec(a, rs, false);
     else if (a->kv_type == KRN_KV_F16)
         attend(a, rs, true);
     else
