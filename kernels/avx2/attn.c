@@ -352,14 +352,13 @@ INLINE void attend(const krn_gqa_args *a, const rowset *rs, const bool F16)
  * for operation, so a row's bits do not depend on which path ran it; what
  * goes is the per-row bookkeeping: scores are stored four at a time, the
  * visibility mask is only built for the chunks that reach outside the range,
- * the prefetch ahead is a flat loop per four keys, and a row without a
+ * the prefetch ahead sits outside the row-pair loop, and a row without a
  * partner in its tile pairs with itself. head_dim must be a multiple of 8.
  */
 INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const bool F16)
 {
     const size_t hd = a->head_dim, ts = a->kv_tok_stride, n = rs->n;
     const size_t kb = rs->g[0] * a->kv_head_stride, lo = rs->lo[0], hi = rs->hi[0];
-    const size_t lines = hd * (F16 ? 2 : 4) / 64; /* cache lines a row covers, less one if it straddles */
     float acc[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(32)));
     float sc[RMAX][CH] __attribute__((aligned(32)));
     float mx[RMAX], den[RMAX];
@@ -375,15 +374,11 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const bool F16)
             size_t koff[4];
             for (int i = 0; i < 4; i++) /* keys past the chunk repeat its last one; their scores are masked */
                 koff[i] = kb + (jc + (jj + (size_t)i < cn ? jj + (size_t)i : cn - 1)) * ts;
-            /* Rows jc + PF_KEYS + jj .. + 3 of K and V, one line more in case a row straddles lines. */
-            const char *pk = (const char *)a->k_cache + (kb + (jc + PF_KEYS + jj) * ts) * (F16 ? 2 : 4);
-            const char *pv = (const char *)a->v_cache + (kb + (jc + PF_KEYS + jj) * ts) * (F16 ? 2 : 4);
-            const size_t step = ts * (F16 ? 2 : 4);
-            for (int i = 0; i < 4; i++, pk += step, pv += step)
-                for (size_t l = 0; l <= lines; l++) {
-                    _mm_prefetch(pk + 64 * l, _MM_HINT_T1);
-                    _mm_prefetch(pv + 64 * l, _MM_HINT_T1);
-                }
+            for (size_t i = 0; i < 4; i++) { /* the same keys PF_KEYS ahead, K and V */
+                size_t nj = kb + (jc + PF_KEYS + jj + i) * ts;
+                prefetch_row(a->k_cache, nj, hd, F16);
+                prefetch_row(a->v_cache, nj, hd, F16);
+            }
             for (size_t r = 0; r < n; r += 2) {
                 size_t r1 = r + 1 < n ? r + 1 : r;
                 __m256 v = score2x4(a, rs->q[r], rs->q[r1], koff, F16);
