@@ -111,6 +111,8 @@ struct eng_plan {
 struct plan_builder {
     eng_plan *p;
     eng_diag *diag;
+    uint64_t pack_total;  /* bytes of all packed matrices; set by the first packed_slot() */
+    bool pack_sized;
 };
 
 typedef struct bound_buf {
@@ -1131,10 +1133,27 @@ static void *alloc_weights(size_t bytes)
 }
 
 /*
- * Bytes of krn_q4_pack for a MatMulNBits node as its attributes describe it
- * (0 when the packed form does not apply): the sizing pass of the arena below.
+ * Whether the packed copy of MatMulNBits node n can keep its scales as
+ * bfloat16: they are an fp32 initializer whose every value fits exactly
+ * (krn_q4_scales_fit_bf16; true of exports quantized from a bf16 checkpoint).
  */
-static size_t node_pack_size(const eng_node *n)
+static bool node_scales_bf16(const eng_plan *p, const eng_node *n)
+{
+    if (n->n_inputs < 3 || n->input_values[2] < 0)
+        return false;
+    const eng_value *v = &p->g->values[n->input_values[2]];
+    if (v->kind != ENG_VALUE_INITIALIZER)
+        return false;
+    const eng_tensor *t = &p->inits[v->index];
+    return t->dtype == ENG_DT_FLOAT && t->data && krn_q4_scales_fit_bf16(t->data, (size_t)t->n_elems);
+}
+
+/*
+ * Bytes of krn_q4_pack for a MatMulNBits node as its attributes and scales
+ * describe it (0 when the packed form does not apply): the sizing pass of the
+ * arena below.
+ */
+static size_t node_pack_size(const eng_plan *p, const eng_node *n)
 {
     if (strcmp(n->op_type, "MatMulNBits") || eng_node_attr_int(n, "bits", 4) != 4 ||
         eng_node_attr_int(n, "block_size", 0) != 32 || eng_node_attr_int(n, "accuracy_level", 0) != 4 ||
@@ -1143,7 +1162,7 @@ static size_t node_pack_size(const eng_node *n)
     int64_t N = eng_node_attr_int(n, "N", 0), K = eng_node_attr_int(n, "K", 0);
     if (N <= 0 || K <= 0)
         return 0;
-    krn_q4_weights w = {.n = (size_t)N, .k = (size_t)K, .block_size = 32};
+    krn_q4_weights w = {.n = (size_t)N, .k = (size_t)K, .block_size = 32, .packed_bf16 = node_scales_bf16(p, n)};
     krn_q4_weights_set_blocks(&w);
     return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;
 }
@@ -1160,9 +1179,12 @@ static size_t node_pack_size(const eng_node *n)
 static void *packed_slot(plan_builder *b, const step *s, size_t bytes, uint64_t *counted)
 {
     eng_plan *p = b->p;
-    size_t total = 0;
-    for (size_t i = 0; i < p->g->n_nodes; i++)
-        total += node_pack_size(&p->g->nodes[i]);
+    if (!b->pack_sized) {
+        for (size_t i = 0; i < p->g->n_nodes; i++)
+            b->pack_total += node_pack_size(p, &p->g->nodes[i]);
+        b->pack_sized = true;
+    }
+    size_t total = (size_t)b->pack_total;
     /* The arena is the first packed matrix's buffer; only matrices inside it count for the next offset. */
     uintptr_t base = 0, used = 0;
     for (const step *t = p->steps; t < s; t++) {
@@ -1294,6 +1316,12 @@ static void release_mapped(const eng_tensor *t)
         madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
+/* What the kernel name adds for the weights' packed form. */
+static const char *pack_note(const krn_q4_weights *w)
+{
+    return !w->packed ? "" : w->packed_bf16 ? " (packed, bf16 scales)" : " (packed)";
+}
+
 static int prep_mmnb(plan_builder *b, step *s)
 {
     const eng_node *n = s->node;
@@ -1334,6 +1362,7 @@ static int prep_mmnb(plan_builder *b, step *s)
     /* ONNX Runtime runs accuracy_level 4 with int8 activations where the CPU
      * has int8 kernels (every x86-64 with AVX2 does); lower levels in fp32. */
     m->int8 = acc == 4 && !b->p->opts.matmul_fp32;
+    m->w.packed_bf16 = m->int8 && b->p->krn.q4_packed && node_scales_bf16(b->p, n);
     uint64_t resident = B->nbytes + sc->nbytes;
     size_t pack = m->int8 && b->p->krn.q4_packed ? krn_q4_pack_size(&m->w) : 0;
     if (pack) {
@@ -1350,7 +1379,7 @@ static int prep_mmnb(plan_builder *b, step *s)
     b->p->prepared_bytes += resident + (zp ? zp->nbytes : 0) + (bias ? bias->nbytes : 0);
     if (m->int8)
         snprintf(s->kernel, sizeof s->kernel, "%s + %s%s", b->p->krn.quant_a8.name, b->p->krn.mmnb_i8.name,
-                 pack ? " (packed)" : "");
+                 pack_note(&m->w));
     else
         snprintf(s->kernel, sizeof s->kernel, "%s", b->p->krn.mmnb_f32.name);
     return 0;
@@ -1765,7 +1794,7 @@ static void fuse_norm_quant(eng_plan *p)
             if (int8_mmnb_reading(r, ns->out[0])) {
                 r->p.mmnb.qa_from_norm = true;
                 snprintf(r->kernel, sizeof r->kernel, "%s%s (activations quantized by the norm)",
-                         p->krn.mmnb_i8.name, r->p.mmnb.w.packed ? " (packed)" : "");
+                         p->krn.mmnb_i8.name, pack_note(&r->p.mmnb.w));
             }
         }
         size_t len = strlen(ns->kernel);
@@ -1901,7 +1930,7 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
             p->vals[v].last = (int)g->n_nodes;
         }
     }
-    plan_builder b = {p, diag};
+    plan_builder b = {.p = p, .diag = diag};
     for (size_t i = 0; i < g->n_nodes; i++) {
         step *s = &p->steps[i];
         const eng_node *n = &g->nodes[i];

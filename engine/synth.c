@@ -14,7 +14,8 @@
  * projections are U(-a, a) with a = sqrt(3/K), so each output has unit
  * variance for a unit-RMS input; norm weights are U(0.8, 1.2); the embedding
  * has std 2/sqrt(D), so that the tied lm_head applied to the unit-RMS final
- * hidden state gives logits of std about 2.
+ * hidden state gives logits of std about 2. Every weight is a bfloat16 value,
+ * as in Qwen3's checkpoints (or, with f32_weights, a full fp32 one).
  *
  * Called on one thread; keeps one weight row and one projection's scales in
  * memory at a time.
@@ -141,37 +142,55 @@ static inline uint64_t tensor_key(uint64_t seed, uint32_t tid)
 }
 
 /*
- * The 24 high bits of the draw, centred: a half-integer in (-2^23, 2^23), so
- * times amp/2^23 the value is symmetric in (-amp, amp) and the conversion is
- * exact up to that one multiplication.
+ * Qwen3's checkpoints hold bfloat16 weights, which the builder widens to fp32
+ * exactly; every weight here is likewise a bfloat16 value (nearest, ties to
+ * even) unless f32_weights asks otherwise, so the file's scales have the form
+ * a real export's have (-max / 8 of a bfloat16 value).
  */
-static inline float draw(uint64_t key, uint64_t index, float step)
+static inline float round_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/*
+ * The 24 high bits of the draw, centred: a half-integer in (-2^23, 2^23), so
+ * times amp/2^23 the value is symmetric in (-amp, amp) up to the rounding to
+ * bfloat16, which is symmetric too.
+ */
+static inline float draw(uint64_t key, uint64_t index, float step, bool bf16)
 {
     uint64_t h = mix64(key + (index >> 1) * GOLDEN);
     uint32_t u = (index & 1) ? (uint32_t)(h >> 32) : (uint32_t)h;
-    return ((float)(u >> 8) - 8388607.5f) * step;
+    float v = ((float)(u >> 8) - 8388607.5f) * step;
+    return bf16 ? round_bf16(v) : v;
 }
 
-static void gen_span(uint64_t key, uint64_t first, int64_t count, float amp, float *out)
+static void gen_span(uint64_t key, uint64_t first, int64_t count, float amp, bool bf16, float *out)
 {
     const float step = amp / 8388608.0f;
     int64_t i = 0;
     if ((first & 1) && count > 0) {
-        out[i] = draw(key, first, step);
+        out[i] = draw(key, first, step, bf16);
         i++;
     }
     for (; i + 1 < count; i += 2) {
         uint64_t h = mix64(key + ((first + (uint64_t)i) >> 1) * GOLDEN);
-        out[i] = ((float)((uint32_t)h >> 8) - 8388607.5f) * step;
-        out[i + 1] = ((float)((uint32_t)(h >> 32) >> 8) - 8388607.5f) * step;
+        float lo = ((float)((uint32_t)h >> 8) - 8388607.5f) * step;
+        float hi = ((float)((uint32_t)(h >> 32) >> 8) - 8388607.5f) * step;
+        out[i] = bf16 ? round_bf16(lo) : lo;
+        out[i + 1] = bf16 ? round_bf16(hi) : hi;
     }
     if (i < count)
-        out[i] = draw(key, first + (uint64_t)i, step);
+        out[i] = draw(key, first + (uint64_t)i, step, bf16);
 }
 
-float eng_synth_uniform(uint64_t seed, uint32_t tensor_id, uint64_t index, float amp)
+float eng_synth_uniform(uint64_t seed, uint32_t tensor_id, uint64_t index, float amp, bool bf16)
 {
-    return draw(tensor_key(seed, tensor_id), index, amp / 8388608.0f);
+    return draw(tensor_key(seed, tensor_id), index, amp / 8388608.0f, bf16);
 }
 
 static float embed_amp(const eng_synth_geom *g)
@@ -181,7 +200,7 @@ static float embed_amp(const eng_synth_geom *g)
 
 eng_synth_proj eng_synth_proj_of(const eng_synth_geom *g, int64_t layer, eng_synth_proj_kind kind)
 {
-    eng_synth_proj p = {0, 0, 0, 0.0f};
+    eng_synth_proj p = {0, 0, 0, 0.0f, !g->f32_weights};
     int64_t qw = g->q_heads * g->head, kvw = g->kv_heads * g->head;
     switch (kind) {
     case ENG_SYNTH_QKV:
@@ -210,15 +229,15 @@ eng_synth_proj eng_synth_proj_of(const eng_synth_geom *g, int64_t layer, eng_syn
 
 void eng_synth_proj_row(const eng_synth_proj *p, uint64_t seed, int64_t n, float *row)
 {
-    gen_span(tensor_key(seed, p->tensor_id), (uint64_t)n * (uint64_t)p->k, p->k, p->amp, row);
+    gen_span(tensor_key(seed, p->tensor_id), (uint64_t)n * (uint64_t)p->k, p->k, p->amp, p->bf16, row);
 }
 
 /* Norm weights near 1. */
-static void gen_norm(uint64_t seed, uint32_t tid, int64_t n, float *out)
+static void gen_norm(uint64_t seed, uint32_t tid, int64_t n, bool bf16, float *out)
 {
-    gen_span(tensor_key(seed, tid), 0, n, 0.2f, out);
+    gen_span(tensor_key(seed, tid), 0, n, 0.2f, bf16, out);
     for (int64_t i = 0; i < n; i++)
-        out[i] += 1.0f;
+        out[i] = bf16 ? round_bf16(out[i] + 1.0f) : out[i] + 1.0f;
 }
 
 /* ---- quantizer ---- */
@@ -330,7 +349,7 @@ static void norm_init(synth *s, const char *name, uint32_t tid, int64_t n)
     int64_t dims[1] = {n};
     eng_ow_init_begin(s->w, name, ENG_DT_FLOAT, 1, dims);
     if (!s->dry && !eng_ow_error(s->w)) {
-        gen_norm(s->seed, tid, n, s->row);
+        gen_norm(s->seed, tid, n, !s->g->f32_weights, s->row);
         eng_ow_init_write(s->w, s->row, (size_t)n * sizeof(float));
     }
     eng_ow_init_end(s->w);
@@ -372,7 +391,7 @@ static void proj_inits(synth *s, const eng_synth_proj *p, const char *bname, con
         } else {
             uint64_t key = tensor_key(s->seed, p->tensor_id);
             for (int64_t n = 0; n < p->n && !eng_ow_error(s->w); n++) {
-                gen_span(key, (uint64_t)n * (uint64_t)p->k, p->k, p->amp, s->row);
+                gen_span(key, (uint64_t)n * (uint64_t)p->k, p->k, p->amp, p->bf16, s->row);
                 eng_synth_q4_row(s->row, p->k, s->blob, scales + n * kb);
                 eng_ow_init_write(s->w, s->blob, (size_t)p->k / 2);
             }
@@ -513,7 +532,7 @@ static void embedding(synth *s, char *out)
         eng_synth_proj p = eng_synth_proj_of(g, 0, ENG_SYNTH_LM_HEAD);
         uint64_t key = tensor_key(s->seed, p.tensor_id);
         for (int64_t n = 0; n < g->vocab && !eng_ow_error(s->w); n++) {
-            gen_span(key, (uint64_t)n * (uint64_t)p.k, p.k, p.amp, s->row);
+            gen_span(key, (uint64_t)n * (uint64_t)p.k, p.k, p.amp, p.bf16, s->row);
             eng_ow_init_write(s->w, s->row, (size_t)p.k * sizeof(float));
         }
     }

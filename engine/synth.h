@@ -29,6 +29,7 @@ typedef struct eng_synth_geom {
     int64_t head;           /* H */
     int64_t vocab;          /* V */
     int64_t context;        /* rows of cos_cache/sin_cache, genai context_length */
+    bool f32_weights;       /* weights drawn as full fp32 values instead of bfloat16 ones */
 } eng_synth_geom;
 
 /* Fills G for "tiny", "0.6b" or "4b"; -1 for any other name. */
@@ -52,6 +53,7 @@ typedef struct eng_synth_proj {
     uint32_t tensor_id;
     int64_t n, k;
     float amp;           /* elements are uniform in (-amp, amp) */
+    bool bf16;           /* and rounded to bfloat16 (eng_synth_geom.f32_weights unset) */
 } eng_synth_proj;
 
 eng_synth_proj eng_synth_proj_of(const eng_synth_geom *g, int64_t layer, eng_synth_proj_kind kind);
@@ -61,7 +63,7 @@ int eng_synth_proj_by_name(const eng_synth_geom *g, const char *b_name, eng_synt
 void eng_synth_proj_row(const eng_synth_proj *p, uint64_t seed, int64_t n, float *row);
 
 /* One generator draw: uniform in (-amp, amp), a pure function of its arguments. */
-float eng_synth_uniform(uint64_t seed, uint32_t tensor_id, uint64_t index, float amp);
+float eng_synth_uniform(uint64_t seed, uint32_t tensor_id, uint64_t index, float amp, bool bf16);
 
 /*
  * Quantizes one weight row W[0..k) (k a multiple of ENG_SYNTH_BLOCK) the way

@@ -273,7 +273,19 @@ size_t krn_q4_pack_size(const krn_q4_weights *w)
 {
     if (w->block_size != 32 || w->zero_pts || !w->n || w->k_blocks != (w->k + 31) / 32)
         return 0;
-    return (w->n + KRN_Q4P_NR - 1) / KRN_Q4P_NR * krn_q4p_tile_bytes(w->k_blocks);
+    return (w->n + KRN_Q4P_NR - 1) / KRN_Q4P_NR * krn_q4p_tile_bytes(w->k_blocks, w->packed_bf16);
+}
+
+bool krn_q4_scales_fit_bf16(const float *scales, size_t count)
+{
+    /* One OR over the low halves: a plain loop the compiler vectorizes. */
+    uint32_t low = 0;
+    for (size_t i = 0; i < count; i++) {
+        uint32_t u;
+        memcpy(&u, &scales[i], sizeof u);
+        low |= u & 0xFFFFu;
+    }
+    return low == 0;
 }
 
 int krn_q4_pack(const krn_q4_weights *w, void *dst)
@@ -281,11 +293,13 @@ int krn_q4_pack(const krn_q4_weights *w, void *dst)
     size_t bytes = krn_q4_pack_size(w);
     if (!bytes || !w->b_data || !w->scales || !dst)
         return KRN_EINVAL;
-    size_t kb = w->k_blocks;
+    if (w->packed_bf16 && !krn_q4_scales_fit_bf16(w->scales, w->n * w->k_blocks))
+        return KRN_EINVAL;
+    size_t kb = w->k_blocks, rec = krn_q4p_block_bytes(w->packed_bf16);
     uint8_t *out = dst;
     for (size_t n0 = 0; n0 < w->n; n0 += KRN_Q4P_NR)
-        for (size_t b = 0; b < kb; b++, out += KRN_Q4P_BLOCK_BYTES) {
-            float sc[KRN_Q4P_NR];
+        for (size_t b = 0; b < kb; b++, out += rec) {
+            uint32_t sc[KRN_Q4P_NR];
             for (size_t c = 0; c < KRN_Q4P_NR; c++) {
                 size_t n = n0 + c;
                 for (size_t h = 0; h < 4; h++) {
@@ -294,9 +308,17 @@ int krn_q4_pack(const krn_q4_weights *w, void *dst)
                     else
                         memset(out + 32 * h + 4 * c, 0, 4);
                 }
-                sc[c] = n < w->n ? w->scales[n * kb + b] : 0.0f;
+                sc[c] = 0; /* the bits of +0.0f */
+                if (n < w->n)
+                    memcpy(&sc[c], &w->scales[n * kb + b], sizeof sc[c]);
             }
-            memcpy(out + 128, sc, sizeof sc);
+            if (w->packed_bf16)
+                for (size_t c = 0; c < KRN_Q4P_NR; c++) {
+                    uint16_t hi = (uint16_t)(sc[c] >> 16);
+                    memcpy(out + KRN_Q4P_WEIGHT_BYTES + 2 * c, &hi, sizeof hi);
+                }
+            else
+                memcpy(out + KRN_Q4P_WEIGHT_BYTES, sc, sizeof sc);
         }
     return KRN_OK;
 }

@@ -90,6 +90,7 @@ int krn_level_parse(const char *s, krn_level *out);
 typedef struct krn_q4_weights {
     const uint8_t *b_data;   /* [n, k_blocks, block_size / 2] */
     const void *packed;      /* NULL, or krn_q4_pack() of these weights (see below) */
+    bool packed_bf16;        /* the packed copy holds the scales as bfloat16 (see below) */
     const float *scales;     /* [n * k_blocks]; may be negative */
     const uint8_t *zero_pts; /* [n, (k_blocks + 1) / 2], even block in the low nibble; NULL = 8 */
     const float *bias;       /* [n] or NULL */
@@ -136,7 +137,23 @@ void krn_q4_weights_set_blocks(krn_q4_weights *w);
  */
 size_t krn_q4_pack_size(const krn_q4_weights *w);
 
-/* Writes krn_q4_pack_size(w) bytes to dst (64-byte aligned): KRN_OK or KRN_EINVAL. */
+/*
+ * With packed_bf16 set, the packed copy keeps each scale as its upper 16
+ * bits (bfloat16), which is exact, and only allowed, when every scale's low
+ * 16 bits are zero: krn_q4_scales_fit_bf16(). Scales quantized from a
+ * bfloat16 checkpoint (Qwen3's) have this form, since ONNX Runtime's
+ * symmetric quantizer sets scale = -max / 8 from the block's bfloat16 value
+ * of largest magnitude. The copy is then 144 instead of 160 bytes per block
+ * of eight columns, the kernels read 10% fewer bytes, and the results are
+ * bit for bit those of the fp32 scales.
+ */
+bool krn_q4_scales_fit_bf16(const float *scales, size_t count);
+
+/*
+ * Writes krn_q4_pack_size(w) bytes to dst (64-byte aligned): KRN_OK, or
+ * KRN_EINVAL (the form does not apply, or packed_bf16 is set and a scale
+ * does not fit).
+ */
 int krn_q4_pack(const krn_q4_weights *w, void *dst);
 
 /* Plan-time validation of a MatMulNBits binding: KRN_OK or KRN_EINVAL. */

@@ -198,19 +198,27 @@ static inline int krn_q4_zp(const krn_q4_weights *w, size_t n, size_t b)
 
 /*
  * Packed weights (krn_q4_pack): columns in tiles of eight, each tile one
- * contiguous run of k_blocks records of 160 bytes. Record b of tile t, at
- * packed + (t * k_blocks + b) * 160, holds four 32-byte vectors h = 0..3 whose
- * 32-bit lane c is the ONNX weight bytes 4h..4h+3 of block b of column
- * 8t + c (low nibbles k = 8h + 2j, high nibbles k = 8h + 2j + 1 for byte j),
- * then the eight float scales s(8t + c, b). Columns past n are zero bytes
- * with scale 0, which add exact zeros.
+ * contiguous run of k_blocks records. Record b of tile t, at packed +
+ * (t * k_blocks + b) * krn_q4p_block_bytes(), holds four 32-byte vectors
+ * h = 0..3 whose 32-bit lane c is the ONNX weight bytes 4h..4h+3 of block b
+ * of column 8t + c (low nibbles k = 8h + 2j, high nibbles k = 8h + 2j + 1
+ * for byte j), then the eight scales s(8t + c, b): fp32 (160-byte records)
+ * or, with packed_bf16, their upper halves (144-byte records). Columns past
+ * n are zero bytes with scale 0, which add exact zeros.
  */
 #define KRN_Q4P_NR 8
-#define KRN_Q4P_BLOCK_BYTES 160
+#define KRN_Q4P_WEIGHT_BYTES 128
+#define KRN_Q4P_BLOCK_BYTES_F32 (KRN_Q4P_WEIGHT_BYTES + KRN_Q4P_NR * 4)
+#define KRN_Q4P_BLOCK_BYTES_BF16 (KRN_Q4P_WEIGHT_BYTES + KRN_Q4P_NR * 2)
 
-static inline size_t krn_q4p_tile_bytes(size_t k_blocks)
+static inline size_t krn_q4p_block_bytes(bool bf16)
 {
-    return k_blocks * KRN_Q4P_BLOCK_BYTES;
+    return bf16 ? KRN_Q4P_BLOCK_BYTES_BF16 : KRN_Q4P_BLOCK_BYTES_F32;
+}
+
+static inline size_t krn_q4p_tile_bytes(size_t k_blocks, bool bf16)
+{
+    return k_blocks * krn_q4p_block_bytes(bf16);
 }
 
 /* Numerically safe logistic function shared by the scalar kernels. */

@@ -14,7 +14,8 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: qwen3d synth --preset tiny|0.6b|4b --out DIR [--seed N] [--layers N] [--tokenizer DIR]\n"
+            "usage: qwen3d synth --preset tiny|0.6b|4b --out DIR [--seed N] [--layers N] [--weights bf16|f32]\n"
+            "                    [--tokenizer DIR]\n"
             "\n"
             "Writes a Qwen3 model folder in the ONNX Runtime GenAI INT4 CPU graph form with\n"
             "deterministic random weights: model.onnx, model.onnx.data, genai_config.json and,\n"
@@ -23,12 +24,14 @@ static void usage(FILE *out)
             "  --out DIR       output folder, created with its parents if needed\n"
             "  --seed N        weight seed, 0 .. 2^63-1 (default 1)\n"
             "  --layers N      override the preset's layer count, 1 .. 4096\n"
+            "  --weights W     bf16 (default): weights are bfloat16 values, as in Qwen3's checkpoints,\n"
+            "                  so every scale is too; f32: full fp32 values (scales that fit no 16-bit form)\n"
             "  --tokenizer DIR folder holding the Qwen3 tokenizer files\n");
 }
 
 int cmd_synth(int argc, char **argv)
 {
-    const char *preset = NULL, *out = NULL, *seed_s = NULL, *layers_s = NULL, *tokenizer = NULL;
+    const char *preset = NULL, *out = NULL, *seed_s = NULL, *layers_s = NULL, *tokenizer = NULL, *weights = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
@@ -52,6 +55,10 @@ int cmd_synth(int argc, char **argv)
             if (r < 0)
                 return 2;
             layers_s = v;
+        } else if ((r = cli_opt("synth", argc, argv, &i, "weights", &v)) != 0) {
+            if (r < 0)
+                return 2;
+            weights = v;
         } else if ((r = cli_opt("synth", argc, argv, &i, "tokenizer", &v)) != 0) {
             if (r < 0)
                 return 2;
@@ -77,6 +84,9 @@ int cmd_synth(int argc, char **argv)
     if (layers_s && !cli_parse_i64(layers_s, 1, 4096, &layers))
         return cli_fail("synth", "--layers: '%s' is not an integer in [1, 4096]", layers_s);
     g.layers = layers;
+    if (weights && strcmp(weights, "bf16") && strcmp(weights, "f32"))
+        return cli_fail("synth", "--weights: '%s' is not bf16 or f32", weights);
+    g.f32_weights = weights && !strcmp(weights, "f32");
     if (tokenizer && !*tokenizer)
         return cli_fail("synth", "--tokenizer: empty folder name");
 
@@ -90,9 +100,10 @@ int cmd_synth(int argc, char **argv)
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-    printf("%s: preset %s, %" PRId64 " layers, seed %" PRId64 ", %zu nodes, %zu initializers, %" PRIu64
+    printf("%s: preset %s, %" PRId64 " layers, seed %" PRId64 ", %s weights, %zu nodes, %zu initializers, %" PRIu64
            " bytes (model.onnx %" PRIu64 ", model.onnx.data %" PRIu64 "), %.2f s\n",
-           out, g.preset, g.layers, seed, res.n_nodes, res.n_initializers, res.onnx_bytes + res.data_bytes,
+           out, g.preset, g.layers, seed, g.f32_weights ? "f32" : "bf16", res.n_nodes, res.n_initializers,
+           res.onnx_bytes + res.data_bytes,
            res.onnx_bytes, res.data_bytes, secs);
     return 0;
 }

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Model-level: qwen3d's teacher-forced logits against ONNX Runtime's on the
 # same folder, for the tiny preset and a 0.6b-width model with 4 layers, and
-# on each written again by another ONNX writer. A 7-id prompt, then 32
+# on each written again by another ONNX writer; the tiny preset once more
+# with full fp32 weights (scales that fit no 16-bit form). A 7-id prompt, then 32
 # teacher-forced decode steps: 33 logits rows per run. The tolerance comes
 # from ONNX Runtime itself (accuracy_level 4 against 0), see compare-logits.js.
 # Greedy output must also be identical for 1 and 2 threads and across runs.
@@ -42,6 +43,18 @@ for m in tiny w06l4; do
   compare "$m-rewritten" "$work/$m-rewritten" "$work/$m"
   rm -rf "$work/$m-rewritten" "$work/$m-acc0"
 done
+
+# Weights quantized from a bfloat16 checkpoint (synth's default, like Qwen3's)
+# have bfloat16 scales, which the packed copy keeps in 16 bits; full fp32
+# weights give scales that need all 32, and that copy must agree with ONNX
+# Runtime as well.
+"$QWEN3D" synth --preset tiny --weights f32 --out "$work/tiny-f32" >"$work/synth-f32.log" 2>&1 ||
+  ort_fail "qwen3d synth --weights f32: $(tail -n 3 "$work/synth-f32.log")"
+"$QWEN3D" inspect --model "$work/tiny" | grep -q "packed, bf16 scales" ||
+  ort_fail "inspect shows no projection with bf16 scales on the tiny model"
+"$QWEN3D" inspect --model "$work/tiny-f32" | grep -q "packed, bf16 scales" &&
+  ort_fail "inspect shows bf16 scales on the fp32-weight tiny model"
+compare tiny-f32 "$work/tiny-f32" "$work/tiny-f32"
 
 # The fused plan (plan rewrites: SiLU(gate)*up in one step, RMSNorm that
 # quantizes the activations of the int8 projections reading it) must give the

@@ -446,6 +446,60 @@ START_TEST(mmnb_i8_vs_f32_ref)
 END_TEST
 
 /*
+ * The bfloat16 record of scales (packed_bf16): the same weights with their
+ * scales cut to bfloat16 values, packed both ways, must give the same
+ * results bit for bit (the record only stores the same floats in fewer
+ * bytes); scales that do not fit are refused.
+ */
+static void mmnb_bf16_case(const krn_table *lv, const qweights *q, size_t m, const float *a, size_t lda,
+                           const void *qa, size_t ldy)
+{
+    krn_q4_weights w = q->w;
+    size_t n = w.n, count = n * w.k_blocks;
+    w.packed_bf16 = true;
+    if (!krn_q4_scales_fit_bf16(w.scales, count)) {
+        uint8_t probe[64];
+        ck_assert_int_eq(krn_q4_pack(&w, probe), KRN_EINVAL);
+    }
+    float *cut = xmalloc(count * sizeof *cut);
+    for (size_t i = 0; i < count; i++) {
+        uint32_t u;
+        memcpy(&u, &w.scales[i], sizeof u);
+        u &= 0xFFFF0000u;
+        memcpy(&cut[i], &u, sizeof u);
+    }
+    ck_assert(krn_q4_scales_fit_bf16(cut, count));
+    w.scales = cut;
+    float *y[2];
+    for (int v = 0; v < 2; v++) {
+        w.packed_bf16 = v == 1;
+        size_t sz = krn_q4_pack_size(&w);
+        ck_assert_uint_eq(sz, (n + 7) / 8 * w.k_blocks * (v ? 144 : 160));
+        void *pk = aligned_alloc(64, (sz + 63) & ~(size_t)63);
+        ck_assert_ptr_nonnull(pk);
+        ck_assert_int_eq(krn_q4_pack(&w, pk), KRN_OK);
+        w.packed = pk;
+        y[v] = xmalloc(m * ldy * sizeof(float));
+        for (size_t i = 0; i < m * ldy; i++)
+            y[v][i] = -12345.0f;
+        krn_mmnb_args args = {.w = w, .m = m, .a = a, .a_ld = lda, .qa = qa, .y = y[v], .y_ld = ldy};
+        size_t cut_at = n / 3 + (n > 1);
+        lv->mmnb_i8.fn(&args, 0, cut_at);
+        lv->mmnb_i8.fn(&args, cut_at, n);
+        free(pk);
+        w.packed = NULL;
+    }
+    for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < ldy; j++)
+            ck_assert_msg(memcmp(&y[0][i * ldy + j], &y[1][i * ldy + j], sizeof(float)) == 0,
+                          "%s (packed, bf16 scales) m=%zu n=%zu k=%zu at (%zu,%zu): %a vs %a", lv->mmnb_i8.name,
+                          m, n, w.k, i, j, (double)y[1][i * ldy + j], (double)y[0][i * ldy + j]);
+    free(y[0]);
+    free(y[1]);
+    free(cut);
+}
+
+/*
  * One shape, every level against the reference in both modes.
  * fp32 mode: both sides form identical W_k and differ only in summation order
  * (vector lanes, block partial sums): |diff| <= 2 (K + 16) u (sum|a_k W_k| + |bias|).
@@ -553,6 +607,8 @@ static void mmnb_case(const krn_table *lv, size_t m, size_t n, size_t k, size_t 
                 ck_assert(yl[i * ldy + j] == -12345.0f);
         }
     }
+    if (packed)
+        mmnb_bf16_case(lv, &q, m, a, lda, qa, ldy);
     free(packed);
     free(a);
     free(yr);
@@ -646,8 +702,8 @@ END_TEST
 
 /*
  * Repacking: only block 32 without zero points; the size covers whole
- * 8-column tiles; every weight byte and scale lands where krn_internal.h
- * says, padding columns are zero.
+ * 8-column tiles; every weight byte and scale (fp32 or bfloat16 record)
+ * lands where krn_internal.h says, padding columns are zero.
  */
 START_TEST(q4_pack_layout)
 {
@@ -667,29 +723,70 @@ START_TEST(q4_pack_layout)
             qw_make(&q, n, k, 32, false, false, 0.1f, &r);
             size_t kb = q.w.k_blocks, tiles = (n + 7) / 8;
             size_t sz = krn_q4_pack_size(&q.w);
-            ck_assert_uint_eq(sz, tiles * kb * 160);
             uint8_t *pk = aligned_alloc(64, (sz + 63) & ~(size_t)63);
             ck_assert_ptr_nonnull(pk);
-            memset(pk, 0xEE, sz);
-            ck_assert_int_eq(krn_q4_pack(&q.w, pk), KRN_OK);
-            for (size_t t = 0; t < tiles; t++)
-                for (size_t b = 0; b < kb; b++) {
-                    const uint8_t *g = pk + (t * kb + b) * 160;
-                    for (size_t c = 0; c < 8; c++) {
-                        size_t col = 8 * t + c;
-                        bool have = col < n;
-                        float sc;
-                        memcpy(&sc, g + 128 + 4 * c, 4);
-                        ck_assert(sc == (have ? q.scales[col * kb + b] : 0.0f));
-                        for (size_t h = 0; h < 4; h++)
-                            for (size_t j = 0; j < 4; j++)
-                                ck_assert_int_eq(g[32 * h + 4 * c + j],
-                                                 have ? q.b[(col * kb + b) * 16 + 4 * h + j] : 0);
+            /* The fp32 record, then the bfloat16 one: the same weight bytes, then each scale's upper half. */
+            for (int v = 0; v < 2; v++) {
+                if (v) {
+                    for (size_t i = 0; i < n * kb; i++) {
+                        uint32_t u;
+                        memcpy(&u, &q.scales[i], 4);
+                        u &= 0xFFFF0000u;
+                        memcpy(&q.scales[i], &u, 4);
                     }
+                    q.w.packed_bf16 = true;
                 }
+                size_t rec = v ? 144 : 160;
+                ck_assert_uint_eq(krn_q4_pack_size(&q.w), tiles * kb * rec);
+                memset(pk, 0xEE, sz);
+                ck_assert_int_eq(krn_q4_pack(&q.w, pk), KRN_OK);
+                for (size_t t = 0; t < tiles; t++)
+                    for (size_t b = 0; b < kb; b++) {
+                        const uint8_t *g = pk + (t * kb + b) * rec;
+                        for (size_t c = 0; c < 8; c++) {
+                            size_t col = 8 * t + c;
+                            bool have = col < n;
+                            uint32_t want = 0, got = 0;
+                            if (have)
+                                memcpy(&want, &q.scales[col * kb + b], 4);
+                            if (v) {
+                                uint16_t hi;
+                                memcpy(&hi, g + 128 + 2 * c, 2);
+                                got = (uint32_t)hi << 16;
+                            } else {
+                                memcpy(&got, g + 128 + 4 * c, 4);
+                            }
+                            ck_assert_uint_eq(got, want);
+                            for (size_t h = 0; h < 4; h++)
+                                for (size_t j = 0; j < 4; j++)
+                                    ck_assert_int_eq(g[32 * h + 4 * c + j],
+                                                     have ? q.b[(col * kb + b) * 16 + 4 * h + j] : 0);
+                        }
+                    }
+            }
+            ck_assert(pk[tiles * kb * 144] == 0xEE); /* nothing written past the smaller copy */
             free(pk);
             qw_free(&q);
         }
+
+    /* Which scales fit bfloat16: exactly those whose low 16 bits are zero. */
+    static const uint32_t fit[] = {0x00000000u, 0x80000000u, 0x3F800000u, 0xBE800000u, 0x00010000u,
+                                   0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x7F7F0000u};
+    static const uint32_t unfit[] = {0x3F808000u, 0x00000001u, 0x3E99999Au, 0x7F7FFFFFu, 0x80008000u};
+    for (size_t i = 0; i < sizeof fit / sizeof fit[0]; i++) {
+        float f[3] = {1.0f, 0.0f, -2.0f};
+        memcpy(&f[1], &fit[i], 4);
+        ck_assert_msg(krn_q4_scales_fit_bf16(f, 3), "0x%08x should fit", fit[i]);
+    }
+    for (size_t i = 0; i < sizeof unfit / sizeof unfit[0]; i++)
+        for (size_t at = 0; at < 37; at += 12) { /* first, middle and last of a vector-sized run */
+            float f[37];
+            for (size_t j = 0; j < 37; j++)
+                f[j] = (float)j;
+            memcpy(&f[at], &unfit[i], 4);
+            ck_assert_msg(!krn_q4_scales_fit_bf16(f, 37), "0x%08x at %zu should not fit", unfit[i], at);
+        }
+    ck_assert(krn_q4_scales_fit_bf16(NULL, 0));
 }
 END_TEST
 

@@ -31,9 +31,21 @@
 #define TINY_SEED 7
 
 static char tmp_root[2048];
-static char dir_a[2300], dir_b[2300], dir_c[2300], tok_dir[2300];
+static char dir_a[2300], dir_b[2300], dir_c[2300], dir_d[2300], tok_dir[2300];
 
 /* ---- helpers ---- */
+
+/* Whether every value is a bfloat16 value (its low 16 bits are zero). */
+static bool all_bf16(const float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], sizeof u);
+        if (u & 0xFFFFu)
+            return false;
+    }
+    return true;
+}
 
 typedef struct mapped {
     uint8_t *p;
@@ -339,6 +351,7 @@ static void tiny_setup(void)
     snprintf(dir_a, sizeof dir_a, "%s/a/nested", tmp_root);
     snprintf(dir_b, sizeof dir_b, "%s/b", tmp_root);
     snprintf(dir_c, sizeof dir_c, "%s/c", tmp_root);
+    snprintf(dir_d, sizeof dir_d, "%s/d", tmp_root);
     snprintf(tok_dir, sizeof tok_dir, "%s/tok", tmp_root);
     rm_rf(tmp_root);
 
@@ -356,6 +369,8 @@ static void tiny_setup(void)
     snprintf(seed, sizeof seed, "%d", TINY_SEED);
     char *argv[] = {"synth", "--preset", "tiny", "--out", dir_a, "--seed", seed, "--tokenizer", tok_dir};
     ck_assert_int_eq(cmd_synth(9, argv), 0);
+    char *argv_d[] = {"synth", "--preset", "tiny", "--out", dir_d, "--seed", seed, "--weights", "f32"};
+    ck_assert_int_eq(cmd_synth(9, argv_d), 0);
 
     eng_synth_geom g;
     ck_assert_int_eq(eng_synth_preset("tiny", &g), 0);
@@ -411,26 +426,30 @@ START_TEST(tiny_inventory_and_layout)
 }
 END_TEST
 
-/* Dequantizes every MatMulNBits weight from the file and compares it with the generator. */
-START_TEST(tiny_weights_match_generator)
+/*
+ * Dequantizes every MatMulNBits weight of DIR's file and compares it with the
+ * generator for geometry G; returns how many rows of weights and of scales
+ * hold a value that is not a bfloat16 value.
+ */
+static int64_t check_proj_weights(const char *dir, const eng_synth_geom *g)
 {
-    eng_synth_geom g;
-    eng_synth_preset("tiny", &g);
-    Onnx__ModelProto *m = load_model(dir_a);
+    Onnx__ModelProto *m = load_model(dir);
     const Onnx__GraphProto *gr = m->graph;
     char path[2600];
-    snprintf(path, sizeof path, "%s/model.onnx.data", dir_a);
+    snprintf(path, sizeof path, "%s/model.onnx.data", dir);
     mapped data = map_file(path);
     int checked = 0;
+    int64_t not_bf16 = 0;
     for (size_t i = 0; i < gr->n_node; i++) {
         const Onnx__NodeProto *n = gr->node[i];
         if (strcmp(n->op_type, "MatMulNBits"))
             continue;
         const Onnx__TensorProto *bt = find_init(gr, n->input[1]), *st = find_init(gr, n->input[2]);
         eng_synth_proj p;
-        ck_assert_msg(eng_synth_proj_by_name(&g, bt->name, &p) == 0, "unknown weight %s", bt->name);
+        ck_assert_msg(eng_synth_proj_by_name(g, bt->name, &p) == 0, "unknown weight %s", bt->name);
         ck_assert_int_eq(p.n, attr_i(n, "N"));
         ck_assert_int_eq(p.k, attr_i(n, "K"));
+        ck_assert(p.bf16 == !g->f32_weights);
         const uint8_t *b = data.p + strtoull(ext_value(bt, "offset"), NULL, 10);
         const float *sc = (const float *)(const void *)(data.p + strtoull(ext_value(st, "offset"), NULL, 10));
         int64_t kb = p.k / 32;
@@ -438,6 +457,7 @@ START_TEST(tiny_weights_match_generator)
         ck_assert(row);
         for (int64_t r = 0; r < p.n; r++) {
             eng_synth_proj_row(&p, TINY_SEED, r, row);
+            not_bf16 += !all_bf16(row, p.k) + !all_bf16(sc + r * kb, kb);
             for (int64_t k = 0; k < p.k; k++) {
                 float s;
                 memcpy(&s, &sc[r * kb + k / 32], sizeof s);
@@ -455,7 +475,24 @@ START_TEST(tiny_weights_match_generator)
         free(row);
         checked++;
     }
-    ck_assert_int_eq(checked, 5 * (int)g.layers + 1);
+    ck_assert_int_eq(checked, 5 * (int)g->layers + 1);
+    unmap_file(data);
+    onnx__model_proto__free_unpacked(m, NULL);
+    return not_bf16;
+}
+
+/* Dequantizes every MatMulNBits weight from the file and compares it with the generator. */
+START_TEST(tiny_weights_match_generator)
+{
+    eng_synth_geom g;
+    eng_synth_preset("tiny", &g);
+    /* Weights are bfloat16 values, as in Qwen3's checkpoints, and so are their scales (-max / 8). */
+    ck_assert_int_eq(check_proj_weights(dir_a, &g), 0);
+    Onnx__ModelProto *m = load_model(dir_a);
+    const Onnx__GraphProto *gr = m->graph;
+    char path[2600];
+    snprintf(path, sizeof path, "%s/model.onnx.data", dir_a);
+    mapped data = map_file(path);
 
     /* The fp32 embedding holds the generator's values exactly: the lm_head is its tied copy. */
     const Onnx__TensorProto *emb = find_init(gr, "model.embed_tokens.weight");
@@ -473,7 +510,7 @@ START_TEST(tiny_weights_match_generator)
     /* Embedding std about 2/sqrt(D), so the logits of a unit-RMS hidden state spread by about 2. */
     double std = sqrt(sum2 / (4 * 256));
     ck_assert_msg(std > 1.6 / sqrt(256.0) && std < 2.4 / sqrt(256.0), "embedding std %g", std);
-    float u = eng_synth_uniform(TINY_SEED, lm.tensor_id, (uint64_t)(g.vocab - 1) * 256 + 3, lm.amp);
+    float u = eng_synth_uniform(TINY_SEED, lm.tensor_id, (uint64_t)(g.vocab - 1) * 256 + 3, lm.amp, true);
     ck_assert(memcmp(&row[3], &u, sizeof u) == 0);
 
     /* cos_cache[t][i] = cos(t * theta^(-2i/H)) in float32. */
@@ -492,6 +529,25 @@ START_TEST(tiny_weights_match_generator)
     }
     unmap_file(data);
     onnx__model_proto__free_unpacked(m, NULL);
+}
+END_TEST
+
+/* --weights f32: the same graph, full fp32 weights, so most rows of scales fit no 16-bit form. */
+START_TEST(tiny_f32_weights)
+{
+    eng_synth_geom g;
+    eng_synth_preset("tiny", &g);
+    g.f32_weights = true;
+    int64_t rows = 0;
+    for (int k = 0; k < 5; k++)
+        rows += 2 * eng_synth_proj_of(&g, 0, (eng_synth_proj_kind)k).n * g.layers;
+    rows += 2 * g.vocab;
+    int64_t not_bf16 = check_proj_weights(dir_d, &g);
+    ck_assert_msg(not_bf16 > rows * 9 / 10, "only %" PRId64 " of %" PRId64 " rows are not bfloat16", not_bf16, rows);
+    char x[2600], y[2600];
+    snprintf(x, sizeof x, "%s/model.onnx", dir_a);
+    snprintf(y, sizeof y, "%s/model.onnx", dir_d);
+    ck_assert_msg(files_equal(x, y), "the graph must not depend on the weights' precision");
 }
 END_TEST
 
@@ -788,6 +844,8 @@ START_TEST(cli_rejects_bad_arguments)
     ck_assert_int_eq(cmd_synth(7, a9), 2);
     char *a10[] = {"synth", "--preset=tiny", "--out=", "--seed=3"};
     ck_assert_int_eq(cmd_synth(4, a10), 2);
+    char *a12[] = {"synth", "--preset", "tiny", "--out", "x", "--weights", "f16"};
+    ck_assert_int_eq(cmd_synth(7, a12), 2);
 
     /* A missing tokenizer fails before anything is written. */
     char out[2400], tok[2400];
@@ -822,6 +880,7 @@ int main(void)
     tcase_add_test(tt, tiny_deterministic);
     tcase_add_test(tt, tiny_inventory_and_layout);
     tcase_add_test(tt, tiny_weights_match_generator);
+    tcase_add_test(tt, tiny_f32_weights);
     tcase_add_test(tt, tiny_genai_config_and_tokenizer);
     suite_add_tcase(s, tt);
 

@@ -12,7 +12,8 @@
  * each block's int32 dot of the unsigned q is exact, and per block and row
  * one FMA takes off the zero point's share in floating point (sA * dot -
  * 8 * sA * qsum, the second term from the quantizer, as ONNX Runtime's
- * block-sum form does) and one more applies sB to all eight columns; an
+ * block-sum form does) and one more applies sB to all eight columns (read
+ * as fp32, or widened from the bfloat16 record of scales that fit it); an
  * integer correction cost three more instructions per row, among them a
  * transfer from a general register. Register tiles are MR rows x 8
  * columns: each block's weights are unpacked once for all MR rows, so prefill
@@ -358,6 +359,13 @@ static void store_tile(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, 
 /* Software prefetch distance in the packed weight stream (bytes). */
 #define PF_DIST 2048
 
+/* Eight bfloat16 values at p as floats: each is the upper half of its float. */
+INLINE __m256 bf16x8(const uint8_t *p)
+{
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
 /* The 4 int8 activations at p in all eight 32-bit lanes. */
 INLINE __m256i bcast4(const int8_t *p)
 {
@@ -383,11 +391,12 @@ INLINE __m256i bcast4(const int8_t *p)
  * block are unpacked once for all MR rows. PF prefetches the stream ahead
  * (the first row tile of a row block is the one that reads it from memory).
  */
-INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *out, const int MR, bool pf)
+INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *out, const int MR, const bool BF16,
+                          bool pf)
 {
     const krn_q4_weights *w = &a->w;
-    const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, 32);
-    const uint8_t *g = (const uint8_t *)w->packed + (n0 / KRN_Q4P_NR) * krn_q4p_tile_bytes(kb);
+    const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, 32), rec = krn_q4p_block_bytes(BF16);
+    const uint8_t *g = (const uint8_t *)w->packed + (n0 / KRN_Q4P_NR) * krn_q4p_tile_bytes(kb, BF16);
     const int8_t *q = krn_qa_q((void *)a->qa, m0, kb, 32);
     const float *sa = krn_qa_scale((void *)a->qa, m0, kb, 32);
     const float *zs = krn_qa_zp8_sum((void *)a->qa, m0, kb, 32);
@@ -396,7 +405,7 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
 
     UNROLL for (int i = 0; i < MR; i++)
         acc[i] = _mm256_setzero_ps();
-    for (size_t b = 0; b < kb; b++, g += KRN_Q4P_BLOCK_BYTES, q += 32) {
+    for (size_t b = 0; b < kb; b++, g += rec, q += 32) {
         /*
          * The hardware prefetcher alone leaves the stream at ~13 GB/s on the
          * machines measured; asking for the lines 2 KiB ahead (prefetches
@@ -418,7 +427,8 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
                 s16[i] = h ? _mm256_add_epi16(s16[i], p) : p;
             }
         }
-        const __m256 sb = _mm256_loadu_ps((const float *)(const void *)(g + 128));
+        const __m256 sb = BF16 ? bf16x8(g + KRN_Q4P_WEIGHT_BYTES)
+                               : _mm256_loadu_ps((const float *)(const void *)(g + KRN_Q4P_WEIGHT_BYTES));
         UNROLL for (int i = 0; i < MR; i++) {
             const size_t ro = (size_t)i * rb; /* the next row's statistics, in bytes */
             const float *sai = (const float *)(const void *)((const char *)sa + ro);
@@ -437,13 +447,13 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
  * constant: the lane kernel on packed weights, else the in-place one.
  */
 INLINE void i8_tile_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, float *out, const bool PACKED,
-                         const bool ZP, bool pf)
+                         const bool ZP, const bool BF16, bool pf)
 {
     switch (mr) {
-    case 4: PACKED ? i8_lanes_tile(a, m0, n0, out, 4, pf) : i8_tile32(a, m0, n0, out, 4, ZP); break;
-    case 3: PACKED ? i8_lanes_tile(a, m0, n0, out, 3, pf) : i8_tile32(a, m0, n0, out, 3, ZP); break;
-    case 2: PACKED ? i8_lanes_tile(a, m0, n0, out, 2, pf) : i8_tile32(a, m0, n0, out, 2, ZP); break;
-    default: PACKED ? i8_lanes_tile(a, m0, n0, out, 1, pf) : i8_tile32(a, m0, n0, out, 1, ZP); break;
+    case 4: PACKED ? i8_lanes_tile(a, m0, n0, out, 4, BF16, pf) : i8_tile32(a, m0, n0, out, 4, ZP); break;
+    case 3: PACKED ? i8_lanes_tile(a, m0, n0, out, 3, BF16, pf) : i8_tile32(a, m0, n0, out, 3, ZP); break;
+    case 2: PACKED ? i8_lanes_tile(a, m0, n0, out, 2, BF16, pf) : i8_tile32(a, m0, n0, out, 2, ZP); break;
+    default: PACKED ? i8_lanes_tile(a, m0, n0, out, 1, BF16, pf) : i8_tile32(a, m0, n0, out, 1, ZP); break;
     }
 }
 
@@ -453,7 +463,8 @@ INLINE void i8_tile_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0
  * tile computes it whole; in place: four from wherever the range starts),
  * register tiles of MR_TILE rows. PACKED and ZP are constants at every call.
  */
-INLINE void i8_cols32(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool PACKED, const bool ZP)
+INLINE void i8_cols32(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool PACKED, const bool ZP,
+                      const bool BF16)
 {
     const size_t nt = PACKED ? KRN_Q4P_NR : 4;
     float out[MR_TILE * KRN_Q4P_NR] __attribute__((aligned(32)));
@@ -463,7 +474,7 @@ INLINE void i8_cols32(const krn_mmnb_args *a, size_t n_begin, size_t n_end, cons
         for (size_t n0 = first; n0 < n_end; n0 += nt)
             for (size_t m0 = mb; m0 < me; m0 += MR_TILE) {
                 size_t mr = me - m0 < MR_TILE ? me - m0 : MR_TILE;
-                i8_tile_rows(a, m0, mr, n0, out, PACKED, ZP, m0 == mb);
+                i8_tile_rows(a, m0, mr, n0, out, PACKED, ZP, BF16, m0 == mb);
                 store_tile(a, m0, mr, n0, n_begin, n_end, out, nt);
             }
     }
@@ -527,12 +538,14 @@ void krn_avx2_mmnb_i8(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
     if (n_begin >= n_end)
         return;
     bool packed = w->packed && !w->zero_pts;
-    if (w->block_size == 32 && packed)
-        i8_cols32(a, n_begin, n_end, true, false);
+    if (w->block_size == 32 && packed && w->packed_bf16)
+        i8_cols32(a, n_begin, n_end, true, false, true);
+    else if (w->block_size == 32 && packed)
+        i8_cols32(a, n_begin, n_end, true, false, false);
     else if (w->block_size == 32 && w->zero_pts)
-        i8_cols32(a, n_begin, n_end, false, true);
+        i8_cols32(a, n_begin, n_end, false, true, false);
     else if (w->block_size == 32)
-        i8_cols32(a, n_begin, n_end, false, false);
+        i8_cols32(a, n_begin, n_end, false, false, false);
     else
         for (size_t m = 0; m < a->m; m++)
             for (size_t n = n_begin; n < n_end; n++)

@@ -58,8 +58,8 @@ int main(int argc, char **argv)
         const char *name;
         eng_synth_geom g;
     } geoms[] = {
-        {"l1-d32", {"mini", 1, 32, 32, 2, 1, 16, 32, 16}},
-        {"l2-d64", {"mini", 2, 64, 96, 4, 2, 16, 48, 32}},
+        {"l1-d32", {"mini", 1, 32, 32, 2, 1, 16, 32, 16, false}},
+        {"l2-d64", {"mini", 2, 64, 96, 4, 2, 16, 48, 32, true}},
     };
     static const struct {
         const char *name;
