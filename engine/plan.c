@@ -111,7 +111,8 @@ struct eng_plan {
 struct plan_builder {
     eng_plan *p;
     eng_diag *diag;
-    uint64_t pack_total;  /* bytes of all packed matrices; set by the first packed_slot() */
+    uint64_t pack_total;  /* bytes of all packed matrices (size_packs) */
+    bool *scales_bf16;    /* per node: its packed copy keeps bfloat16 scales (size_packs) */
     bool pack_sized;
 };
 
@@ -1150,11 +1151,12 @@ static bool node_scales_bf16(const eng_plan *p, const eng_node *n)
 
 /*
  * Bytes of krn_q4_pack for a MatMulNBits node as its attributes and scales
- * describe it (0 when the packed form does not apply): the sizing pass of the
- * arena below.
+ * describe it (0 when the packed form does not apply), and in *bf16 the form
+ * of its scales.
  */
-static size_t node_pack_size(const eng_plan *p, const eng_node *n)
+static size_t node_pack_size(const eng_plan *p, const eng_node *n, bool *bf16)
 {
+    *bf16 = false;
     if (strcmp(n->op_type, "MatMulNBits") || eng_node_attr_int(n, "bits", 4) != 4 ||
         eng_node_attr_int(n, "block_size", 0) != 32 || eng_node_attr_int(n, "accuracy_level", 0) != 4 ||
         (n->n_inputs > 3 && n->input_values[3] >= 0))
@@ -1162,9 +1164,29 @@ static size_t node_pack_size(const eng_plan *p, const eng_node *n)
     int64_t N = eng_node_attr_int(n, "N", 0), K = eng_node_attr_int(n, "K", 0);
     if (N <= 0 || K <= 0)
         return 0;
-    krn_q4_weights w = {.n = (size_t)N, .k = (size_t)K, .block_size = 32, .packed_bf16 = node_scales_bf16(p, n)};
+    *bf16 = node_scales_bf16(p, n);
+    krn_q4_weights w = {.n = (size_t)N, .k = (size_t)K, .block_size = 32, .packed_bf16 = *bf16};
     krn_q4_weights_set_blocks(&w);
     return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+/*
+ * The sizing pass of the arena below, once per plan: every node's packed
+ * bytes and scale form, so each node's scales are read once for it. False
+ * when out of memory.
+ */
+static bool size_packs(plan_builder *b)
+{
+    if (b->pack_sized)
+        return true;
+    const eng_graph *g = b->p->g;
+    b->scales_bf16 = calloc(g->n_nodes ? g->n_nodes : 1, sizeof *b->scales_bf16);
+    if (!b->scales_bf16)
+        return false;
+    for (size_t i = 0; i < g->n_nodes; i++)
+        b->pack_total += node_pack_size(b->p, &g->nodes[i], &b->scales_bf16[i]);
+    b->pack_sized = true;
+    return true;
 }
 
 /*
@@ -1179,12 +1201,7 @@ static size_t node_pack_size(const eng_plan *p, const eng_node *n)
 static void *packed_slot(plan_builder *b, const step *s, size_t bytes, uint64_t *counted)
 {
     eng_plan *p = b->p;
-    if (!b->pack_sized) {
-        for (size_t i = 0; i < p->g->n_nodes; i++)
-            b->pack_total += node_pack_size(p, &p->g->nodes[i]);
-        b->pack_sized = true;
-    }
-    size_t total = (size_t)b->pack_total;
+    size_t total = (size_t)b->pack_total; /* size_packs() has run */
     /* The arena is the first packed matrix's buffer; only matrices inside it count for the next offset. */
     uintptr_t base = 0, used = 0;
     for (const step *t = p->steps; t < s; t++) {
@@ -1362,9 +1379,12 @@ static int prep_mmnb(plan_builder *b, step *s)
     /* ONNX Runtime runs accuracy_level 4 with int8 activations where the CPU
      * has int8 kernels (every x86-64 with AVX2 does); lower levels in fp32. */
     m->int8 = acc == 4 && !b->p->opts.matmul_fp32;
-    m->w.packed_bf16 = m->int8 && b->p->krn.q4_packed && node_scales_bf16(b->p, n);
+    bool packing = m->int8 && b->p->krn.q4_packed;
+    if (packing && !size_packs(b))
+        PREP_FAIL(b, s, "out of memory sizing the repacked weights");
+    m->w.packed_bf16 = packing && b->scales_bf16[n - b->p->g->nodes];
     uint64_t resident = B->nbytes + sc->nbytes;
-    size_t pack = m->int8 && b->p->krn.q4_packed ? krn_q4_pack_size(&m->w) : 0;
+    size_t pack = packing ? krn_q4_pack_size(&m->w) : 0;
     if (pack) {
         void *buf = packed_slot(b, s, pack, &resident);
         if (!buf)
@@ -1956,6 +1976,7 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
         }
         s->op->prepare(&b, s);
     }
+    free(b.scales_bf16);
     for (size_t i = 0; i < g->n_nodes; i++) {
         p->steps[i].silu_head = -1;
         p->steps[i].silu_gate = p->steps[i].silu_up = -1;

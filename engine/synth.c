@@ -147,8 +147,10 @@ static inline uint64_t tensor_key(uint64_t seed, uint32_t tid)
  * even) unless f32_weights asks otherwise, so the file's scales have the form
  * a real export's have (-max / 8 of a bfloat16 value).
  */
-static inline float round_bf16(float x)
+static inline float as_weight(float x, bool bf16)
 {
+    if (!bf16)
+        return x;
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
@@ -165,8 +167,7 @@ static inline float draw(uint64_t key, uint64_t index, float step, bool bf16)
 {
     uint64_t h = mix64(key + (index >> 1) * GOLDEN);
     uint32_t u = (index & 1) ? (uint32_t)(h >> 32) : (uint32_t)h;
-    float v = ((float)(u >> 8) - 8388607.5f) * step;
-    return bf16 ? round_bf16(v) : v;
+    return as_weight(((float)(u >> 8) - 8388607.5f) * step, bf16);
 }
 
 static void gen_span(uint64_t key, uint64_t first, int64_t count, float amp, bool bf16, float *out)
@@ -179,10 +180,8 @@ static void gen_span(uint64_t key, uint64_t first, int64_t count, float amp, boo
     }
     for (; i + 1 < count; i += 2) {
         uint64_t h = mix64(key + ((first + (uint64_t)i) >> 1) * GOLDEN);
-        float lo = ((float)((uint32_t)h >> 8) - 8388607.5f) * step;
-        float hi = ((float)((uint32_t)(h >> 32) >> 8) - 8388607.5f) * step;
-        out[i] = bf16 ? round_bf16(lo) : lo;
-        out[i + 1] = bf16 ? round_bf16(hi) : hi;
+        out[i] = as_weight(((float)((uint32_t)h >> 8) - 8388607.5f) * step, bf16);
+        out[i + 1] = as_weight(((float)((uint32_t)(h >> 32) >> 8) - 8388607.5f) * step, bf16);
     }
     if (i < count)
         out[i] = draw(key, first + (uint64_t)i, step, bf16);
@@ -237,7 +236,7 @@ static void gen_norm(uint64_t seed, uint32_t tid, int64_t n, bool bf16, float *o
 {
     gen_span(tensor_key(seed, tid), 0, n, 0.2f, bf16, out);
     for (int64_t i = 0; i < n; i++)
-        out[i] = bf16 ? round_bf16(out[i] + 1.0f) : out[i] + 1.0f;
+        out[i] = as_weight(out[i] + 1.0f, bf16);
 }
 
 /* ---- quantizer ---- */
