@@ -14,6 +14,8 @@ if [ "${1:-}" = "--test" ]; then
   # (libclang-rt-14-dev is only recommended by clang), and llvm for
   # llvm-symbolizer, so a finding's stack trace names functions and lines.
   packages+=(clang libclang-rt-14-dev llvm prometheus curl)
+  # test_kernels runs the avx512 kernels over SIMDe's portable AVX-512 where the CPU lacks it.
+  packages+=(libsimde-dev)
 fi
 
 missing=()

@@ -67,6 +67,22 @@ tests_test_kernels_CFLAGS = $(TEST_CFLAGS)
 tests_test_kernels_LDADD = $(TEST_LDADD)
 TESTS += tests/test_kernels
 
+# The avx512 kernels once more, over SIMDe's portable AVX-512 and renamed, so
+# test_kernels compares their code with the reference on CPUs without AVX-512.
+# -isystem puts the stand-in <immintrin.h> ahead of the compiler's; KRN_TGT
+# drops the VNNI target attribute, which would let GCC emit real AVX-512.
+EXTRA_DIST += tests/emu512/immintrin.h
+if HAVE_SIMDE_AVX512
+check_LIBRARIES += tests/libemu512.a
+tests_libemu512_a_SOURCES = kernels/avx512/mmnb.c kernels/avx512/mmnb_vnni.c
+tests_libemu512_a_CPPFLAGS = -isystem $(srcdir)/tests/emu512 $(AM_CPPFLAGS) -DKRN_TGT= \
+	-Dkrn_avx512_mmnb_i8=krn_emu512_mmnb_i8 -Dkrn_avx512_mmnb_i8_vnni=krn_emu512_mmnb_i8_vnni \
+	-Dkrn_avx512_mmnb_f32=krn_emu512_mmnb_f32
+tests_libemu512_a_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -ffp-contract=off
+tests_test_kernels_CFLAGS += -DQD_EMU_AVX512
+tests_test_kernels_LDADD += tests/libemu512.a
+endif
+
 # Model level: teacher-forced logits against ONNX Runtime (tiny and a 0.6b-width
 # model with 4 layers, each also as written by another writer), and greedy
 # determinism across thread counts.

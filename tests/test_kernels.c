@@ -60,7 +60,25 @@ static float *frand(size_t n, rng *r, float lo, float hi)
     return p;
 }
 
-/* The SIMD levels this CPU has, for loops that compare them with ref. */
+#ifdef QD_EMU_AVX512
+/*
+ * kernels/avx512/ compiled a second time over SIMDe's portable AVX-512
+ * (tests/emu512/immintrin.h), under these names: on a CPU without AVX-512
+ * the avx512 kernels' code is still compared with the reference.
+ */
+void krn_emu512_mmnb_i8(const krn_mmnb_args *a, size_t b, size_t e);
+void krn_emu512_mmnb_i8_vnni(const krn_mmnb_args *a, size_t b, size_t e);
+void krn_emu512_mmnb_f32(const krn_mmnb_args *a, size_t b, size_t e);
+#endif
+
+/* Room for every table simd_levels() may give. */
+#define MAX_TABS (KRN_LEVEL_COUNT + 2)
+
+/*
+ * The SIMD levels this CPU has, for loops that compare them with ref; where
+ * it lacks AVX-512, the avx512 tables (with and without VNNI) built from the
+ * emulated kernels, when the tests were built with them.
+ */
 static int simd_levels(krn_table *tabs)
 {
     int n = 0;
@@ -68,6 +86,23 @@ static int simd_levels(krn_table *tabs)
         if (krn_table_for_level((krn_level)l, &tabs[n]) == KRN_OK)
             n++;
     }
+#ifdef QD_EMU_AVX512
+    krn_table base;
+    if (krn_table_for_level(KRN_LEVEL_AVX512, &base) != KRN_OK &&
+        krn_table_for_level(KRN_LEVEL_AVX2, &base) == KRN_OK)
+        for (int vnni = 0; vnni < 2; vnni++) {
+            /* As krn.c's avx512 table: AVX2 everywhere but the matmuls, which read the ONNX layout. */
+            krn_table *t = &tabs[n++];
+            *t = base;
+            t->level = KRN_LEVEL_AVX512;
+            t->level_name = vnni ? "avx512vnni (emulated)" : "avx512 (emulated)";
+            t->q4_packed = false;
+            t->mmnb_f32.fn = krn_emu512_mmnb_f32;
+            t->mmnb_f32.name = "mmnb_f32.avx512 (emulated)";
+            t->mmnb_i8.fn = vnni ? krn_emu512_mmnb_i8_vnni : krn_emu512_mmnb_i8;
+            t->mmnb_i8.name = vnni ? "mmnb_i8.avx512vnni (emulated)" : "mmnb_i8.avx512 (emulated)";
+        }
+#endif
     return n;
 }
 
@@ -149,6 +184,12 @@ START_TEST(levels_and_names)
     krn_describe(line, sizeof line);
     ck_assert_ptr_nonnull(strstr(line, krn_level_name(best)));
     fprintf(stderr, "test_kernels: %s\n", line);
+    krn_table tabs[MAX_TABS];
+    int nl = simd_levels(tabs);
+    for (int i = 0; i < nl; i++)
+        if (strstr(tabs[i].level_name, "emulated"))
+            fprintf(stderr, "test_kernels: also %s: %s, %s\n", tabs[i].level_name, tabs[i].mmnb_i8.name,
+                    tabs[i].mmnb_f32.name);
 }
 END_TEST
 
@@ -381,7 +422,7 @@ START_TEST(quant_a8_definition)
             ck_assert_int_eq(krn_qa_qs8(qa, 0, kb, bs)[8 * p + l], b < kb ? qs[b] : 0);
         }
 
-    krn_table tabs[KRN_LEVEL_COUNT];
+    krn_table tabs[MAX_TABS];
     int nl = simd_levels(tabs);
     for (int l = 0; l < nl; l++) {
         void *q2 = qa_alloc(1, k, bs);
@@ -622,7 +663,7 @@ START_TEST(mmnb_levels_grid)
     static const size_t ms[] = {1, 2, 3, 7, 16, 33};
     static const size_t ns[] = {1, 7, 31, 33, 127, 129};
     static const size_t ks[] = {32, 64, 96, 1024, 40, 100};
-    krn_table tabs[KRN_LEVEL_COUNT];
+    krn_table tabs[MAX_TABS];
     int nl = simd_levels(tabs);
     if (nl == 0)
         fprintf(stderr, "test_kernels: no SIMD level on this CPU, grid skipped\n");
@@ -664,7 +705,7 @@ START_TEST(mmnb_levels_projection_shapes)
         {1024, 4096}, {2048, 1024}, {1024, 3072}, {3072, 1024}, {1024, 151936},  /* 0.6B */
         {2560, 6144}, {4096, 2560}, {2560, 9728}, {9728, 2560}, {2560, 151936},  /* 4B */
     };
-    krn_table tabs[KRN_LEVEL_COUNT];
+    krn_table tabs[MAX_TABS];
     int nl = simd_levels(tabs);
     rng r = {1717};
     for (int l = 0; l < nl; l++)
@@ -679,7 +720,7 @@ END_TEST
 
 START_TEST(mmnb_levels_block_sizes_and_edges)
 {
-    krn_table tabs[KRN_LEVEL_COUNT];
+    krn_table tabs[MAX_TABS];
     int nl = simd_levels(tabs);
     rng r = {31337};
     static const size_t bss[] = {16, 64, 128, 256};
@@ -896,7 +937,7 @@ static void norm_case(const krn_table *lv, size_t rows, size_t n, size_t group, 
 START_TEST(norms)
 {
     static const size_t ns[] = {1, 7, 8, 31, 128, 1000, 1024};
-    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
     int nl = 1 + simd_levels(tabs + 1);
     rng r = {5};
@@ -921,7 +962,7 @@ END_TEST
 START_TEST(norm_quant_fused)
 {
     static const size_t ns[] = {32, 100, 1024};
-    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
     int nl = 1 + simd_levels(tabs + 1);
     rng r = {55};
@@ -975,7 +1016,7 @@ END_TEST
  */
 START_TEST(rotary)
 {
-    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
     int nl = 1 + simd_levels(tabs + 1);
     rng r = {8};
@@ -1164,7 +1205,7 @@ END_TEST
 /* Row stores into a strided cache: fp32 copies, fp16 as the portable conversion, every level. */
 START_TEST(kv_store)
 {
-    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
     int nl = 1 + simd_levels(tabs + 1);
     rng r = {21};
@@ -1361,7 +1402,7 @@ START_TEST(gqa)
         {70, 1, 16, 8, 128, -1, 0, true, true}, {300, 1, 4, 1, 128, -1, 0, false, true},
         {0, 37, 4, 2, 128, -1, 0, true, true},  {12, 9, 6, 3, 36, 5, 0, true, true},
     };
-    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
     int nl = 1 + simd_levels(tabs + 1);
     rng r = {4242};
@@ -1391,7 +1432,7 @@ START_TEST(elementwise)
     for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
         a[i * 7] = specials[i];
     float *yr = xmalloc(n * sizeof(float)), *yl = xmalloc(n * sizeof(float));
-    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
     int nl = 1 + simd_levels(tabs + 1);
 
@@ -1472,7 +1513,7 @@ START_TEST(gather)
         y[i] = -1;
     krn_gather_args a = {.table = table, .table_ld = ld, .n_rows = rows, .n_cols = cols, .idx = idx,
                          .n_idx = 5, .y = y, .y_ld = 7};
-    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
     int nl = 1 + simd_levels(tabs + 1);
     for (int l = 0; l < nl; l++) {

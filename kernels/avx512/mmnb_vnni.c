@@ -7,6 +7,8 @@
 #include "kernels/krn_internal.h"
 
 #define KRN_VNNI 1
+#ifndef KRN_TGT
 #define KRN_TGT __attribute__((target("avx512vnni")))
+#endif
 #define KRN_I8_FN krn_avx512_mmnb_i8_vnni
 #include "kernels/avx512/mmnb_i8.h"

@@ -1,0 +1,49 @@
+/*
+ * tests/emu512/immintrin.h: test-only stand-in for <immintrin.h> that lets
+ * kernels/avx512/ compile and run on a CPU without AVX-512. It includes the
+ * real header, then SIMDe's portable AVX-512 (the Debian package
+ * libsimde-dev), whose native aliases turn every _mm512_ call into its
+ * emulation. The few intrinsics SIMDe 0.7.4 lacks or aliases wrongly are
+ * defined below from their Intel definitions. Only test_kernels links the
+ * objects built this way (under other names); an intrinsic that neither
+ * provides falls through to GCC's own and fails to compile (target
+ * mismatch), so nothing can silently run real AVX-512 code.
+ */
+#ifndef QD_EMU512_IMMINTRIN_H
+#define QD_EMU512_IMMINTRIN_H
+
+#include_next <immintrin.h>
+
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+
+/* SIMDe 0.7.4 aliases _mm512_madd_epi16 to the masked form's four arguments. */
+#undef _mm512_madd_epi16
+#define _mm512_madd_epi16(a, b) simde_mm512_madd_epi16(a, b)
+
+/* Lanes of k take a >> imm (16-bit lanes), the others keep src. */
+#define _mm512_mask_srli_epi16(src, k, a, imm) simde_mm512_mask_mov_epi16(src, k, simde_mm512_srli_epi16(a, imm))
+
+/* int32 lanes to float, rounded to nearest as VCVTDQ2PS does. */
+static inline simde__m512 qd_emu_mm512_cvtepi32_ps(simde__m512i a)
+{
+    simde__m512i_private x = simde__m512i_to_private(a);
+    simde__m512_private r;
+    for (int i = 0; i < 16; i++)
+        r.f32[i] = (float)x.i32[i];
+    return simde__m512_from_private(r);
+}
+#define _mm512_cvtepi32_ps(a) qd_emu_mm512_cvtepi32_ps(a)
+
+/* 16 signed bytes to 16 sign-extended int32 lanes (VPMOVSXBD). */
+static inline simde__m512i qd_emu_mm512_cvtepi8_epi32(simde__m128i a)
+{
+    simde__m128i_private x = simde__m128i_to_private(a);
+    simde__m512i_private r;
+    for (int i = 0; i < 16; i++)
+        r.i32[i] = x.i8[i];
+    return simde__m512i_from_private(r);
+}
+#define _mm512_cvtepi8_epi32(a) qd_emu_mm512_cvtepi8_epi32(a)
+
+#endif
