@@ -177,7 +177,7 @@ static void fill_avx512(krn_table *t, const krn_cpu_features *f)
     fill_avx2(t);
     t->level = KRN_LEVEL_AVX512;
     t->level_name = "avx512";
-    t->q4_packed = false; /* its kernels read the ONNX layout */
+    t->q4_packed = true; /* mmnb_i8 reads the packed copy (else the ONNX layout), as AVX2 does */
     SET(t, mmnb_f32, avx512);
     if (f->avx512vnni) {
         t->mmnb_i8.fn = krn_avx512_mmnb_i8_vnni;

@@ -91,12 +91,12 @@ static int simd_levels(krn_table *tabs)
     if (krn_table_for_level(KRN_LEVEL_AVX512, &base) != KRN_OK &&
         krn_table_for_level(KRN_LEVEL_AVX2, &base) == KRN_OK)
         for (int vnni = 0; vnni < 2; vnni++) {
-            /* As krn.c's avx512 table: AVX2 everywhere but the matmuls, which read the ONNX layout. */
+            /* As krn.c's avx512 table: AVX2 everywhere but the matmuls. */
             krn_table *t = &tabs[n++];
             *t = base;
             t->level = KRN_LEVEL_AVX512;
             t->level_name = vnni ? "avx512vnni (emulated)" : "avx512 (emulated)";
-            t->q4_packed = false;
+            t->q4_packed = true;
             t->mmnb_f32.fn = krn_emu512_mmnb_f32;
             t->mmnb_f32.name = "mmnb_f32.avx512 (emulated)";
             t->mmnb_i8.fn = vnni ? krn_emu512_mmnb_i8_vnni : krn_emu512_mmnb_i8;
@@ -646,6 +646,19 @@ static void mmnb_case(const krn_table *lv, size_t m, size_t n, size_t k, size_t 
             }
             for (size_t j = n; j < ldy; j++)
                 ck_assert(yl[i * ldy + j] == -12345.0f);
+        }
+        /* Every level's packed int8 kernel does the AVX2 kernel's operations per column: the same bits. */
+        krn_table avx2;
+        if (mode == 2 && lv->level != KRN_LEVEL_AVX2 && krn_table_for_level(KRN_LEVEL_AVX2, &avx2) == KRN_OK) {
+            float *ya = xmalloc(m * ldy * sizeof(float));
+            args.y = ya;
+            avx2.mmnb_i8.fn(&args, 0, n);
+            for (size_t i = 0; i < m; i++)
+                for (size_t j = 0; j < n; j++)
+                    ck_assert_msg(memcmp(&yl[i * ldy + j], &ya[i * ldy + j], sizeof(float)) == 0,
+                                  "%s (packed) m=%zu n=%zu k=%zu at (%zu,%zu): %a, %s gives %a", lv->mmnb_i8.name,
+                                  m, n, k, i, j, (double)yl[i * ldy + j], avx2.mmnb_i8.name, (double)ya[i * ldy + j]);
+            free(ya);
         }
     }
     if (packed)

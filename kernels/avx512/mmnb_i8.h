@@ -13,8 +13,11 @@
  * step holds two blocks, whose int32 sums sit in lanes 0-7 and 8-15 and get
  * their own scales; larger blocks sum their steps in int32 first. A last lone
  * 32-block (odd k_blocks) or block_size 16 goes through 256-bit code.
+ * Packed weights (the plan's copy, krn_q4_pack) take the lane kernel at the
+ * end of this file instead, which gives the AVX2 kernel's bits.
  */
 #include <immintrin.h>
+#include <string.h>
 
 #define INLINE static inline __attribute__((always_inline)) KRN_TGT
 #define UNROLL _Pragma("GCC unroll 8")
@@ -204,8 +207,176 @@ static KRN_TGT void i8_bs16(const krn_mmnb_args *a, size_t m, size_t n)
     a->y[m * a->y_ld + n] = v;
 }
 
+/* ------------------------------------------------------------------------- */
+/* Packed weights (krn_q4_pack, krn_internal.h)                                */
+
+/*
+ * Two adjacent packed tiles side by side: sixteen columns, one per 32-bit
+ * lane, the first tile's eight in the low half. Per block and row this is the
+ * AVX2 lane kernel (avx2/mmnb.c, i8_lanes_tile) twice as wide: vector h holds
+ * each column's weight bytes 4h..4h+3, whose low nibbles meet the broadcast
+ * activations 4h..4h+3 of the block's even k and whose high nibbles those of
+ * the odd k. The block's dot per column is an exact int32 either way (VPDPBUSD
+ * adds the four products of a lane directly; without VNNI the int16 pair sums
+ * stay below 30480 as in AVX2), and the float steps are the AVX2 kernel's, in
+ * its order: t = sA * dot - zp8_sum, acc += t * sB. So every column comes out
+ * bit for bit as the AVX2 kernel computes it, whichever level runs.
+ */
+#define MR_PK 4       /* rows per register tile */
+#define ROW_BLOCK_PK 64 /* rows whose activations stay in L2 while the range's tiles pass */
+#define PF_DIST_PK 2048 /* bytes ahead in each tile's stream */
+
+/* The 4 int8 activations at p in all sixteen 32-bit lanes. */
+INLINE __m512i bcast4_512(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_epi32(v);
+}
+
+/* 32 bytes at p0 in the low half, 32 at p1 in the high half. */
+INLINE __m512i load_pair(const uint8_t *p0, const uint8_t *p1)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)p0)),
+                              _mm256_loadu_si256((const __m256i *)(const void *)p1), 1);
+}
+
+/* The eight scales of each record (fp32, or bfloat16 upper halves) as sixteen floats. */
+INLINE __m512 scales_pair(const uint8_t *p0, const uint8_t *p1, const bool BF16)
+{
+    if (BF16) {
+        __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p0)),
+                                            _mm_loadu_si128((const __m128i *)(const void *)p1), 1);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(
+                                                   _mm256_loadu_ps((const float *)(const void *)p0))),
+                                               _mm256_castps_pd(_mm256_loadu_ps((const float *)(const void *)p1)), 1));
+}
+
+/*
+ * Rows [m0, m0 + MR) times the sixteen columns of tiles t and t + 1 (t =
+ * n0 / 8) into out[row][col]; when t is the last tile, its copy stands in for
+ * the second one and those lanes are not stored. PF prefetches both streams.
+ */
+INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, bool pair, float *out, const int MR,
+                    const bool BF16, bool pf)
+{
+    const krn_q4_weights *w = &a->w;
+    const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, 32), rec = krn_q4p_block_bytes(BF16);
+    const uint8_t *g0 = (const uint8_t *)w->packed + (n0 / KRN_Q4P_NR) * krn_q4p_tile_bytes(kb, BF16);
+    const uint8_t *g1 = pair ? g0 + krn_q4p_tile_bytes(kb, BF16) : g0;
+    const int8_t *q = krn_qa_q((void *)a->qa, m0, kb, 32);
+    const float *sa = krn_qa_scale((void *)a->qa, m0, kb, 32);
+    const float *zs = krn_qa_zp8_sum((void *)a->qa, m0, kb, 32);
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    __m512 acc[MR_PK];
+
+    UNROLL for (int i = 0; i < MR; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (size_t b = 0; b < kb; b++, g0 += rec, g1 += rec, q += 32) {
+        if (pf) {
+            UNROLL for (int l = 0; l < 3; l++) {
+                _mm_prefetch((const char *)g0 + PF_DIST_PK + 64 * l, _MM_HINT_T0);
+                _mm_prefetch((const char *)g1 + PF_DIST_PK + 64 * l, _MM_HINT_T0);
+            }
+        }
+        __m512i s[MR_PK];
+        UNROLL for (int h = 0; h < 4; h++) {
+            __m512i v = load_pair(g0 + 32 * h, g1 + 32 * h);
+            __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            UNROLL for (int i = 0; i < MR; i++) {
+                const int8_t *qi = q + (size_t)i * rb;
+                __m512i e = bcast4_512(qi + 4 * h), o = bcast4_512(qi + 16 + 4 * h);
+#if KRN_VNNI
+                s[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(h ? s[i] : _mm512_setzero_si512(), lo, e), hi, o);
+#else
+                __m512i p = _mm512_add_epi16(_mm512_maddubs_epi16(lo, e), _mm512_maddubs_epi16(hi, o));
+                s[i] = h ? _mm512_add_epi16(s[i], p) : p;
+#endif
+            }
+        }
+        const __m512 sb = scales_pair(g0 + KRN_Q4P_WEIGHT_BYTES, g1 + KRN_Q4P_WEIGHT_BYTES, BF16);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const size_t ro = (size_t)i * rb; /* the next row's statistics, in bytes */
+            const float *sai = (const float *)(const void *)((const char *)sa + ro);
+            const float *zsi = (const float *)(const void *)((const char *)zs + ro);
+#if KRN_VNNI
+            __m512 d = _mm512_cvtepi32_ps(s[i]);
+#else
+            __m512 d = _mm512_cvtepi32_ps(_mm512_madd_epi16(s[i], _mm512_set1_epi16(1)));
+#endif
+            __m512 t = _mm512_fmsub_ps(d, _mm512_set1_ps(sai[b]), _mm512_set1_ps(zsi[b]));
+            acc[i] = _mm512_fmadd_ps(t, sb, acc[i]);
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++)
+        _mm512_storeu_ps(out + 16 * i, acc[i]);
+}
+
+/* Columns [n0, n0 + 16) of an mr-row tile that fall in [n_begin, n_end), plus bias. */
+INLINE void pk_store(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, size_t n_begin, size_t n_end,
+                     const float *out)
+{
+    const float *bias = a->w.bias;
+    size_t j0 = n0 < n_begin ? n_begin - n0 : 0, j1 = n_end - n0 < 16 ? n_end - n0 : 16;
+    for (size_t i = 0; i < mr; i++) {
+        float *y = a->y + (m0 + i) * a->y_ld + n0;
+        for (size_t j = j0; j < j1; j++)
+            y[j] = out[16 * i + j] + (bias ? bias[n0 + j] : 0.0f);
+    }
+}
+
+INLINE void pk_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, bool pair, float *out, const bool BF16,
+                    bool pf)
+{
+    switch (mr) {
+    case 4: pk_tile(a, m0, n0, pair, out, 4, BF16, pf); break;
+    case 3: pk_tile(a, m0, n0, pair, out, 3, BF16, pf); break;
+    case 2: pk_tile(a, m0, n0, pair, out, 2, BF16, pf); break;
+    default: pk_tile(a, m0, n0, pair, out, 1, BF16, pf); break;
+    }
+}
+
+/*
+ * Columns [n_begin, n_end) of every row: row blocks, then pairs of tiles from
+ * the tile holding n_begin (a range cut inside a tile computes it whole and
+ * stores its own columns), then register tiles of MR_PK rows.
+ */
+INLINE void pk_cols(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool BF16)
+{
+    const size_t tiles = (a->w.n + KRN_Q4P_NR - 1) / KRN_Q4P_NR;
+    float out[MR_PK * 16] __attribute__((aligned(64)));
+    size_t first = n_begin / KRN_Q4P_NR * KRN_Q4P_NR;
+    for (size_t mb = 0; mb < a->m; mb += ROW_BLOCK_PK) {
+        size_t me = a->m - mb < ROW_BLOCK_PK ? a->m : mb + ROW_BLOCK_PK;
+        for (size_t n0 = first; n0 < n_end; n0 += 16) {
+            bool pair = n0 / KRN_Q4P_NR + 1 < tiles;
+            for (size_t m0 = mb; m0 < me; m0 += MR_PK) {
+                size_t mr = me - m0 < MR_PK ? me - m0 : MR_PK;
+                pk_rows(a, m0, mr, n0, pair, out, BF16, m0 == mb);
+                pk_store(a, m0, mr, n0, n_begin, n_end, out);
+            }
+        }
+    }
+}
+
+static KRN_TGT void i8_packed(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
+{
+    if (a->w.packed_bf16)
+        pk_cols(a, n_begin, n_end, true);
+    else
+        pk_cols(a, n_begin, n_end, false);
+}
+
 KRN_TGT void KRN_I8_FN(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
 {
+    if (n_begin >= n_end)
+        return;
+    if (a->w.packed && !a->w.zero_pts && a->w.block_size == 32) {
+        i8_packed(a, n_begin, n_end);
+        return;
+    }
     if (a->w.block_size == 16) {
         for (size_t m = 0; m < a->m; m++)
             for (size_t n = n_begin; n < n_end; n++)

@@ -35,15 +35,19 @@ static inline simde__m512 qd_emu_mm512_cvtepi32_ps(simde__m512i a)
 }
 #define _mm512_cvtepi32_ps(a) qd_emu_mm512_cvtepi32_ps(a)
 
-/* 16 signed bytes to 16 sign-extended int32 lanes (VPMOVSXBD). */
-static inline simde__m512i qd_emu_mm512_cvtepi8_epi32(simde__m128i a)
-{
-    simde__m128i_private x = simde__m128i_to_private(a);
-    simde__m512i_private r;
-    for (int i = 0; i < 16; i++)
-        r.i32[i] = x.i8[i];
-    return simde__m512i_from_private(r);
-}
+/* Sixteen lanes of a narrower vector type widened to int32 lanes, by value. */
+#define QD_EMU_WIDEN16(fn, vec, lane)                  \
+    static inline simde__m512i fn(simde_##vec a)       \
+    {                                                  \
+        simde_##vec##_private x = simde_##vec##_to_private(a); \
+        simde__m512i_private r;                        \
+        for (int i = 0; i < 16; i++)                   \
+            r.i32[i] = x.lane[i];                      \
+        return simde__m512i_from_private(r);           \
+    }
+QD_EMU_WIDEN16(qd_emu_mm512_cvtepi8_epi32, _m128i, i8)   /* VPMOVSXBD: sign-extended */
+QD_EMU_WIDEN16(qd_emu_mm512_cvtepu16_epi32, _m256i, u16) /* VPMOVZXWD: zero-extended */
 #define _mm512_cvtepi8_epi32(a) qd_emu_mm512_cvtepi8_epi32(a)
+#define _mm512_cvtepu16_epi32(a) qd_emu_mm512_cvtepu16_epi32(a)
 
 #endif
