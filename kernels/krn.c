@@ -172,19 +172,22 @@ static void fill_avx2(krn_table *t)
  * AVX-512 pays off for the weight-streaming matmuls; the rest, including the
  * activation quantizer (O(K) per row), reuses AVX2.
  */
-static void fill_avx512(krn_table *t, const krn_cpu_features *f)
+void krn_table_avx512(krn_table *t, krn_mmnb_fn mmnb_f32, krn_mmnb_fn mmnb_i8, bool vnni)
 {
     fill_avx2(t);
     t->level = KRN_LEVEL_AVX512;
     t->level_name = "avx512";
     t->q4_packed = true; /* mmnb_i8 reads the packed copy (else the ONNX layout), as AVX2 does */
-    SET(t, mmnb_f32, avx512);
-    if (f->avx512vnni) {
-        t->mmnb_i8.fn = krn_avx512_mmnb_i8_vnni;
-        t->mmnb_i8.name = "mmnb_i8.avx512vnni";
-    } else {
-        SET(t, mmnb_i8, avx512);
-    }
+    t->mmnb_f32.fn = mmnb_f32;
+    t->mmnb_f32.name = "mmnb_f32.avx512";
+    t->mmnb_i8.fn = mmnb_i8;
+    t->mmnb_i8.name = vnni ? "mmnb_i8.avx512vnni" : "mmnb_i8.avx512";
+}
+
+static void fill_avx512(krn_table *t, const krn_cpu_features *f)
+{
+    krn_table_avx512(t, krn_avx512_mmnb_f32, f->avx512vnni ? krn_avx512_mmnb_i8_vnni : krn_avx512_mmnb_i8,
+                     f->avx512vnni);
 }
 
 int krn_table_for_level(krn_level level, krn_table *out)

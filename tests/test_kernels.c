@@ -87,19 +87,14 @@ static int simd_levels(krn_table *tabs)
             n++;
     }
 #ifdef QD_EMU_AVX512
-    krn_table base;
-    if (krn_table_for_level(KRN_LEVEL_AVX512, &base) != KRN_OK &&
-        krn_table_for_level(KRN_LEVEL_AVX2, &base) == KRN_OK)
+    krn_table probe; /* the emulated objects are compiled for AVX2 */
+    if (krn_table_for_level(KRN_LEVEL_AVX512, &probe) != KRN_OK &&
+        krn_table_for_level(KRN_LEVEL_AVX2, &probe) == KRN_OK)
         for (int vnni = 0; vnni < 2; vnni++) {
-            /* As krn.c's avx512 table: AVX2 everywhere but the matmuls. */
             krn_table *t = &tabs[n++];
-            *t = base;
-            t->level = KRN_LEVEL_AVX512;
+            krn_table_avx512(t, krn_emu512_mmnb_f32, vnni ? krn_emu512_mmnb_i8_vnni : krn_emu512_mmnb_i8, vnni);
             t->level_name = vnni ? "avx512vnni (emulated)" : "avx512 (emulated)";
-            t->q4_packed = true;
-            t->mmnb_f32.fn = krn_emu512_mmnb_f32;
             t->mmnb_f32.name = "mmnb_f32.avx512 (emulated)";
-            t->mmnb_i8.fn = vnni ? krn_emu512_mmnb_i8_vnni : krn_emu512_mmnb_i8;
             t->mmnb_i8.name = vnni ? "mmnb_i8.avx512vnni (emulated)" : "mmnb_i8.avx512 (emulated)";
         }
 #endif
