@@ -9,17 +9,20 @@
 // Usage (from a build tree, NODE_PATH reaching onnxruntime-node):
 //   node ../bench/report.js --qwen3d ./qwen3d --bw-probe bench/bw_probe \
 //       --case m06:1 --case m06:2 --case m4b:2 [--runs 3] [--repeat 3] \
-//       [--serve-model DIR] [--serve-runs 5]
+//       [--pairs 5] [--serve-model DIR] [--serve-runs 5]
 // A case is MODEL_DIR:THREADS. --serve-model (a folder with a tokenizer)
 // adds load-to-ready: `qwen3d serve` started and /health polled until 200.
 //
 // Bandwidth efficiency = prepared weight bytes per decoded token / median
 // decode step / bw_probe's sequential read rate at the same thread count
-// (1 GiB buffer, huge pages requested), probed just before and just after
-// that case's decode runs and averaged: on shared machines the rate drifts
+// (1 GiB buffer, huge pages requested). On shared machines that rate drifts
 // by tens of percent within minutes, so a probe taken at another time says
-// little. The step also reads the KV cache and the embedding row, so this
-// slightly understates the weight stream's rate.
+// little: the share is measured in --pairs rounds of its own, each a
+// `qwen3d bench` decode run (prompt 32, 128 generated) between two probes,
+// its step set against the mean of those two probes; the table gives the
+// median share over the rounds and their range. The step also reads the KV
+// cache and the embedding row, so this slightly understates the weight
+// stream's rate.
 'use strict';
 
 const { spawn, spawnSync } = require('child_process');
@@ -31,7 +34,7 @@ function fail(msg) {
   process.exit(1);
 }
 
-const o = { cases: [], runs: '3', repeat: '3', serveRuns: 5 };
+const o = { cases: [], runs: '3', repeat: '3', pairs: 5, serveRuns: 5 };
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i++) {
   const v = () => (i + 1 < argv.length ? argv[++i] : fail(`${argv[i]} needs a value`));
@@ -46,12 +49,21 @@ for (let i = 0; i < argv.length; i++) {
     }
     case '--runs': o.runs = v(); break;
     case '--repeat': o.repeat = v(); break;
+    case '--pairs': o.pairs = Number(v()); break;
     case '--serve-model': o.serveModel = v(); break;
     case '--serve-runs': o.serveRuns = Number(v()); break;
     default: fail(`unknown argument "${argv[i]}"`);
   }
 }
 if (!o.bin || !o.probe || !o.cases.length) fail('--qwen3d BIN, --bw-probe BIN and at least one --case are required');
+if (!Number.isInteger(o.pairs) || o.pairs < 1) fail('--pairs wants a whole number of rounds, at least 1');
+
+// The middle value, or the mean of the two middle ones; nulls (failed runs) are left out.
+const median = (a) => {
+  const s = a.filter((x) => x !== null).sort((x, y) => x - y), m = s.length >> 1;
+  if (!s.length) return null;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
 
 function run(cmd, args) {
   process.stderr.write(`report: ${path.basename(cmd)} ${args.join(' ')}\n`);
@@ -79,6 +91,26 @@ function compare(model, threads, prompt, gen) {
   const row = rows.find((r) => r.case === `prompt ${prompt}`);
   if (!row) fail(`compare-ort.js gave no "prompt ${prompt}" row for ${model}`);
   return row;
+}
+
+// The share of the probed bandwidth that decode streams weights at, in
+// o.pairs rounds of probe / decode run / probe: per round, prepared bytes /
+// median step / mean of the two probes around it (each probe serves the
+// rounds on both sides of it).
+function efficiency(model, threads) {
+  const probes = [probe(threads)], rounds = [];
+  for (let i = 0; i < o.pairs; i++) {
+    const out = run(o.bin, ['bench', '--json', '--model', model, '--threads', threads, '--prompt-len', '32', '--gen', '128',
+      '--contexts', 'none', '--repeat', o.repeat]);
+    const c = out.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)).find((r) => r.case === 'prompt');
+    if (!c || !(c.decode_ms_median > 0) || !(c.prepared_bytes > 0)) fail(`qwen3d bench gave no decode step for ${model}`);
+    probes.push(probe(threads));
+    const gbs = c.prepared_bytes / (c.decode_ms_median / 1000) / 1e9;
+    rounds.push({ gbs, share: gbs / ((probes[i] + probes[i + 1]) / 2) });
+  }
+  const shares = rounds.map((r) => r.share);
+  return { share: median(shares), lo: Math.min(...shares), hi: Math.max(...shares), gbs: median(rounds.map((r) => r.gbs)),
+    probe: median(probes), all: shares };
 }
 
 // Serialized INT4 weights, scales and zero points of the MatMulNBits nodes, from inspect --json.
@@ -117,28 +149,28 @@ function readyOnce(model, port) {
   });
 }
 
-const median = (a) => { const s = a.filter((x) => x !== null).sort((x, y) => x - y); return s.length ? s[s.length >> 1] : null; };
-
 async function main() {
   const lines = [];
-  lines.push('| model | threads | decode tok/s qwen3d / ORT (x) | TTFT 512 ms qwen3d / ORT (ratio) | weight stream GB/s (share of probe; probe before, after) | load ms qwen3d / ORT | prepared / serialized INT4 |');
-  lines.push('| --- | --- | --- | --- | --- | --- | --- |');
+  lines.push('| model | threads | decode tok/s qwen3d / ORT (x) | TTFT 512 ms qwen3d / ORT (ratio) | weight stream GB/s, median | share of probe, median (range) | probe GB/s, median | load ms qwen3d / ORT | prepared / serialized INT4 |');
+  lines.push('| --- | --- | --- | --- | --- | --- | --- | --- | --- |');
+  const detail = [];
   for (const c of o.cases) {
-    const before = probe(c.threads);
     const d = compare(c.model, c.threads, 32, 128);
-    const after = probe(c.threads);
-    const bw = (before + after) / 2;
+    const e = efficiency(c.model, c.threads);
     const t = compare(c.model, c.threads, 512, 2);
     const bytes = d.qwen3d_prepared_bytes;
-    const gbs = bytes && d.qwen3d_decode_ms_median ? bytes / (d.qwen3d_decode_ms_median / 1000) / 1e9 : null;
     const ser = serializedInt4(c.model);
     const f = (x, n = 1) => (x === null || x === undefined ? '-' : x.toFixed(n));
+    const pct = (x) => f(100 * x, 0) + '%';
     lines.push(`| ${path.basename(c.model)} | ${c.threads} | ${f(d.qwen3d_decode_tokens_per_s)} / ${f(d.onnxruntime_decode_tokens_per_s)} (${f(d.decode_speedup, 2)}x)` +
       ` | ${f(t.qwen3d_ttft_ms, 0)} / ${f(t.onnxruntime_ttft_ms, 0)} (${f(t.qwen3d_ttft_ms / t.onnxruntime_ttft_ms, 2)})` +
-      ` | ${f(gbs, 2)} (${gbs ? f(100 * gbs / bw, 0) : '-'}%; ${f(before, 2)}, ${f(after, 2)})` +
+      ` | ${f(e.gbs, 2)} | ${pct(e.share)} (${pct(e.lo)}-${pct(e.hi)}) | ${f(e.probe, 2)}` +
       ` | ${f(d.qwen3d_load_ms, 0)} / ${f(d.onnxruntime_load_ms, 0)}` +
       ` | ${bytes && ser ? (bytes / ser).toFixed(3) : '-'} (${bytes || '-'} / ${ser || '-'}) |`);
+    detail.push(`${path.basename(c.model)} at ${c.threads} thread(s), share per round: ${e.all.map(pct).join(', ')}`);
   }
+  lines.push('');
+  lines.push(...detail);
   if (o.serveModel) {
     const ms = [];
     for (let i = 0; i < o.serveRuns; i++) ms.push(await readyOnce(o.serveModel, 18700 + i));
@@ -147,7 +179,8 @@ async function main() {
       `median ${median(ms) === null ? '-' : median(ms).toFixed(0)} ms, all: ${ms.map((x) => (x === null ? 'failed' : x.toFixed(0))).join(', ')}`);
   }
   lines.push('');
-  lines.push(`runs ${o.runs} alternating x ${o.repeat} repeats per case (compare-ort.js), medians`);
+  lines.push(`runs ${o.runs} alternating x ${o.repeat} repeats per case (compare-ort.js), medians; ` +
+    `bandwidth share over ${o.pairs} rounds of probe / decode / probe`);
   process.stdout.write(lines.join('\n') + '\n');
 }
 
