@@ -344,6 +344,41 @@ static void do_gqa(const void *c, size_t b, size_t e)
     const gqa_call *g = c;
     g->t->gqa.fn(&g->a, b, e);
 }
+
+/*
+ * A decode step's attention with its new row (one token, items = query
+ * heads, ranges of whole kv groups): each participant stores the values,
+ * rotates (or stores) the keys of its own kv heads and rotates its query
+ * heads, then attends. Attention for a kv head reads only that head's cache
+ * rows, this one included, so nothing waits for the other participants, and
+ * the row work (with the page faults of a new cache page) is split instead
+ * of running on one thread while the others wait.
+ */
+typedef struct gqa_decode_call {
+    gqa_call ga;
+    krn_rows_args vals, keys;    /* keys: used when there is no rotary */
+    krn_rotary_args rot_k, rot_q;
+    bool rotary;
+    const float *q;              /* no rotary: query heads copied from here to ga.a.q */
+    size_t group;                /* query heads per kv head */
+} gqa_decode_call;
+
+static void do_gqa_decode(const void *c, size_t b, size_t e)
+{
+    const gqa_decode_call *d = c;
+    const krn_table *t = d->ga.t;
+    size_t g0 = b / d->group, g1 = (e + d->group - 1) / d->group, hd = d->ga.a.head_dim;
+    t->kv_store.fn(&d->vals, g0, g1);
+    if (d->rotary) {
+        t->rotary.fn(&d->rot_k, g0, g1);
+        t->rotary.fn(&d->rot_q, b, e);
+    } else {
+        t->kv_store.fn(&d->keys, g0, g1);
+        memcpy((float *)d->ga.a.q + b * hd, d->q + b * hd, (e - b) * hd * sizeof(float));
+    }
+    t->gqa.fn(&d->ga.a, b, e);
+}
+
 static void do_rows(const void *c, size_t b, size_t e)
 {
     const rows_call *r = c;
@@ -1668,53 +1703,32 @@ static int run_gqa(eng_exec *x, const step *s)
         pos[t] = past + t;
     /*
      * New values (copied, or rounded into an fp16 cache) and keys (rotated on
-     * the way in, or stored as they are). A decode step's few rows are done
-     * on this thread: a pool round trip would cost more than the work.
+     * the way in, or stored as they are); a decode step does them inside the
+     * attention run (do_gqa_decode), each participant for its own kv heads.
      */
     const krn_table *kt = &x->p->krn;
-    bool inline_small = S == 1;
+    bool decode = S == 1;
     rows_call vs = {kt, {.x = vd, .x_tok_stride = (size_t)kv_ld, .x_head_stride = (size_t)H, .y = vc_new,
                          .y_tok_stride = tok_stride, .y_head_stride = head_stride, .n_tok = (size_t)S,
                          .n_heads = (size_t)Nkv, .n = (size_t)H, .y_type = kvt}};
-    if (inline_small)
-        kt->kv_store.fn(&vs.a, 0, (size_t)(S * Nkv));
-    else
-        run_par(x, (size_t)(S * Nkv), 1, do_rows, &vs);
     x->kv_bytes_moved += 2 * (uint64_t)(S * Nkv) * (uint64_t)H * esz;
-    if (g->rotary) {
-        rot_call rk = {kt, {.x = kd, .y = kc_new, .x_tok_stride = (size_t)kv_ld,
-                            .x_head_stride = (size_t)H, .y_tok_stride = tok_stride,
-                            .y_head_stride = head_stride, .n_tok = (size_t)S,
-                            .n_heads = (size_t)Nkv, .head_dim = (size_t)H,
-                            .rot_dim = (size_t)(2 * cos->v.dims[1]), .cos_cache = cos->v.data,
-                            .sin_cache = sin->v.data, .cache_ld = (size_t)cos->v.dims[1], .pos = pos,
-                            .y_type = kvt}};
-        rot_call rq = rk;
-        rq.a.x = qd;
-        rq.a.y = qrot;
-        rq.a.x_tok_stride = (size_t)qw;
-        rq.a.y_tok_stride = (size_t)(Nq * H);
-        rq.a.y_head_stride = (size_t)H;
-        rq.a.n_heads = (size_t)Nq;
-        rq.a.y_type = KRN_KV_F32;
-        if (inline_small) {
-            kt->rotary.fn(&rk.a, 0, (size_t)(S * Nkv));
-            kt->rotary.fn(&rq.a, 0, (size_t)(S * Nq));
-        } else {
-            run_par(x, (size_t)(S * Nkv), 1, do_rot, &rk);
-            run_par(x, (size_t)(S * Nq), 1, do_rot, &rq);
-        }
-    } else {
-        rows_call ks = vs;
-        ks.a.x = kd;
-        ks.a.y = kc_new;
-        if (inline_small)
-            kt->kv_store.fn(&ks.a, 0, (size_t)(S * Nkv));
-        else
-            run_par(x, (size_t)(S * Nkv), 1, do_rows, &ks);
-        for (int64_t t = 0; t < S; t++)
-            memcpy(qrot + t * Nq * H, qd + t * qw, (uint64_t)(Nq * H) * sizeof(float));
-    }
+    rot_call rk = {kt, {.x = kd, .y = kc_new, .x_tok_stride = (size_t)kv_ld, .x_head_stride = (size_t)H,
+                        .y_tok_stride = tok_stride, .y_head_stride = head_stride, .n_tok = (size_t)S,
+                        .n_heads = (size_t)Nkv, .head_dim = (size_t)H,
+                        .rot_dim = g->rotary ? (size_t)(2 * cos->v.dims[1]) : 0,
+                        .cos_cache = g->rotary ? cos->v.data : NULL, .sin_cache = g->rotary ? sin->v.data : NULL,
+                        .cache_ld = g->rotary ? (size_t)cos->v.dims[1] : 0, .pos = pos, .y_type = kvt}};
+    rot_call rq = rk;
+    rq.a.x = qd;
+    rq.a.y = qrot;
+    rq.a.x_tok_stride = (size_t)qw;
+    rq.a.y_tok_stride = (size_t)(Nq * H);
+    rq.a.y_head_stride = (size_t)H;
+    rq.a.n_heads = (size_t)Nq;
+    rq.a.y_type = KRN_KV_F32;
+    rows_call ks = vs;
+    ks.a.x = kd;
+    ks.a.y = kc_new;
     gqa_call ga = {kt, {.q = qrot, .q_ld = (size_t)(Nq * H), .k_cache = kc, .v_cache = vc,
                         .kv_head_stride = head_stride, .kv_tok_stride = tok_stride,
                         .out = out->v.data, .out_ld = (size_t)(Nq * H), .seq = (size_t)S,
@@ -1722,6 +1736,20 @@ static int run_gqa(eng_exec *x, const step *s)
                         .head_dim = (size_t)H,
                         .scale = g->scale != 0.0f ? g->scale : 1.0f / sqrtf((float)H),
                         .local_window = -1, .softcap = 0.0f, .kv_type = kvt}};
+    if (decode) {
+        gqa_decode_call dc = {ga, vs.a, ks.a, rk.a, rq.a, g->rotary, qd, (size_t)(Nq / Nkv)};
+        run_par(x, (size_t)Nq, (size_t)(Nq / Nkv), do_gqa_decode, &dc);
+        return 0;
+    }
+    run_par(x, (size_t)(S * Nkv), 1, do_rows, &vs);
+    if (g->rotary) {
+        run_par(x, (size_t)(S * Nkv), 1, do_rot, &rk);
+        run_par(x, (size_t)(S * Nq), 1, do_rot, &rq);
+    } else {
+        run_par(x, (size_t)(S * Nkv), 1, do_rows, &ks);
+        for (int64_t t = 0; t < S; t++)
+            memcpy(qrot + t * Nq * H, qd + t * qw, (uint64_t)(Nq * H) * sizeof(float));
+    }
     /* Items are (kv head, token, head in group): an even split hands out whole kv groups. */
     run_par(x, (size_t)(S * Nq), (size_t)(Nq / Nkv), do_gqa, &ga);
     return 0;
@@ -2412,6 +2440,7 @@ static int pass(eng_exec *x, bool shape_pass)
     }
     return 0;
 }
+
 
 /* Grows a per-run buffer to at least NEED bytes (contents not kept): 0, or -1 out of memory. */
 static int ensure_mapped(uint8_t **buf, uint64_t *cap, uint64_t need)
