@@ -360,14 +360,14 @@ typedef struct gqa_decode_call {
     krn_rotary_args rot_k, rot_q;
     bool rotary;
     const float *q;              /* no rotary: query heads copied from here to ga.a.q */
-    size_t group;                /* query heads per kv head */
 } gqa_decode_call;
 
 static void do_gqa_decode(const void *c, size_t b, size_t e)
 {
     const gqa_decode_call *d = c;
     const krn_table *t = d->ga.t;
-    size_t g0 = b / d->group, g1 = (e + d->group - 1) / d->group, hd = d->ga.a.head_dim;
+    size_t group = d->ga.a.n_heads / d->ga.a.n_kv_heads, hd = d->ga.a.head_dim;
+    size_t g0 = b / group, g1 = (e + group - 1) / group;
     t->kv_store.fn(&d->vals, g0, g1);
     if (d->rotary) {
         t->rotary.fn(&d->rot_k, g0, g1);
@@ -1737,7 +1737,7 @@ static int run_gqa(eng_exec *x, const step *s)
                         .scale = g->scale != 0.0f ? g->scale : 1.0f / sqrtf((float)H),
                         .local_window = -1, .softcap = 0.0f, .kv_type = kvt}};
     if (decode) {
-        gqa_decode_call dc = {ga, vs.a, ks.a, rk.a, rq.a, g->rotary, qd, (size_t)(Nq / Nkv)};
+        gqa_decode_call dc = {ga, vs.a, ks.a, rk.a, rq.a, g->rotary, qd};
         run_par(x, (size_t)Nq, (size_t)(Nq / Nkv), do_gqa_decode, &dc);
         return 0;
     }
@@ -2440,7 +2440,6 @@ static int pass(eng_exec *x, bool shape_pass)
     }
     return 0;
 }
-
 
 /* Grows a per-run buffer to at least NEED bytes (contents not kept): 0, or -1 out of memory. */
 static int ensure_mapped(uint8_t **buf, uint64_t *cap, uint64_t need)
