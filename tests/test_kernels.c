@@ -75,11 +75,13 @@ void krn_emu512_mmnb_f32(const krn_mmnb_args *a, size_t b, size_t e);
 #define MAX_TABS (KRN_LEVEL_COUNT + 2)
 
 /*
- * The SIMD levels this CPU has, for loops that compare them with ref; where
- * it lacks AVX-512, the avx512 tables (with and without VNNI) built from the
- * emulated kernels, when the tests were built with them.
+ * The SIMD levels this CPU has, for loops that compare them with ref; with
+ * emulated_matmuls, where it lacks AVX-512, also the avx512 tables (with and
+ * without VNNI) built from the emulated kernels, when the tests were built
+ * with them. Those tables differ from AVX2's only in the matmul kernels, so
+ * only the matmul tests ask for them.
  */
-static int simd_levels(krn_table *tabs)
+static int simd_levels(krn_table *tabs, bool emulated_matmuls)
 {
     int n = 0;
     for (int l = KRN_LEVEL_REF + 1; l < KRN_LEVEL_COUNT; l++) {
@@ -88,7 +90,7 @@ static int simd_levels(krn_table *tabs)
     }
 #ifdef QD_EMU_AVX512
     krn_table probe; /* the emulated objects are compiled for AVX2 */
-    if (krn_table_for_level(KRN_LEVEL_AVX512, &probe) != KRN_OK &&
+    if (emulated_matmuls && krn_table_for_level(KRN_LEVEL_AVX512, &probe) != KRN_OK &&
         krn_table_for_level(KRN_LEVEL_AVX2, &probe) == KRN_OK)
         for (int vnni = 0; vnni < 2; vnni++) {
             krn_table *t = &tabs[n++];
@@ -180,7 +182,7 @@ START_TEST(levels_and_names)
     ck_assert_ptr_nonnull(strstr(line, krn_level_name(best)));
     fprintf(stderr, "test_kernels: %s\n", line);
     krn_table tabs[MAX_TABS];
-    int nl = simd_levels(tabs);
+    int nl = simd_levels(tabs, true);
     for (int i = 0; i < nl; i++)
         if (strstr(tabs[i].level_name, "emulated"))
             fprintf(stderr, "test_kernels: also %s: %s, %s\n", tabs[i].level_name, tabs[i].mmnb_i8.name,
@@ -417,8 +419,8 @@ START_TEST(quant_a8_definition)
             ck_assert_int_eq(krn_qa_qs8(qa, 0, kb, bs)[8 * p + l], b < kb ? qs[b] : 0);
         }
 
-    krn_table tabs[MAX_TABS];
-    int nl = simd_levels(tabs);
+    krn_table tabs[KRN_LEVEL_COUNT];
+    int nl = simd_levels(tabs, false);
     for (int l = 0; l < nl; l++) {
         void *q2 = qa_alloc(1, k, bs);
         quantize(&tabs[l], a, 1, k, bs, q2);
@@ -672,7 +674,7 @@ START_TEST(mmnb_levels_grid)
     static const size_t ns[] = {1, 7, 31, 33, 127, 129};
     static const size_t ks[] = {32, 64, 96, 1024, 40, 100};
     krn_table tabs[MAX_TABS];
-    int nl = simd_levels(tabs);
+    int nl = simd_levels(tabs, true);
     if (nl == 0)
         fprintf(stderr, "test_kernels: no SIMD level on this CPU, grid skipped\n");
     rng r = {2024};
@@ -714,7 +716,7 @@ START_TEST(mmnb_levels_projection_shapes)
         {2560, 6144}, {4096, 2560}, {2560, 9728}, {9728, 2560}, {2560, 151936},  /* 4B */
     };
     krn_table tabs[MAX_TABS];
-    int nl = simd_levels(tabs);
+    int nl = simd_levels(tabs, true);
     rng r = {1717};
     for (int l = 0; l < nl; l++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -729,7 +731,7 @@ END_TEST
 START_TEST(mmnb_levels_block_sizes_and_edges)
 {
     krn_table tabs[MAX_TABS];
-    int nl = simd_levels(tabs);
+    int nl = simd_levels(tabs, true);
     rng r = {31337};
     static const size_t bss[] = {16, 64, 128, 256};
     for (int l = 0; l < nl; l++) {
@@ -945,9 +947,9 @@ static void norm_case(const krn_table *lv, size_t rows, size_t n, size_t group, 
 START_TEST(norms)
 {
     static const size_t ns[] = {1, 7, 8, 31, 128, 1000, 1024};
-    krn_table tabs[MAX_TABS + 1];
+    krn_table tabs[KRN_LEVEL_COUNT + 1];
     tabs[0] = ref_tab();
-    int nl = 1 + simd_levels(tabs + 1);
+    int nl = 1 + simd_levels(tabs + 1, false);
     rng r = {5};
     for (int l = 0; l < nl; l++)
         for (size_t i = 0; i < 7; i++) {
@@ -970,9 +972,9 @@ END_TEST
 START_TEST(norm_quant_fused)
 {
     static const size_t ns[] = {32, 100, 1024};
-    krn_table tabs[MAX_TABS + 1];
+    krn_table tabs[KRN_LEVEL_COUNT + 1];
     tabs[0] = ref_tab();
-    int nl = 1 + simd_levels(tabs + 1);
+    int nl = 1 + simd_levels(tabs + 1, false);
     rng r = {55};
     for (int l = 0; l < nl; l++)
         for (size_t in = 0; in < 3; in++)
@@ -1024,9 +1026,9 @@ END_TEST
  */
 START_TEST(rotary)
 {
-    krn_table tabs[MAX_TABS + 1];
+    krn_table tabs[KRN_LEVEL_COUNT + 1];
     tabs[0] = ref_tab();
-    int nl = 1 + simd_levels(tabs + 1);
+    int nl = 1 + simd_levels(tabs + 1, false);
     rng r = {8};
     const size_t rows = 50, cache_ld = 70;
     float *cs = xmalloc(rows * cache_ld * sizeof(float)), *sn = xmalloc(rows * cache_ld * sizeof(float));
@@ -1213,9 +1215,9 @@ END_TEST
 /* Row stores into a strided cache: fp32 copies, fp16 as the portable conversion, every level. */
 START_TEST(kv_store)
 {
-    krn_table tabs[MAX_TABS + 1];
+    krn_table tabs[KRN_LEVEL_COUNT + 1];
     tabs[0] = ref_tab();
-    int nl = 1 + simd_levels(tabs + 1);
+    int nl = 1 + simd_levels(tabs + 1, false);
     rng r = {21};
     const size_t nt = 3, nh = 4, n = 37, xt = nh * 40, yt = 2 * nh * 40;
     float *x = frand(nt * xt, &r, -70000, 70000);
@@ -1410,9 +1412,9 @@ START_TEST(gqa)
         {70, 1, 16, 8, 128, -1, 0, true, true}, {300, 1, 4, 1, 128, -1, 0, false, true},
         {0, 37, 4, 2, 128, -1, 0, true, true},  {12, 9, 6, 3, 36, 5, 0, true, true},
     };
-    krn_table tabs[MAX_TABS + 1];
+    krn_table tabs[KRN_LEVEL_COUNT + 1];
     tabs[0] = ref_tab();
-    int nl = 1 + simd_levels(tabs + 1);
+    int nl = 1 + simd_levels(tabs + 1, false);
     rng r = {4242};
     for (int l = 0; l < nl; l++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -1440,9 +1442,9 @@ START_TEST(elementwise)
     for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
         a[i * 7] = specials[i];
     float *yr = xmalloc(n * sizeof(float)), *yl = xmalloc(n * sizeof(float));
-    krn_table tabs[MAX_TABS + 1];
+    krn_table tabs[KRN_LEVEL_COUNT + 1];
     tabs[0] = ref_tab();
-    int nl = 1 + simd_levels(tabs + 1);
+    int nl = 1 + simd_levels(tabs + 1, false);
 
     krn_ew_args ar = {.a = a, .b = b, .y = yr, .n = n};
     tabs[0].sigmoid.fn(&ar, 0, n);
@@ -1521,9 +1523,9 @@ START_TEST(gather)
         y[i] = -1;
     krn_gather_args a = {.table = table, .table_ld = ld, .n_rows = rows, .n_cols = cols, .idx = idx,
                          .n_idx = 5, .y = y, .y_ld = 7};
-    krn_table tabs[MAX_TABS + 1];
+    krn_table tabs[KRN_LEVEL_COUNT + 1];
     tabs[0] = ref_tab();
-    int nl = 1 + simd_levels(tabs + 1);
+    int nl = 1 + simd_levels(tabs + 1, false);
     for (int l = 0; l < nl; l++) {
         ck_assert_int_eq(tabs[l].gather.fn(&a, 0, 2), KRN_OK);
         ck_assert_int_eq(tabs[l].gather.fn(&a, 2, 5), KRN_OK);
