@@ -274,6 +274,8 @@ int cmd_serve(int argc, char **argv)
         .max_header = (size_t)cfg->max_header,
         .connection_limit = (unsigned)cfg->max_connections,
         .idle_timeout_s = (unsigned)cfg->idle_timeout,
+        .linger_s = (unsigned)cfg->linger_time,
+        .linger_bytes = (uint64_t)cfg->linger_bytes,
     };
     srv_http_handlers hh = {srv_routes_on_request, srv_routes_on_done};
     /* Listen first, so /health answers 503 while the model loads. */

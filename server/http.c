@@ -12,6 +12,19 @@
  * separately allocated uv_poll, closed before the connection is resumed,
  * so MHD alone owns the socket whenever it may close it.
  *
+ * Lingering close. MHD can answer a request before its body has arrived,
+ * but it then closes the socket at once; a client still sending gets a
+ * reset, and the reset makes the kernel drop the answer it had not read
+ * yet (Node's fetch reports "other side closed"). So an early refusal does
+ * not go through MHD: the connection is suspended, which makes its socket
+ * ours until it is resumed; the answer is written by hand with
+ * "Connection: close", the write side is shut (the client sees the end of
+ * the answer), and whatever the client still sends is read and dropped
+ * until it closes or linger_bytes or linger_s run out. Then the socket is
+ * shut both ways and the connection resumed: MHD reads the end of the
+ * stream and closes it. The connection keeps its slot meanwhile, so
+ * --max-connections still counts it, for linger_s at most.
+ *
  * Threads: loop thread only.
  */
 #include "server/http.h"
@@ -24,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "server/error.h"
@@ -34,10 +48,25 @@
 #define STREAM_BLOCK (16 * 1024)
 /* Longest wait between two MHD runs (see run()). */
 #define RUN_CEILING_MS 1000
+/* Lingering: bytes read per recv, and recv calls per wakeup (so one flood does not hold the loop). */
+#define LINGER_CHUNK (16 * 1024)
+#define LINGER_READS 64
 
 typedef struct header {
     char *name, *value;
 } header;
+
+/* The handles of one lingering close; freed once both have closed. */
+typedef struct linger_state {
+    uv_poll_t poll;
+    uv_timer_t timer;
+    srv_req *r;
+    int fd;
+    int open;                      /* handles not yet closed */
+    uint64_t bytes;                /* read and dropped */
+    double t_start;
+    bool eof;
+} linger_state;
 
 struct srv_req {
     srv_http *h;
@@ -49,6 +78,9 @@ struct srv_req {
     char *body;
     size_t body_len, body_cap;
     bool too_large, header_too_large, dispatched;
+    bool early;                    /* refused before its body arrived: answered by a lingering close */
+    linger_state *lg;              /* the lingering close under way */
+    bool linger_sent, linger_done; /* the whole answer was written; the lingering is over */
     void *user;
     int status;
     header headers[MAX_HEADERS];
@@ -57,7 +89,7 @@ struct srv_req {
     bool queued;
     bool suspended, client_gone;
     uv_poll_t *watch;
-    /* streaming */
+    /* streaming, or the bytes of a lingering answer */
     bool streaming, stream_ended;
     char *out;
     size_t out_len, out_off, out_cap;
@@ -72,6 +104,8 @@ struct srv_http {
     srv_http_handlers handlers;
     void *user;
     size_t max_body, max_header;
+    unsigned linger_s;
+    uint64_t linger_bytes;
     int port;
     size_t active;
     unsigned n_conns;              /* MHD's connections after the last run */
@@ -179,11 +213,30 @@ static void watch_stop(srv_req *r)
     r->watch = NULL;
 }
 
+static void on_linger_closed(uv_handle_t *hd)
+{
+    linger_state *lg = hd->data;
+    if (--lg->open == 0)
+        free(lg);
+}
+
+static void linger_stop(srv_req *r)
+{
+    linger_state *lg = r->lg;
+    if (!lg)
+        return;
+    r->lg = NULL;
+    uv_poll_stop(&lg->poll);
+    uv_close((uv_handle_t *)&lg->poll, on_linger_closed);
+    uv_close((uv_handle_t *)&lg->timer, on_linger_closed);
+}
+
 static void req_resume(srv_req *r)
 {
     if (!r->suspended || !r->conn)
         return;
     watch_stop(r);
+    linger_stop(r);
     r->suspended = false;
     MHD_resume_connection(r->conn);
     kick(r->h);
@@ -232,13 +285,159 @@ static void watch_start(srv_req *r)
     r->watch = w;
 }
 
-static void suspend(srv_req *r)
+/* Suspends the connection; WATCH: and watches it for the client leaving. */
+static void suspend(srv_req *r, bool watch)
 {
     if (r->suspended)
         return;
     MHD_suspend_connection(r->conn);
     r->suspended = true;
-    watch_start(r);
+    if (watch)
+        watch_start(r);
+}
+
+/* ---- lingering close (see the top of this file) ---------------------------- */
+
+static bool lingering(const srv_http *h) { return h->linger_s > 0 && h->linger_bytes > 0; }
+
+/* Ends the lingering close of R and hands the connection back to MHD to close. */
+static void linger_end(srv_req *r, const char *why)
+{
+    linger_state *lg = r->lg;
+    int fd = lg->fd;
+    bool normal = !strcmp(why, "eof") || !strcmp(why, "reset");
+    srv_log(normal ? SRV_LOG_DEBUG : SRV_LOG_INFO, "linger_end", "reason=%s answered=%d bytes=%llu ms=%.0f", why,
+            r->linger_sent, (unsigned long long)lg->bytes, (srv_now() - lg->t_start) * 1e3);
+    linger_stop(r);
+    r->linger_done = true;
+    /* MHD's next read sees the end of the stream, and it closes the connection. */
+    shutdown(fd, SHUT_RDWR);
+    req_resume(r);
+}
+
+static void on_linger_timer(uv_timer_t *t)
+{
+    linger_state *lg = t->data;
+    linger_end(lg->r, "time");
+}
+
+static void on_linger_poll(uv_poll_t *p, int status, int events)
+{
+    linger_state *lg = p->data;
+    srv_req *r = lg->r;
+    if (status < 0) {
+        linger_end(r, "error");
+        return;
+    }
+    if ((events & UV_WRITABLE) && !r->linger_sent) {
+        ssize_t n = send(lg->fd, r->out + r->out_off, r->out_len - r->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            linger_end(r, errno == ECONNRESET || errno == EPIPE ? "reset" : "error");
+            return;
+        }
+        if (n > 0)
+            r->out_off += (size_t)n;
+        if (r->out_off == r->out_len) {
+            r->linger_sent = true;
+            /* The client sees the end of the answer at once. */
+            shutdown(lg->fd, SHUT_WR);
+            if (lg->eof) {
+                linger_end(r, "eof");
+                return;
+            }
+            uv_poll_start(p, UV_READABLE, on_linger_poll);
+        }
+    }
+    if (!(events & UV_READABLE) || lg->eof)
+        return;
+    char buf[LINGER_CHUNK];
+    for (int i = 0; i < LINGER_READS; i++) {
+        ssize_t n = recv(lg->fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0) {
+            lg->bytes += (uint64_t)n;
+            if (lg->bytes > r->h->linger_bytes) {
+                linger_end(r, "bytes");
+                return;
+            }
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return;
+        if (n < 0) {
+            linger_end(r, errno == ECONNRESET ? "reset" : "error");
+            return;
+        }
+        /* The client has sent all it will: the answer may still be on its way. */
+        lg->eof = true;
+        if (r->linger_sent)
+            linger_end(r, "eof");
+        else
+            uv_poll_start(p, UV_WRITABLE, on_linger_poll);
+        return;
+    }
+}
+
+/* The whole of an answer written by hand, into r->out: status line, headers, body. */
+static bool raw_answer(srv_req *r, int status, const char *content_type, const char *body, size_t len)
+{
+    char date[48];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
+    /* 256: the status line and the fixed headers with their values. */
+    size_t cap = 256 + strlen(content_type) + len;
+    for (int i = 0; i < r->n_headers; i++)
+        cap += strlen(r->headers[i].name) + strlen(r->headers[i].value) + 4;
+    char *o = malloc(cap);
+    if (!o)
+        return false;
+    size_t n = (size_t)snprintf(o, cap,
+                                "HTTP/1.1 %d %s\r\nDate: %s\r\nConnection: close\r\nContent-Type: %s\r\n"
+                                "Content-Length: %zu\r\n",
+                                status, MHD_get_reason_phrase_for((unsigned)status), date, content_type, len);
+    for (int i = 0; i < r->n_headers; i++)
+        n += (size_t)snprintf(o + n, cap - n, "%s: %s\r\n", r->headers[i].name, r->headers[i].value);
+    n += (size_t)snprintf(o + n, cap - n, "\r\n");
+    memcpy(o + n, body, len);
+    free(r->out);
+    r->out = o;
+    r->out_len = n + len;
+    r->out_off = 0;
+    r->out_cap = cap;
+    return true;
+}
+
+/*
+ * Sends the answer to an early refusal by a lingering close. Returns false
+ * when it cannot start (out of memory); the answer then goes through MHD.
+ */
+static bool linger_start(srv_req *r, int status, const char *content_type, const char *body, size_t len)
+{
+    srv_http *h = r->h;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    linger_state *lg = ci ? calloc(1, sizeof *lg) : NULL;
+    if (!lg || !raw_answer(r, status, content_type, body, len)) {
+        free(lg);
+        return false;
+    }
+    /* One poll handle per socket: the disconnect watch goes first. */
+    watch_stop(r);
+    if (uv_poll_init_socket(h->loop, &lg->poll, ci->connect_fd) != 0) {
+        free(lg);
+        return false;
+    }
+    uv_timer_init(h->loop, &lg->timer);
+    lg->poll.data = lg->timer.data = lg;
+    lg->open = 2;
+    lg->r = r;
+    lg->fd = ci->connect_fd;
+    lg->t_start = srv_now();
+    suspend(r, false);
+    r->lg = lg;
+    r->status = status;
+    uv_poll_start(&lg->poll, UV_READABLE | UV_WRITABLE, on_linger_poll);
+    uv_timer_start(&lg->timer, on_linger_timer, (uint64_t)h->linger_s * 1000, 0);
+    return true;
 }
 
 static srv_req *req_new(srv_http *h, struct MHD_Connection *c, const char *method, const char *url)
@@ -274,6 +473,8 @@ static void add_headers(srv_req *r, struct MHD_Response *resp)
 /* After the routes had their say: send what they produced, or wait for it. */
 static enum MHD_Result answer(srv_req *r)
 {
+    if (r->lg || r->linger_done)
+        return MHD_YES;
     if (r->resp) {
         struct MHD_Response *resp = r->resp;
         r->resp = NULL;
@@ -284,7 +485,7 @@ static enum MHD_Result answer(srv_req *r)
     }
     if (r->queued)
         return MHD_YES;
-    suspend(r);
+    suspend(r, true);
     return MHD_YES;
 }
 
@@ -304,6 +505,30 @@ static size_t head_size(struct MHD_Connection *c, const char *method, const char
     return n;
 }
 
+/* Whether the client may send a body after these headers. */
+static bool body_follows(struct MHD_Connection *c, const char *method)
+{
+    if (!strcmp(method, MHD_HTTP_METHOD_HEAD))
+        return false;
+    if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+        return true;
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return cl && strcmp(cl, "0") != 0;
+}
+
+/*
+ * Hands a request over a limit to the routes before (the rest of) its body
+ * has arrived. While the client may still be sending, their answer goes out
+ * by a lingering close.
+ */
+static enum MHD_Result refuse_early(srv_http *h, srv_req *r, bool more_body)
+{
+    r->early = more_body && lingering(h);
+    r->dispatched = true;
+    h->handlers.on_request(h->user, r);
+    return answer(r);
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                  const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
@@ -318,9 +543,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
          * ones) are refused with the body unread. */
         if (head_size(c, method, url, version) > h->max_header) {
             r->header_too_large = true;
-            r->dispatched = true;
-            h->handlers.on_request(h->user, r);
-            return answer(r);
+            return refuse_early(h, r, body_follows(c, method));
         }
         /* A declared body over the limit is refused before it is sent. */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -330,13 +553,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
             unsigned long long v = strtoull(cl, &end, 10);
             if (errno || *end || v > h->max_body) {
                 r->too_large = true;
-                r->dispatched = true;
-                h->handlers.on_request(h->user, r);
-                return answer(r);
+                return refuse_early(h, r, body_follows(c, method));
             }
         }
         return MHD_YES;
     }
+    if (r->linger_done)
+        return MHD_NO;
     if (*upload_size) {
         if (!r->too_large && !r->header_too_large) {
             size_t n = *upload_size;
@@ -345,6 +568,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
                 free(r->body);
                 r->body = NULL;
                 r->body_len = r->body_cap = 0;
+                /* A chunked body (its length was not known up front):
+                 * refused now, not once it ends, which it may never do.
+                 * Without lingering, it is read to its end and refused then. */
+                if (lingering(h)) {
+                    *upload_size = 0;
+                    return refuse_early(h, r, true);
+                }
             } else {
                 if (r->body_len + n + 1 > r->body_cap) {
                     size_t cap = r->body_cap ? r->body_cap : 1024;
@@ -382,9 +612,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         return;
     *con_cls = NULL;
     watch_stop(r);
+    linger_stop(r);
     r->suspended = false;
     h->active--;
-    bool completed = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && !r->client_gone;
+    /* A lingering answer ends with the connection cut: it completed if it was all sent. */
+    bool completed = r->early ? r->linger_sent : toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && !r->client_gone;
     r->client_gone = r->client_gone || !completed;
     if (r->dispatched)
         h->handlers.on_done(h->user, r, completed);
@@ -412,7 +644,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     if (r->stream_ended)
         return MHD_CONTENT_READER_END_OF_STREAM;
     /* Nothing to send yet: sleep until the next write resumes us. */
-    suspend(r);
+    suspend(r, true);
     return 0;
 }
 
@@ -457,8 +689,11 @@ void srv_req_add_header(srv_req *r, const char *name, const char *value)
 
 int srv_req_respond(srv_req *r, int status, const char *content_type, const char *body, size_t len)
 {
-    if (r->queued || r->resp || !r->conn)
+    if (r->queued || r->resp || r->lg || r->linger_done || !r->conn)
         return 0;
+    if (r->early && linger_start(r, status, content_type, body, len))
+        return 0;
+    r->early = false;
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!resp)
         return SRV_ENOMEM;
@@ -545,6 +780,8 @@ int srv_http_new(uv_loop_t *loop, const srv_http_opts *o, const srv_http_handler
     h->user = user;
     h->max_body = o->max_body;
     h->max_header = o->max_header ? o->max_header : 16 * 1024;
+    h->linger_s = o->linger_s;
+    h->linger_bytes = o->linger_bytes;
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     struct addrinfo *ai = NULL;

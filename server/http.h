@@ -4,8 +4,12 @@
  * MHD_get_timeout() drives a uv_timer, so MHD never starts a thread.
  *
  * A request is handed to the routes once its headers and body have arrived
- * (srv_http_handlers.on_request), or as soon as its headers show it is over
- * a limit (body or header size), so the routes can refuse it. The routes answer at once or later: until
+ * (srv_http_handlers.on_request), or as soon as it is known to be over a
+ * limit (body or header size), so the routes can refuse it. Such an early
+ * refusal ends in a lingering close: the answer is sent while the rest of
+ * the body is read and thrown away, up to linger_bytes or linger_s, so a
+ * client still sending sees the answer rather than a reset connection.
+ * The routes answer at once or later: until
  * they do, the connection is suspended (MHD_suspend_connection) and a
  * uv_poll watches its socket for the client closing it. A streamed response
  * is produced by MHD's content-reader callback from a buffer the routes
@@ -33,6 +37,8 @@ typedef struct srv_http_opts {
     size_t max_header;         /* request line plus headers; larger: srv_req_header_too_large() (0 = 16 KiB) */
     unsigned connection_limit; /* connections beyond it are closed at once (0 = 1024) */
     unsigned idle_timeout_s;   /* a connection without traffic for this long is closed (0 = 60) */
+    unsigned linger_s;         /* an early refusal reads the rest of the body this long at most (0 = no lingering) */
+    uint64_t linger_bytes;     /* ... and this many bytes at most */
 } srv_http_opts;
 
 typedef struct srv_http_handlers {

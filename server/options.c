@@ -42,6 +42,11 @@ static const opt_def OPTS[] = {
     INT("max-body", max_body, 1024, 1 << 30, "BYTES", "largest request body (default 4194304; more get 413)"),
     INT("max-header-bytes", max_header, 1024, 1 << 20, "BYTES",
         "largest request line plus headers (default 16384; more get 431)"),
+    INT("linger-time", linger_time, 0, 3600, "S",
+        "read and drop the rest of a body refused with 413 or 431 for up to S s, so clients still "
+        "sending see the answer (default 10; 0: close at once)"),
+    INT("linger-bytes", linger_bytes, 0, INT64_MAX, "BYTES",
+        "... and up to BYTES of it (default 67108864; 0: close at once)"),
     INT("max-connections", max_connections, 1, 65536, "N",
         "open connections at most (default 1024; more wait until one closes)"),
     INT("idle-timeout", idle_timeout, 1, 86400, "S",
@@ -275,6 +280,8 @@ int srv_config_parse(int argc, char **argv, srv_config *cfg)
     cfg->idle_timeout = 120;
     cfg->request_timeout = 600;
     cfg->drain_timeout = 30;
+    cfg->linger_time = 10;
+    cfg->linger_bytes = 64 << 20;
     cfg->prefill_chunk = 256;
     const char *config_path = NULL;
     int rc = parse_argv(argc, argv, cfg, true, &config_path);

@@ -34,6 +34,8 @@ typedef struct srv_config {
     int64_t kv_budget;      /* --kv-budget bytes of KV cache for all sessions, default 0 = no budget */
     int64_t request_timeout; /* --request-timeout seconds, default 600 */
     int64_t drain_timeout;  /* --drain-timeout seconds, default 30 */
+    int64_t linger_time;    /* --linger-time seconds an early refusal reads the rest of a body, default 10 */
+    int64_t linger_bytes;   /* --linger-bytes it reads at most, default 64 MiB */
     int64_t prefill_chunk;  /* --prefill-chunk tokens, default 256 */
     bool log_prompts;       /* --log-prompts */
     char *log_level;        /* --log-level debug|info|warn|error */

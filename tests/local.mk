@@ -243,6 +243,15 @@ clean-serve-limits:
 	-rm -rf $(builddir)/tests/serve_limits-work
 .PHONY: clean-serve-limits
 
+# A body over --max-body answered while the client still sends it: Node's
+# fetch, the openai client, curl and raw sockets that never stop sending.
+TESTS += tests/serve_linger.sh
+EXTRA_DIST += tests/serve_linger.sh tests/serve/linger-client.js
+clean-local: clean-serve-linger
+clean-serve-linger:
+	-rm -rf $(builddir)/tests/serve_linger-work
+.PHONY: clean-serve-linger
+
 # Security defaults: loopback only, no prompt text in the logs, bearer keys.
 TESTS += tests/serve_security.sh
 EXTRA_DIST += tests/serve_security.sh
