@@ -7,7 +7,9 @@
  *
  * systemd: READY=1 once the model is loaded, STATUS= lines as the state
  * changes, STOPPING=1 when draining starts, WATCHDOG=1 every half of
- * WATCHDOG_USEC while the loop runs.
+ * WATCHDOG_USEC while the loop runs and the compute thread is not stuck in
+ * a step (srv_sched_heartbeat), so systemd restarts a daemon whose compute
+ * thread hangs.
  *
  * Threads: the main thread runs the loop (the "loop thread" of the other
  * server/ files); sched.c starts the compute thread.
@@ -129,8 +131,11 @@ static void on_signal(uv_signal_t *s, int signum)
 
 static void on_watchdog(uv_timer_t *t)
 {
-    (void)t;
-    srv_notify("WATCHDOG=1");
+    serve *sv = t->data;
+    srv_sched_beat b;
+    srv_sched_heartbeat(sv->sched, &b);
+    if (!b.stuck)
+        srv_notify("WATCHDOG=1");
 }
 
 static void on_loaded(void *user, int status, const srv_model_info *info, const char *message)
@@ -251,6 +256,8 @@ int cmd_serve(int argc, char **argv)
         cli_fail(CMD, "out of memory");
         goto out;
     }
+    /* A step may run up to half of the watchdog's interval: see sched.c. */
+    uint64_t wd = srv_notify_watchdog_usec();
     srv_sched_opts so = {
         .model_dir = cfg->model,
         .engine = cfg->engine,
@@ -259,6 +266,7 @@ int cmd_serve(int argc, char **argv)
         .ctx = cfg->ctx,
         .prefill_chunk = cfg->prefill_chunk,
         .kv_budget = (uint64_t)cfg->kv_budget,
+        .stall_cap = (double)wd / 2e6,
     };
     srv_routes_opts ro = {
         .model_name = cfg->model_name,
@@ -302,7 +310,6 @@ int cmd_serve(int argc, char **argv)
     srv_notify("STATUS=loading the model");
     uv_signal_start(&sv.sigterm, on_signal, SIGTERM);
     uv_signal_start(&sv.sigint, on_signal, SIGINT);
-    uint64_t wd = srv_notify_watchdog_usec();
     if (wd) {
         uint64_t every = wd / 2000;
         uv_timer_start(&sv.watchdog, on_watchdog, every ? every : 1, every ? every : 1);

@@ -188,7 +188,17 @@ static void fail(call *c, int code, const char *param, const char *fmt, ...)
 static void do_health(call *c)
 {
     srv_routes *rt = c->rt;
-    if (rt->draining)
+    srv_sched_beat b;
+    srv_sched_heartbeat(rt->sched, &b);
+    if (b.stuck) {
+        /* No API error code says it; the body has the API's error shape. */
+        char body[300];
+        snprintf(body, sizeof body,
+                 "{\"error\":{\"message\":\"the compute thread has been in one step for %.1f s, longer than its "
+                 "bound of %.1f s\",\"type\":\"server_error\",\"param\":null,\"code\":\"compute_stuck\"}}",
+                 b.step_s, b.bound_s);
+        respond_json(c, 503, body);
+    } else if (rt->draining)
         fail(c, API_ESHUTDOWN, NULL, NULL);
     else if (!rt->loaded)
         fail(c, API_ELOADING, NULL, NULL);

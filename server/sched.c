@@ -25,6 +25,8 @@
  *  - The compute thread only reads the tokenizer (streaming decode); the
  *    routes encode with it on libuv's work pool, each thread with an
  *    encoder of its own (eng_tok_encode_with).
+ *  - The heartbeat (beat_*) is written by the compute thread alone, as
+ *    atomics, and read by the loop thread (srv_sched_heartbeat).
  */
 #include "server/sched.h"
 
@@ -35,11 +37,37 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/runner.h"
 #include "engine/stop.h"
 #include "server/error.h"
 #include "server/log.h"
+
+/*
+ * The heartbeat's bound. The watchdog must tell a compute thread stuck in a
+ * step from a busy one, so a step counts as stuck once it has run longer than
+ *
+ *     clamp(STALL_FACTOR x the step's tokens x the longest time per token
+ *           of the last STALL_HISTORY steps, floor, cap)
+ *
+ * Per token, because a step feeds a prefill chunk of up to --prefill-chunk
+ * tokens or a single decode token: a long prefill after a run of decode
+ * steps must not look stuck. A decode step has the largest time per token
+ * (a prefill shares each weight read among its tokens), so after decode
+ * steps the estimate errs long for a prefill, not short. The factor absorbs
+ * noise: other processes on the cores, first touches of mapped weights.
+ * The floor covers the first steps, with no history yet, and steps too
+ * short to time well. The cap (opts.stall_cap: half of the systemd
+ * watchdog interval) bounds the wait however slow the recent steps were: a
+ * hung step stops the pings at most half an interval after it began, and
+ * systemd restarts the daemon at most one and a half intervals after it
+ * began. The floor is lowered to the cap when the cap is smaller.
+ */
+#define STALL_FACTOR 8.0
+#define STALL_FLOOR_S 10.0
+#define STALL_CAP_S 15.0 /* the cap without systemd's watchdog: half the shipped unit's WatchdogSec */
+#define STALL_HISTORY 32
 
 typedef enum job_state { JOB_NEW, JOB_WAITING, JOB_RUNNING, JOB_DONE } job_state;
 
@@ -104,6 +132,14 @@ struct srv_sched {
     bool loaded, load_failed, load_report;  /* load_report: the loop has not been told yet */
     char load_message[512];
     bool closed, stopping;
+
+    /* the heartbeat: the compute thread writes, the loop reads */
+    atomic_uint_fast64_t beat_start_ns;  /* CLOCK_MONOTONIC when the current step began; 0 between steps */
+    atomic_uint_fast64_t beat_tokens;    /* the tokens it feeds */
+    atomic_uint_fast64_t beat_cost_ns;   /* the longest time per token of the last STALL_HISTORY steps */
+    uint64_t cost_ns[STALL_HISTORY];     /* compute thread only: those times */
+    unsigned n_costs;
+    bool stuck_logged;                   /* loop thread only */
 };
 
 /* One running job and the engine objects that generate it (compute thread only). */
@@ -359,6 +395,19 @@ uint64_t srv_sched_kv_bytes(srv_sched *s, int64_t tokens)
 
 uint64_t srv_sched_kv_budget(const srv_sched *s) { return s->opts.kv_budget; }
 
+static bool full_locked(const srv_sched *s)
+{
+    return s->waiting.n + s->running.n >= s->opts.parallel + s->opts.queue;
+}
+
+bool srv_sched_full(srv_sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool full = full_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    return full;
+}
+
 int srv_sched_submit(srv_sched *s, srv_job *j)
 {
     int rc = 0;
@@ -371,7 +420,7 @@ int srv_sched_submit(srv_sched *s, srv_job *j)
         j->kv_need = eng_model_kv_bytes(s->model, job_capacity(s, (int64_t)j->n_prompt + j->max_tokens));
         if (s->opts.kv_budget && j->kv_need > s->opts.kv_budget)
             rc = SRV_EKVBUDGET;
-        else if (s->waiting.n + s->running.n >= s->opts.parallel + s->opts.queue)
+        else if (full_locked(s))
             rc = SRV_EFULL;
     }
     if (!rc) {
@@ -425,6 +474,70 @@ void srv_sched_counts(srv_sched *s, int *waiting, int *running)
     *running = s->running.n;
     pthread_mutex_unlock(&s->mu);
 }
+
+/* ---- heartbeat (see STALL_FACTOR) ------------------------------------------ */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Compute thread: a step feeding TOKENS begins. */
+static void beat_begin(srv_sched *s, size_t tokens)
+{
+    atomic_store(&s->beat_tokens, tokens ? tokens : 1);
+    atomic_store(&s->beat_start_ns, now_ns());
+}
+
+/* Compute thread: the step has ended; its time per token joins the history. */
+static void beat_end(srv_sched *s)
+{
+    uint64_t t0 = atomic_exchange(&s->beat_start_ns, 0);
+    s->cost_ns[s->n_costs++ % STALL_HISTORY] = (now_ns() - t0) / atomic_load(&s->beat_tokens);
+    uint64_t most = 0;
+    unsigned n = s->n_costs < STALL_HISTORY ? s->n_costs : STALL_HISTORY;
+    for (unsigned i = 0; i < n; i++)
+        if (s->cost_ns[i] > most)
+            most = s->cost_ns[i];
+    atomic_store(&s->beat_cost_ns, most);
+}
+
+void srv_sched_heartbeat(srv_sched *s, srv_sched_beat *b)
+{
+    uint64_t t0 = atomic_load(&s->beat_start_ns);
+    double tokens = (double)atomic_load(&s->beat_tokens);
+    double cap = s->opts.stall_cap, floor = cap < STALL_FLOOR_S ? cap : STALL_FLOOR_S;
+    double bound = STALL_FACTOR * tokens * (double)atomic_load(&s->beat_cost_ns) / 1e9;
+    b->bound_s = bound < floor ? floor : bound > cap ? cap : bound;
+    b->step_s = t0 ? (double)(now_ns() - t0) / 1e9 : 0;
+    b->stuck = t0 && b->step_s > b->bound_s;
+    if (b->stuck != s->stuck_logged) {
+        s->stuck_logged = b->stuck;
+        if (b->stuck)
+            srv_log(SRV_LOG_ERROR, "compute_stuck", "step_s=%.1f bound_s=%.1f tokens=%.0f", b->step_s, b->bound_s,
+                    tokens);
+        else
+            srv_log(SRV_LOG_WARN, "compute_recovered", "busy_s=%.1f", b->step_s);
+    }
+}
+
+#ifdef QD_TEST_HOOKS
+/*
+ * A test-only hook, compiled into tests/serve/qwen3d-hooks alone (built
+ * with QD_TEST_HOOKS by `make check`, never installed): while the file
+ * named by $QWEN3D_TEST_STALL exists, the step that has begun does not go
+ * on. A hook in the production binary, even behind an option, could hang
+ * a daemon by mistake; this one cannot be reached there at all.
+ */
+static void test_stall(void)
+{
+    const char *path = getenv("QWEN3D_TEST_STALL");
+    while (path && access(path, F_OK) == 0)
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+}
+#endif
 
 eng_tok *srv_sched_tokenizer(srv_sched *s)
 {
@@ -609,6 +722,17 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *mess
     srv_job_release(j);
 }
 
+/* The ids the next step of SL feeds: a prefill chunk, or the last sampled id. */
+static size_t step_tokens(const srv_sched *s, const slot *sl)
+{
+    if (sl->prefilled)
+        return 1;
+    size_t n = sl->job->n_prompt - sl->fed;
+    if (s->opts.prefill_chunk > 0 && n > (size_t)s->opts.prefill_chunk)
+        n = (size_t)s->opts.prefill_chunk;
+    return n;
+}
+
 /*
  * One step of SL: a prefill chunk, or the feed of the last sampled id;
  * after the last prefill chunk and after each decode feed, one id is
@@ -622,9 +746,7 @@ static srv_finish step(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
     eng_diag_init(&diag);
     int rc;
     if (!sl->prefilled) {
-        size_t n = j->n_prompt - sl->fed;
-        if (s->opts.prefill_chunk > 0 && n > (size_t)s->opts.prefill_chunk)
-            n = (size_t)s->opts.prefill_chunk;
+        size_t n = step_tokens(s, sl);
         double t0 = srv_now();
         rc = eng_session_feed(sl->sess, j->prompt + sl->fed, n, &logits, &diag);
         sl->prompt_s += srv_now() - t0;
@@ -788,7 +910,12 @@ static void *compute_main(void *arg)
         if (rr >= n)
             rr = 0;
         char msg[160] = "";
+        beat_begin(s, step_tokens(s, &slots[rr]));
+#ifdef QD_TEST_HOOKS
+        test_stall();
+#endif
         srv_finish f = step(s, &slots[rr], msg, sizeof msg);
+        beat_end(s);
         if (f != SRV_FINISH_NONE) {
             kv_used -= slots[rr].job->kv_need;
             slot_finish(s, &slots[rr], f, f == SRV_FINISH_ERROR ? msg : NULL);
@@ -820,6 +947,8 @@ int srv_sched_new(uv_loop_t *loop, const srv_sched_opts *opts, srv_metrics *metr
         s->opts.parallel = 1;
     if (s->opts.queue < 0)
         s->opts.queue = 0;
+    if (s->opts.stall_cap <= 0)
+        s->opts.stall_cap = STALL_CAP_S;
     s->metrics = metrics;
     s->loaded_fn = loaded;
     s->loaded_user = user;

@@ -38,6 +38,7 @@ typedef struct srv_sched_opts {
     int64_t ctx;          /* longest sequence (prompt + generated); 0 = the model's context length */
     int64_t prefill_chunk; /* prompt tokens per step, so a long prompt does not stall the others; 0 = whole prompt */
     uint64_t kv_budget;   /* KV bytes the running sessions may reserve together; 0 = no budget */
+    double stall_cap;     /* seconds: no step may run longer and count as well (see srv_sched_beat); 0 = 15 */
 } srv_sched_opts;
 
 /* What the compute thread found when loading; passed to srv_sched_loaded_fn. */
@@ -80,6 +81,22 @@ void srv_sched_cancel_all(srv_sched *s);
 
 /* Jobs waiting and running now. */
 void srv_sched_counts(srv_sched *s, int *waiting, int *running);
+/* Whether a job submitted now would be refused with SRV_EFULL. */
+bool srv_sched_full(srv_sched *s);
+
+/*
+ * The compute thread's heartbeat, for the watchdog and /health/live: it is
+ * stuck when its current step has run longer than a bound derived from the
+ * time of its recent steps, at most opts.stall_cap (the rule is explained
+ * in sched.c). The first check that finds it stuck, and the first after,
+ * log it.
+ */
+typedef struct srv_sched_beat {
+    bool stuck;
+    double step_s;   /* how long the current step has run; 0 when there is none */
+    double bound_s;  /* the current step's bound */
+} srv_sched_beat;
+void srv_sched_heartbeat(srv_sched *s, srv_sched_beat *b);
 
 /*
  * The KV budget: a job is admitted to a session only while the sessions

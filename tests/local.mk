@@ -252,6 +252,22 @@ clean-serve-linger:
 	-rm -rf $(builddir)/tests/serve_linger-work
 .PHONY: clean-serve-linger
 
+# The compute thread's heartbeat: a step hung through the test-only hook
+# stops the watchdog pings and shows in /health. The hook is compiled into
+# tests/serve/qwen3d-hooks alone (server/sched.c with QD_TEST_HOOKS), never
+# into the installed binary; its own sched.o comes before libqwen3d.a, so
+# the archive's is not linked.
+check_PROGRAMS += tests/serve/qwen3d-hooks
+tests_serve_qwen3d_hooks_SOURCES = server/main.c server/sched.c
+tests_serve_qwen3d_hooks_CPPFLAGS = $(AM_CPPFLAGS) -DQD_TEST_HOOKS
+tests_serve_qwen3d_hooks_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
+TESTS += tests/serve_health.sh
+EXTRA_DIST += tests/serve_health.sh
+clean-local: clean-serve-health
+clean-serve-health:
+	-rm -rf $(builddir)/tests/serve_health-work
+.PHONY: clean-serve-health
+
 # Security defaults: loopback only, no prompt text in the logs, bearer keys.
 TESTS += tests/serve_security.sh
 EXTRA_DIST += tests/serve_security.sh
