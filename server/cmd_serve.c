@@ -4,9 +4,13 @@
  * the metrics, and runs until SIGTERM or SIGINT, then drains: no new
  * connections or generations, running requests get --drain-timeout seconds
  * to finish, the rest are ended with a final event, and the process exits 0.
+ * After SIGTERM, once the model is loaded, the drain waits --drain-delay
+ * seconds during which /health/ready answers 503 and everything is still
+ * served, so balancers stop sending work before the listener closes.
+ * SIGINT (someone at a terminal) drains at once; a second signal stops.
  *
  * systemd: READY=1 once the model is loaded, STATUS= lines as the state
- * changes, STOPPING=1 when draining starts, WATCHDOG=1 every half of
+ * changes, STOPPING=1 on SIGTERM, WATCHDOG=1 every half of
  * WATCHDOG_USEC while the loop runs and the compute thread is not stuck in
  * a step (srv_sched_heartbeat), so systemd restarts a daemon whose compute
  * thread hangs.
@@ -48,8 +52,9 @@ typedef struct serve {
     srv_routes *routes;
     srv_http *http;
     uv_signal_t sigterm, sigint;
-    uv_timer_t watchdog, drain_poll, drain_deadline;
-    bool draining, finished, deadline_passed;
+    uv_timer_t watchdog, drain_delay, drain_poll, drain_deadline;
+    bool loaded, stopping, finished, deadline_passed;
+    const char *stop_reason;  /* the signal's name */
     int exit_code;
 } serve;
 
@@ -74,6 +79,7 @@ static void finish(serve *sv)
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
     close_handle((uv_handle_t *)&sv->watchdog);
+    close_handle((uv_handle_t *)&sv->drain_delay);
     close_handle((uv_handle_t *)&sv->drain_poll);
     close_handle((uv_handle_t *)&sv->drain_deadline);
 }
@@ -103,15 +109,9 @@ static void on_drain_deadline(uv_timer_t *t)
     finish(sv);
 }
 
-static void start_drain(serve *sv, const char *why)
+static void start_drain(serve *sv)
 {
-    if (sv->draining) {
-        srv_log(SRV_LOG_WARN, "shutdown", "reason=%s action=stop_now", why);
-        finish(sv);
-        return;
-    }
-    sv->draining = true;
-    srv_log(SRV_LOG_INFO, "shutdown", "reason=%s active_requests=%zu drain_timeout_s=%lld", why,
+    srv_log(SRV_LOG_INFO, "shutdown", "reason=%s active_requests=%zu drain_timeout_s=%lld", sv->stop_reason,
             sv->http ? srv_http_active(sv->http) : 0, (long long)sv->cfg.drain_timeout);
     srv_notify("STOPPING=1\nSTATUS=draining");
     if (!sv->http) {
@@ -124,9 +124,29 @@ static void start_drain(serve *sv, const char *why)
     uv_timer_start(&sv->drain_deadline, on_drain_deadline, (uint64_t)sv->cfg.drain_timeout * 1000, 0);
 }
 
+static void on_drain_delay(uv_timer_t *t) { start_drain(t->data); }
+
 static void on_signal(uv_signal_t *s, int signum)
 {
-    start_drain(s->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    serve *sv = s->data;
+    const char *why = signum == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (sv->stopping) {
+        srv_log(SRV_LOG_WARN, "shutdown", "reason=%s action=stop_now", why);
+        finish(sv);
+        return;
+    }
+    sv->stopping = true;
+    sv->stop_reason = why;
+    /* While the model loads no balancer sends work here: nothing to wait for. */
+    if (signum != SIGTERM || !sv->cfg.drain_delay || !sv->loaded || !sv->http) {
+        start_drain(sv);
+        return;
+    }
+    srv_routes_set_stopping(sv->routes);
+    srv_log(SRV_LOG_INFO, "not_ready", "reason=%s drain_delay_s=%lld active_requests=%zu", why,
+            (long long)sv->cfg.drain_delay, srv_http_active(sv->http));
+    srv_notifyf("STOPPING=1\nSTATUS=not ready; draining in %lld s", (long long)sv->cfg.drain_delay);
+    uv_timer_start(&sv->drain_delay, on_drain_delay, (uint64_t)sv->cfg.drain_delay * 1000, 0);
 }
 
 static void on_watchdog(uv_timer_t *t)
@@ -154,6 +174,7 @@ static void on_loaded(void *user, int status, const srv_model_info *info, const 
     }
     if (sv->finished)
         return;
+    sv->loaded = true;
     srv_routes_set_loaded(sv->routes, info);
     srv_metrics_set_model(sv->metrics, info->weight_bytes, info->load_seconds);
     char q[600];
@@ -247,10 +268,11 @@ int cmd_serve(int argc, char **argv)
     uv_signal_init(&sv.loop, &sv.sigterm);
     uv_signal_init(&sv.loop, &sv.sigint);
     uv_timer_init(&sv.loop, &sv.watchdog);
+    uv_timer_init(&sv.loop, &sv.drain_delay);
     uv_timer_init(&sv.loop, &sv.drain_poll);
     uv_timer_init(&sv.loop, &sv.drain_deadline);
     sv.sigterm.data = sv.sigint.data = &sv;
-    sv.watchdog.data = sv.drain_poll.data = sv.drain_deadline.data = &sv;
+    sv.watchdog.data = sv.drain_delay.data = sv.drain_poll.data = sv.drain_deadline.data = &sv;
 
     if (!(sv.metrics = srv_metrics_new(PACKAGE_VERSION))) {
         cli_fail(CMD, "out of memory");

@@ -54,7 +54,8 @@ struct srv_metrics {
 const char *srv_endpoint_name(srv_endpoint ep)
 {
     static const char *const names[SRV_EP_COUNT] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
-                                                     "/health", "/metrics", "other"};
+                                                     "/health", "/health/live", "/health/ready", "/metrics",
+                                                     "other"};
     return ep < SRV_EP_COUNT ? names[ep] : "other";
 }
 

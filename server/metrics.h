@@ -19,6 +19,8 @@ typedef enum srv_endpoint {
     SRV_EP_CHAT,
     SRV_EP_MODELS,
     SRV_EP_HEALTH,
+    SRV_EP_HEALTH_LIVE,
+    SRV_EP_HEALTH_READY,
     SRV_EP_METRICS,
     SRV_EP_OTHER,
     SRV_EP_COUNT

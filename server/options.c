@@ -56,7 +56,9 @@ static const opt_def OPTS[] = {
     INT("kv-budget", kv_budget, 0, INT64_MAX, "BYTES",
         "KV cache bytes all sessions may reserve; requests wait for room (default 0: no budget)"),
     INT("request-timeout", request_timeout, 1, 86400, "S", "deadline of one request in seconds (default 600)"),
-    INT("drain-timeout", drain_timeout, 0, 3600, "S", "on SIGTERM, time given to running requests (default 30)"),
+    INT("drain-delay", drain_delay, 0, 3600, "S",
+        "on SIGTERM, first answer /health/ready 503 for S s while serving on (default 5; 0: drain at once)"),
+    INT("drain-timeout", drain_timeout, 0, 3600, "S", "then, time given to running requests (default 30)"),
     INT("prefill-chunk", prefill_chunk, 1, 1 << 20, "N", "prompt tokens per scheduling step (default 256)"),
     FLAG("log-prompts", log_prompts, "log prompt and completion text (off by default)"),
     STR("log-level", log_level, "LEVEL", "debug, info, warn or error (default info)"),
@@ -279,6 +281,7 @@ int srv_config_parse(int argc, char **argv, srv_config *cfg)
     cfg->max_connections = 1024;
     cfg->idle_timeout = 120;
     cfg->request_timeout = 600;
+    cfg->drain_delay = 5;
     cfg->drain_timeout = 30;
     cfg->linger_time = 10;
     cfg->linger_bytes = 64 << 20;

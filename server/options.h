@@ -33,6 +33,7 @@ typedef struct srv_config {
     int64_t max_tokens;     /* --max-tokens per request, default 0 = up to the context */
     int64_t kv_budget;      /* --kv-budget bytes of KV cache for all sessions, default 0 = no budget */
     int64_t request_timeout; /* --request-timeout seconds, default 600 */
+    int64_t drain_delay;    /* --drain-delay seconds not ready but serving after SIGTERM, default 5 */
     int64_t drain_timeout;  /* --drain-timeout seconds, default 30 */
     int64_t linger_time;    /* --linger-time seconds an early refusal reads the rest of a body, default 10 */
     int64_t linger_bytes;   /* --linger-bytes it reads at most, default 64 MiB */

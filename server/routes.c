@@ -51,7 +51,7 @@ struct srv_routes {
     uv_loop_t *loop;
     srv_sched *sched;
     srv_metrics *metrics;
-    bool loaded, draining;
+    bool loaded, stopping, draining;
     int tokenizing;           /* calls on the work pool; the queue closes for draining when none is left */
     pthread_mutex_t enc_mu;   /* guards the encoder free list */
     eng_tok_enc *enc_free[ENC_KEEP]; /* idle encoders, one per work-pool thread that tokenized */
@@ -129,12 +129,14 @@ void srv_routes_set_loaded(srv_routes *rt, const srv_model_info *info)
     rt->info = *info;
 }
 
+void srv_routes_set_stopping(srv_routes *rt) { rt->stopping = true; }
+
 /* Requests being tokenized were accepted before the drain: the scheduler's
  * queue closes once they are submitted, as it would have with tokenization
  * on the loop. */
 void srv_routes_set_draining(srv_routes *rt)
 {
-    rt->draining = true;
+    rt->stopping = rt->draining = true;
     if (!rt->tokenizing)
         srv_sched_close_queue(rt->sched);
 }
@@ -185,6 +187,13 @@ static void fail(call *c, int code, const char *param, const char *fmt, ...)
 
 /* ---- simple endpoints ------------------------------------------------------ */
 
+/*
+ * /health/live: the loop answers (it does, here) and the compute thread is
+ * not stuck in a step, the watchdog's test. /health/ready: besides, the
+ * model is loaded, SIGTERM has not come and the queue has room, so a
+ * balancer may send work. /health: 200 once the model is loaded, 503
+ * before, from SIGTERM on and while the compute thread is stuck.
+ */
 static void do_health(call *c)
 {
     srv_routes *rt = c->rt;
@@ -198,12 +207,17 @@ static void do_health(call *c)
                  "bound of %.1f s\",\"type\":\"server_error\",\"param\":null,\"code\":\"compute_stuck\"}}",
                  b.step_s, b.bound_s);
         respond_json(c, 503, body);
-    } else if (rt->draining)
-        fail(c, API_ESHUTDOWN, NULL, NULL);
-    else if (!rt->loaded)
-        fail(c, API_ELOADING, NULL, NULL);
-    else
+    } else if (c->ep == SRV_EP_HEALTH_LIVE) {
         respond_json(c, 200, "{\"status\":\"ok\"}");
+    } else if (rt->stopping) {
+        fail(c, API_ESHUTDOWN, NULL, NULL);
+    } else if (!rt->loaded) {
+        fail(c, API_ELOADING, NULL, NULL);
+    } else if (c->ep == SRV_EP_HEALTH_READY && srv_sched_full(rt->sched)) {
+        fail(c, API_EOVERLOADED, NULL, "the request queue is full; this server takes no more work now");
+    } else {
+        respond_json(c, 200, "{\"status\":\"ok\"}");
+    }
 }
 
 static void do_metrics(call *c)
@@ -612,6 +626,8 @@ static const route ROUTES[] = {
     {"/v1/chat/completions", SRV_EP_CHAT, "POST", true},
     {"/v1/models", SRV_EP_MODELS, "GET", true},
     {"/health", SRV_EP_HEALTH, "GET", false},
+    {"/health/live", SRV_EP_HEALTH_LIVE, "GET", false},
+    {"/health/ready", SRV_EP_HEALTH_READY, "GET", false},
     {"/metrics", SRV_EP_METRICS, "GET", false},
 };
 
@@ -678,7 +694,9 @@ void srv_routes_on_request(void *user, srv_req *r)
     case SRV_EP_COMPLETIONS: do_generate(c, API_KIND_COMPLETION); break;
     case SRV_EP_CHAT: do_generate(c, API_KIND_CHAT); break;
     case SRV_EP_MODELS: do_models(c); break;
-    case SRV_EP_HEALTH: do_health(c); break;
+    case SRV_EP_HEALTH:
+    case SRV_EP_HEALTH_LIVE:
+    case SRV_EP_HEALTH_READY: do_health(c); break;
     case SRV_EP_METRICS: do_metrics(c); break;
     default: fail(c, API_ENOTFOUND, NULL, NULL); break;
     }

@@ -39,6 +39,9 @@ void srv_routes_free(srv_routes *rt);
 
 /* The model is loaded: /health answers 200 and generation is accepted. */
 void srv_routes_set_loaded(srv_routes *rt, const srv_model_info *info);
+/* SIGTERM: /health and /health/ready answer 503 from now on; requests are
+ * still served until srv_routes_set_draining(). */
+void srv_routes_set_stopping(srv_routes *rt);
 /* Draining: new generations and /health get 503; the scheduler's queue is
  * closed once the prompts being tokenized have been submitted. */
 void srv_routes_set_draining(srv_routes *rt);

@@ -50,36 +50,16 @@ expect_usage_error "the example config" "--model '$work/no-model'" \
 grep -q -- "--api-key-file" "$work/help" || fail "serve --help does not list --api-key-file"
 
 # ---- loading, sd_notify, drain ----------------------------------------------
-sock_dir=$(mktemp -d /tmp/qwen3d-notify.XXXXXX)
-EXTRA_DIRS="$sock_dir"
-sock="$sock_dir/notify.sock"
-"$QD_BUILDDIR/tests/serve/notify_listen" "$sock" 60 >"$work/notify.txt" &
-LISTENER=$!
-EXTRA_PIDS="$LISTENER"
-i=0
-while [ ! -S "$sock" ]; do
-  i=$((i + 1))
-  [ $i -lt 50 ] || fail "the notify listener did not start"
-  sleep 0.1
-done
-slow="$work/slow-model"
-mkdir -p "$slow"
-for f in model.onnx model.onnx.data genai_config.json tokenizer_config.json; do ln -s "$MODEL/$f" "$slow/$f"; done
-mkfifo "$slow/tokenizer.json"
-NOTIFY_SOCKET="$sock" WATCHDOG_USEC=200000 SERVE_NO_WAIT=1 SERVE_MODEL="$slow" serve_start
+notify_listen 60
+slow_model
+NOTIFY_SOCKET="$NOTIFY_SOCK" WATCHDOG_USEC=200000 SERVE_NO_WAIT=1 SERVE_MODEL="$SLOW_MODEL" serve_start
 # The tokenizer is not there yet: the model is "loading".
 [ "$(http GET /health)" = 503 ] || fail "/health while loading: $(cat "$work/body")"
 [ "$(json "$work/body" 'j.error.code')" = model_loading ] || fail "/health body while loading: $(cat "$work/body")"
 [ "$(http POST /v1/completions '{"prompt":"hi"}')" = 503 ] || fail "a completion while loading is not a 503"
 grep -qi '^retry-after: ' "$work/headers" || fail "503 while loading without Retry-After"
 grep -q 'READY=1' "$work/notify.txt" && fail "READY=1 was sent before the model loaded"
-cat "$MODEL/tokenizer.json" >"$slow/tokenizer.json"
-i=0
-while ! grep -q event=model_loaded "$LOG"; do
-  i=$((i + 1))
-  [ $i -lt 300 ] || fail "the model did not load after the tokenizer arrived"
-  sleep 0.1
-done
+release_model
 [ "$(http GET /health)" = 200 ] || fail "/health after loading"
 i=0
 while [ "$(grep -c 'WATCHDOG=1' "$work/notify.txt")" -lt 2 ]; do

@@ -15,7 +15,7 @@ serve_model
 
 # The default address: started without --host (serve_start passes one).
 LOG="$work/default-host.log"
-"$QWEN3D" serve --model "$MODEL" --port 0 --threads 2 >"$work/serve.out" 2>"$LOG" &
+"$QWEN3D" serve --model "$MODEL" --port 0 --threads 2 --drain-delay 0 >"$work/serve.out" 2>"$LOG" &
 PID=$!
 SERVE_PIDS="$SERVE_PIDS $PID"
 i=0

@@ -66,11 +66,16 @@ serve_model() {
 
 # serve_start [OPTIONS...]: starts `qwen3d serve --model $MODEL --port 0`,
 # waits (bounded) for the model to load; sets PID, PORT, BASE and LOG.
-# With SERVE_NO_WAIT=1 it returns once the daemon listens.
+# With SERVE_NO_WAIT=1 it returns once the daemon listens. The tests stop
+# many daemons: they drain at once on SIGTERM (--drain-delay 0) unless
+# OPTIONS say otherwise, or SERVE_DRAIN_DELAY=default leaves the option
+# to the daemon (and its --config file).
 serve_start() {
   SERVE_N=$((SERVE_N + 1))
   LOG="$work/serve.$SERVE_N.log"
-  "$QWEN3D" serve --model "${SERVE_MODEL:-$MODEL}" --host 127.0.0.1 --port 0 --threads 2 "$@" \
+  delay=--drain-delay=0
+  [ "${SERVE_DRAIN_DELAY:-}" = default ] && delay=
+  "$QWEN3D" serve --model "${SERVE_MODEL:-$MODEL}" --host 127.0.0.1 --port 0 --threads 2 $delay "$@" \
     >"$work/serve.out" 2>"$LOG" &
   PID=$!
   SERVE_PIDS="$SERVE_PIDS $PID"
@@ -86,6 +91,49 @@ serve_start() {
   PORT=$(sed -n 's/.*event=listening host=[^ ]* port=\([0-9]*\).*/\1/p' "$LOG" | head -n 1)
   [ -n "$PORT" ] || fail "no port in the daemon's log"
   BASE="http://127.0.0.1:$PORT"
+}
+
+# wait_until WHAT COMMAND...: runs COMMAND every 0.1 s until it succeeds,
+# for 30 s at most.
+wait_until() {
+  what=$1
+  shift
+  i=0
+  until "$@"; do
+    i=$((i + 1))
+    [ $i -lt 300 ] || fail "$what: not within 30 s"
+    sleep 0.1
+  done
+}
+
+# notify_listen SECONDS: a stand-in for systemd's notification socket
+# (tests/serve/notify_listen) writing what it gets to $work/notify.txt;
+# sets NOTIFY_SOCK and LISTENER.
+notify_listen() {
+  sock_dir=$(mktemp -d /tmp/qwen3d-notify.XXXXXX)
+  EXTRA_DIRS="$EXTRA_DIRS $sock_dir"
+  NOTIFY_SOCK="$sock_dir/notify.sock"
+  "$QD_BUILDDIR/tests/serve/notify_listen" "$NOTIFY_SOCK" "$1" >"$work/notify.txt" &
+  LISTENER=$!
+  EXTRA_PIDS="$EXTRA_PIDS $LISTENER"
+  wait_until "the notify listener" test -S "$NOTIFY_SOCK"
+}
+
+# slow_model: a model folder (links to the tiny model) whose tokenizer.json
+# is a FIFO, so a daemon serving it stays "loading" until release_model;
+# sets SLOW_MODEL.
+slow_model() {
+  SLOW_MODEL="$work/slow-model"
+  rm -rf "$SLOW_MODEL"
+  mkdir -p "$SLOW_MODEL"
+  for f in model.onnx model.onnx.data genai_config.json tokenizer_config.json; do
+    ln -s "$MODEL/$f" "$SLOW_MODEL/$f"
+  done
+  mkfifo "$SLOW_MODEL/tokenizer.json"
+}
+release_model() {
+  cat "$MODEL/tokenizer.json" >"$SLOW_MODEL/tokenizer.json"
+  wait_until "the model loaded after the tokenizer arrived" grep -q event=model_loaded "$LOG"
 }
 
 # serve_stop [SIGNAL|none]: signals the daemon (TERM by default; none when the
