@@ -58,12 +58,34 @@ const char *api_error_code(int err)
     return "internal_error";
 }
 
+/*
+ * A text cut at CAP - 1 bytes may end inside a UTF-8 sequence (a field name or
+ * a quote of the client's): drops the incomplete sequence, so the error body
+ * can still carry it.
+ */
+static void cut_utf8(char *s, size_t cap)
+{
+    size_t n = strlen(s);
+    if (n < cap - 1)
+        return;
+    size_t k = n;
+    while (k > 0 && ((unsigned char)s[k - 1] & 0xC0) == 0x80)
+        k--;
+    if (k == 0)
+        return;
+    unsigned char lead = (unsigned char)s[k - 1];
+    size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (n - (k - 1) < want)
+        s[k - 1] = '\0';
+}
+
 int api_error_set(api_error *err, int code, const char *param, const char *fmt, ...)
 {
     if (!err)
         return code;
     err->code = code;
     snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    cut_utf8(err->param, sizeof err->param);
     if (fmt) {
         va_list ap;
         va_start(ap, fmt);
@@ -72,6 +94,7 @@ int api_error_set(api_error *err, int code, const char *param, const char *fmt, 
     } else {
         snprintf(err->message, sizeof err->message, "%s", api_strerror(code));
     }
+    cut_utf8(err->message, sizeof err->message);
     return code;
 }
 

@@ -126,23 +126,240 @@ static int get_bool(json_t *root, const char *field, bool *out, api_error *err)
     return 0;
 }
 
-/* Fields whose use would change what the server promises: rejected unless neutral. */
-static int reject_unsupported(json_t *root, api_kind kind, api_error *err)
+/* ---- the field table ---------------------------------------------------- */
+
+#define IN_COMPLETIONS (1u << API_KIND_COMPLETION)
+#define IN_CHAT (1u << API_KIND_CHAT)
+#define IN_BOTH (IN_COMPLETIONS | IN_CHAT)
+
+/*
+ * A check of a REFUSED or IGNORED field's value (never null): 0 when the
+ * value is accepted, else the error it set. REFUSED fields accept only the
+ * values that ask for nothing the server lacks; IGNORED fields any value of
+ * the right type.
+ */
+typedef int (*field_check)(const json_t *v, const char *field, api_error *err);
+
+static int refuse(const char *field, api_error *err)
 {
+    return api_error_set(err, API_EUNSUPPORTED, field,
+                         "'%s' is not supported by this server, which does not ignore it either", field);
+}
+
+static int refuse_any(const json_t *v, const char *field, api_error *err)
+{
+    (void)v;
+    return refuse(field, err);
+}
+
+/* "" asks for nothing. */
+static int refuse_string(const json_t *v, const char *field, api_error *err)
+{
+    if (!json_is_string(v))
+        return type_error(err, field, "a string", v);
+    return json_string_length(v) == 0 ? 0 : refuse(field, err);
+}
+
+static int refuse_true(const json_t *v, const char *field, api_error *err)
+{
+    if (!json_is_boolean(v))
+        return type_error(err, field, "a boolean", v);
+    return json_is_true(v) ? refuse(field, err) : 0;
+}
+
+/* logprobs: a boolean (chat) or a count (completions); only false asks for nothing. */
+static int refuse_logprobs(const json_t *v, const char *field, api_error *err)
+{
+    if (!json_is_boolean(v) && !json_is_integer(v))
+        return type_error(err, field, "a boolean or an integer", v);
+    return json_is_false(v) ? 0 : refuse(field, err);
+}
+
+static int refuse_nonzero(const json_t *v, const char *field, api_error *err)
+{
+    if (!json_is_integer(v))
+        return type_error(err, field, "an integer", v);
+    if (json_integer_value(v) < 0)
+        return api_error_set(err, API_ERANGE, field, "'%s' must not be negative", field);
+    return json_integer_value(v) == 0 ? 0 : refuse(field, err);
+}
+
+/* n, best_of: one choice per request. */
+static int refuse_above_one(const json_t *v, const char *field, api_error *err)
+{
+    if (!json_is_integer(v))
+        return type_error(err, field, "an integer", v);
+    json_int_t x = json_integer_value(v);
+    if (x < 1)
+        return api_error_set(err, API_ERANGE, field, "'%s' must be at least 1, not %lld", field, (long long)x);
+    if (x > 1)
+        return api_error_set(err, API_EUNSUPPORTED, field, "'%s' must be 1: one choice per request is supported",
+                             field);
+    return 0;
+}
+
+static int refuse_nonempty_object(const json_t *v, const char *field, api_error *err)
+{
+    if (!json_is_object(v))
+        return type_error(err, field, "an object", v);
+    return json_object_size(v) == 0 ? 0 : refuse(field, err);
+}
+
+static int refuse_nonempty_array(const json_t *v, const char *field, api_error *err)
+{
+    if (!json_is_array(v))
+        return type_error(err, field, "an array", v);
+    return json_array_size(v) == 0 ? 0 : refuse(field, err);
+}
+
+/* tool_choice, function_call: "none" and "auto" call nothing when no tool is given. */
+static int refuse_tool_choice(const json_t *v, const char *field, api_error *err)
+{
+    if (!json_is_string(v) && !json_is_object(v))
+        return type_error(err, field, "a string or an object", v);
+    const char *s = json_string_value(v);
+    return s && (!strcmp(s, "none") || !strcmp(s, "auto")) ? 0 : refuse(field, err);
+}
+
+/* response_format: {"type": "text"} is what the server produces anyway. */
+static int refuse_format(const json_t *v, const char *field, api_error *err)
+{
+    if (!json_is_object(v))
+        return type_error(err, field, "an object", v);
+    const char *type = json_string_value(json_object_get(v, "type"));
+    if (type && !strcmp(type, "text"))
+        return 0;
+    return api_error_set(err, API_EUNSUPPORTED, field,
+                         "'%s' of type %.40s is not supported: this server generates unconstrained text", field,
+                         type ? type : "(none)");
+}
+
+/* modalities: ["text"] is what the server produces anyway. */
+static int refuse_modalities(const json_t *v, const char *field, api_error *err)
+{
+    if (!json_is_array(v))
+        return type_error(err, field, "an array", v);
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        if (!json_is_string(e) || strcmp(json_string_value(e), "text") != 0)
+            return refuse(field, err);
+    }
+    return 0;
+}
+
+static int want_string(const json_t *v, const char *field, api_error *err)
+{
+    return json_is_string(v) ? 0 : type_error(err, field, "a string", v);
+}
+
+static int want_boolean(const json_t *v, const char *field, api_error *err)
+{
+    return json_is_boolean(v) ? 0 : type_error(err, field, "a boolean", v);
+}
+
+static int want_object(const json_t *v, const char *field, api_error *err)
+{
+    return json_is_object(v) ? 0 : type_error(err, field, "an object", v);
+}
+
+typedef struct field_rule {
+    const char *name;
+    unsigned in;            /* IN_COMPLETIONS, IN_CHAT */
+    api_field_use use;
+    field_check check;      /* REFUSED, IGNORED; NULL for READ */
+} field_rule;
+
+#define READ(name, in) {name, in, API_FIELD_READ, NULL}
+#define REFUSED(name, in, check) {name, in, API_FIELD_REFUSED, check}
+#define IGNORED(name, in, check) {name, in, API_FIELD_IGNORED, check}
+
+/* The README's field table says the same, row for row (test_api compares them).
+ * Ignored fields are accepted on both endpoints: they change nothing either way. */
+static const field_rule FIELDS[] = {
+    READ("model", IN_BOTH),
+    READ("prompt", IN_COMPLETIONS),
+    READ("messages", IN_CHAT),
+    READ("max_tokens", IN_BOTH),
+    READ("max_completion_tokens", IN_CHAT),
+    READ("temperature", IN_BOTH),
+    READ("top_p", IN_BOTH),
+    READ("top_k", IN_BOTH),
+    READ("min_p", IN_BOTH),
+    READ("presence_penalty", IN_BOTH),
+    READ("frequency_penalty", IN_BOTH),
+    READ("repetition_penalty", IN_BOTH),
+    READ("seed", IN_BOTH),
+    READ("stop", IN_BOTH),
+    READ("stream", IN_BOTH),
+    READ("stream_options", IN_BOTH),
+    READ("chat_template_kwargs", IN_CHAT),
+    REFUSED("n", IN_BOTH, refuse_above_one),
+    REFUSED("best_of", IN_COMPLETIONS, refuse_above_one),
+    REFUSED("echo", IN_COMPLETIONS, refuse_true),
+    REFUSED("suffix", IN_COMPLETIONS, refuse_string),
+    REFUSED("logprobs", IN_BOTH, refuse_logprobs),
+    REFUSED("top_logprobs", IN_CHAT, refuse_nonzero),
+    REFUSED("logit_bias", IN_BOTH, refuse_nonempty_object),
+    REFUSED("response_format", IN_CHAT, refuse_format),
+    REFUSED("tools", IN_CHAT, refuse_nonempty_array),
+    REFUSED("tool_choice", IN_CHAT, refuse_tool_choice),
+    REFUSED("functions", IN_CHAT, refuse_nonempty_array),
+    REFUSED("function_call", IN_CHAT, refuse_tool_choice),
+    REFUSED("modalities", IN_CHAT, refuse_modalities),
+    REFUSED("audio", IN_CHAT, refuse_any),
+    REFUSED("reasoning_effort", IN_CHAT, refuse_any),
+    REFUSED("verbosity", IN_CHAT, refuse_any),
+    REFUSED("web_search_options", IN_CHAT, refuse_any),
+    IGNORED("parallel_tool_calls", IN_BOTH, want_boolean),
+    IGNORED("prediction", IN_BOTH, want_object),
+    IGNORED("user", IN_BOTH, want_string),
+    IGNORED("safety_identifier", IN_BOTH, want_string),
+    IGNORED("prompt_cache_key", IN_BOTH, want_string),
+    IGNORED("prompt_cache_retention", IN_BOTH, want_string),
+    IGNORED("service_tier", IN_BOTH, want_string),
+    IGNORED("store", IN_BOTH, want_boolean),
+    IGNORED("metadata", IN_BOTH, want_object),
+};
+#define N_FIELDS (sizeof FIELDS / sizeof *FIELDS)
+
+bool api_field_get(size_t i, api_field_info *out)
+{
+    if (i >= N_FIELDS)
+        return false;
+    out->name = FIELDS[i].name;
+    out->completions = FIELDS[i].in & IN_COMPLETIONS;
+    out->chat = FIELDS[i].in & IN_CHAT;
+    out->use = FIELDS[i].use;
+    return true;
+}
+
+static const char *endpoint_of(unsigned in)
+{
+    return in & IN_CHAT ? "/v1/chat/completions" : "/v1/completions";
+}
+
+/* Every top-level field against the table: unknown, refused and ignored ones. */
+static int check_fields(json_t *root, api_kind kind, api_error *err)
+{
+    const char *key;
     json_t *v;
-    if ((v = json_object_get(root, "echo")) && !json_is_null(v) && !json_is_false(v))
-        return api_error_set(err, API_EUNSUPPORTED, "echo", "'echo' is not supported");
-    if ((v = json_object_get(root, "logprobs")) && !json_is_null(v) && !json_is_false(v))
-        return api_error_set(err, API_EUNSUPPORTED, "logprobs", "'logprobs' is not supported");
-    if ((v = json_object_get(root, "suffix")) && !json_is_null(v))
-        return api_error_set(err, API_EUNSUPPORTED, "suffix", "'suffix' is not supported");
-    if ((v = json_object_get(root, "best_of")) && !json_is_null(v) &&
-        !(json_is_integer(v) && json_integer_value(v) == 1))
-        return api_error_set(err, API_EUNSUPPORTED, "best_of", "'best_of' must be 1");
-    if (kind == API_KIND_CHAT) {
-        if ((v = json_object_get(root, "tools")) && !json_is_null(v) &&
-            !(json_is_array(v) && json_array_size(v) == 0))
-            return api_error_set(err, API_EUNSUPPORTED, "tools", "'tools' is not supported");
+    json_object_foreach(root, key, v) {
+        const field_rule *f = NULL;
+        for (size_t i = 0; i < N_FIELDS && !f; i++)
+            if (!strcmp(FIELDS[i].name, key))
+                f = &FIELDS[i];
+        if (f && !(f->in & (1u << kind)))
+            return api_error_set(err, API_EUNSUPPORTED, key, "'%s' is a field of %s, not of %s", key,
+                                 endpoint_of(f->in), endpoint_of(1u << kind));
+        /* A field the server does not know might change the output: it is not dropped silently. */
+        if (!f)
+            return api_error_set(err, API_EUNSUPPORTED, key, "'%s' is not a request field this server knows", key);
+        if (f->use == API_FIELD_READ || json_is_null(v))
+            continue;
+        int rc = f->check(v, key, err);
+        if (rc)
+            return rc;
     }
     return 0;
 }
@@ -289,6 +506,14 @@ static int parse_messages(json_t *root, api_request *r, api_error *err)
         msg->content = content;
         if (rc)
             return rc;
+        /* Earlier tool calls would be rendered into the prompt by the model's template. */
+        static const char *const refused[] = {"tool_calls", "function_call"};
+        for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+            json_t *t = json_object_get(e, refused[k]);
+            fieldf(p, sizeof p, "messages[%zu].%s", i, refused[k]);
+            if (t && !json_is_null(t) && !(json_is_array(t) && json_array_size(t) == 0))
+                return refuse(p, err);
+        }
         json_t *rc_v = json_object_get(e, "reasoning_content");
         if (rc_v && !json_is_null(rc_v)) {
             fieldf(p, sizeof p, "messages[%zu].reasoning_content", i);
@@ -309,6 +534,14 @@ static int parse_messages(json_t *root, api_request *r, api_error *err)
                 return type_error(err, "chat_template_kwargs.enable_thinking", "a boolean", et);
             r->enable_thinking = json_is_true(et);
         }
+        /* The other variables the Qwen3 template reads; keys it does not read change nothing. */
+        json_t *agp = json_object_get(kw, "add_generation_prompt"), *tools = json_object_get(kw, "tools");
+        int rc;
+        if (agp && !json_is_null(agp) && !json_is_true(agp))
+            return refuse("chat_template_kwargs.add_generation_prompt", err);
+        if (tools && !json_is_null(tools) &&
+            (rc = refuse_nonempty_array(tools, "chat_template_kwargs.tools", err)))
+            return rc;
     }
     return 0;
 }
@@ -392,18 +625,10 @@ static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *er
         if (!r->model)
             return api_error_set(err, API_ENOMEM, NULL, NULL);
     }
-    if ((rc = reject_unsupported(root, kind, err)))
+    if ((rc = check_fields(root, kind, err)))
         return rc;
     if ((rc = kind == API_KIND_CHAT ? parse_messages(root, r, err) : parse_prompt(root, r, err)))
         return rc;
-
-    int64_t n = 1;
-    if ((rc = get_int(root, "n", INT64_MIN, INT64_MAX, &n, NULL, err)))
-        return rc;
-    if (n < 1)
-        return api_error_set(err, API_ERANGE, "n", "'n' must be at least 1, not %lld", (long long)n);
-    if (n != 1)
-        return api_error_set(err, API_EUNSUPPORTED, "n", "'n' must be 1: one choice per request is supported");
 
     bool given = false;
     int64_t mt = -1;

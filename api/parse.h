@@ -4,9 +4,9 @@
  *
  * Every field of design.md section 3 is read with its type and range
  * checked; the first problem found fills an api_error naming the field
- * ("param") and the reason. Fields the server does not use are ignored,
- * except the ones that would change the output it promises (n > 1, echo,
- * logprobs, best_of > 1, suffix, tools), which are rejected.
+ * ("param") and the reason. Which fields are read, refused or ignored is
+ * decided by one table (api_field_get() lists it): nothing a client sends
+ * is dropped without a word.
  *
  * Called by the server's routes on the event-loop thread; no state, any
  * thread.
@@ -58,5 +58,31 @@ typedef struct api_request {
  */
 int api_parse_request(api_kind kind, const char *body, size_t len, api_request **out, api_error *err);
 void api_request_free(api_request *r);
+
+/*
+ * What the server does with a top-level request field of the OpenAI
+ * completions and chat-completions schemas and of the extensions of
+ * design.md section 3:
+ *  - READ: implemented;
+ *  - REFUSED: it would change what is generated and is not implemented:
+ *    400 unsupported_value naming it, unless its value asks for nothing
+ *    ("n": 1, "logit_bias": {}, "tools": [], "response_format":
+ *    {"type":"text"}, false, null, ...);
+ *  - IGNORED: it does not change what is generated ("user", "store", ...);
+ *    its type is still checked.
+ * A field in no row, or sent to the endpoint it does not belong to, is
+ * refused like a REFUSED one. Implementing a refused field is turning its
+ * row to READ and reading it in parse.c.
+ */
+typedef enum api_field_use { API_FIELD_READ, API_FIELD_REFUSED, API_FIELD_IGNORED } api_field_use;
+
+typedef struct api_field_info {
+    const char *name;
+    bool completions, chat;   /* the endpoints it belongs to */
+    api_field_use use;
+} api_field_info;
+
+/* The I-th row of the table into *out; false past the last row. */
+bool api_field_get(size_t i, api_field_info *out);
 
 #endif

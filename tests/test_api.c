@@ -258,6 +258,91 @@ START_TEST(test_invalid_cases)
 }
 END_TEST
 
+/* ---- the field table ------------------------------------------------------- */
+
+static const char *use_word(api_field_use u)
+{
+    return u == API_FIELD_READ ? "implemented" : u == API_FIELD_REFUSED ? "rejected" : "ignored";
+}
+
+/*
+ * The README's table of request fields ("| `name` | endpoints | outcome ...")
+ * says what the parser's table does, row for row, in the same order.
+ */
+START_TEST(test_readme_field_table)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/README.md", srcdir());
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    char line[2048];
+    size_t row = 0;
+    while (fgets(line, sizeof line, f)) {
+        char name[64], where[32], outcome[32];
+        if (sscanf(line, "| `%63[^`]` | %31[a-z] | %31[a-z]", name, where, outcome) != 3)
+            continue;
+        api_field_info fi;
+        ck_assert_msg(api_field_get(row, &fi), "README lists '%s' beyond the parser's %zu fields", name, row);
+        ck_assert_msg(!strcmp(fi.name, name), "README row %zu is '%s', the parser's is '%s'", row, name, fi.name);
+        const char *want = fi.completions && fi.chat ? "both" : fi.chat ? "chat" : "completions";
+        ck_assert_msg(!strcmp(where, want), "README: '%s' belongs to %s, the parser says %s", name, where, want);
+        ck_assert_msg(!strcmp(outcome, use_word(fi.use)), "README: '%s' is %s, the parser says %s", name, outcome,
+                      use_word(fi.use));
+        row++;
+    }
+    fclose(f);
+    api_field_info fi;
+    ck_assert_msg(!api_field_get(row, &fi), "README lists %zu fields; the parser knows '%s' too", row, fi.name);
+}
+END_TEST
+
+/* Every rejected field has an invalid case naming it, and is rejected by it. */
+START_TEST(test_refused_fields_have_cases)
+{
+    static char names[256][128];
+    int n = list_cases("invalid", names, 256);
+    api_field_info fi;
+    for (size_t i = 0; api_field_get(i, &fi); i++) {
+        if (fi.use != API_FIELD_REFUSED)
+            continue;
+        bool found = false;
+        for (int k = 0; k < n && !found; k++) {
+            char path[1200];
+            kv e[16];
+            snprintf(path, sizeof path, "%s/tests/api/invalid/%s/expected", srcdir(), names[k]);
+            int m = read_expected(path, e, 16);
+            const char *param = lookup(e, m, "param"), *code = lookup(e, m, "code");
+            found = param && code && !strcmp(param, fi.name) && !strcmp(code, "unsupported_value");
+        }
+        ck_assert_msg(found, "no tests/api/invalid case rejects '%s' with unsupported_value", fi.name);
+    }
+}
+END_TEST
+
+/* A client's field name cut to fit the error keeps the body valid UTF-8. */
+START_TEST(test_unknown_field_utf8)
+{
+    char body[512];
+    /* Two bytes, then two-byte characters: cut at 63 bytes, the 31st would be split. */
+    char key[128] = "ab";
+    for (int i = 0; i < 40; i++)
+        strcat(key, "\xc3\xa9");
+    snprintf(body, sizeof body, "{\"prompt\":\"x\",\"%s\":1}", key);
+    api_request *r = NULL;
+    api_error err;
+    int rc = api_parse_request(API_KIND_COMPLETION, body, strlen(body), &r, &err);
+    ck_assert_int_eq(rc, API_EUNSUPPORTED);
+    char *out = api_error_body(&err);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    ck_assert_msg(j != NULL, "error body is not JSON: %s", out);
+    const char *param = json_string_value(json_object_get(json_object_get(j, "error"), "param"));
+    ck_assert_msg(param && strlen(param) == 62 && !strncmp(param, key, 62), "param '%s'", param ? param : "(none)");
+    json_decref(j);
+    free(out);
+}
+END_TEST
+
 /* ---- errors ------------------------------------------------------------------ */
 
 START_TEST(test_error_body)
@@ -499,6 +584,9 @@ static Suite *api_suite(void)
     TCase *tc = tcase_create("parse");
     tcase_add_test(tc, test_valid_cases);
     tcase_add_test(tc, test_invalid_cases);
+    tcase_add_test(tc, test_readme_field_table);
+    tcase_add_test(tc, test_refused_fields_have_cases);
+    tcase_add_test(tc, test_unknown_field_utf8);
     suite_add_tcase(s, tc);
     tc = tcase_create("errors");
     tcase_add_test(tc, test_error_body);

@@ -1,7 +1,9 @@
 // The official `openai` npm client against a running `qwen3d serve`:
 // models.list, completions and chat completions, streaming and not (greedy
-// streams must equal the non-streamed text), usage in streams, and the
-// client's typed errors for the documented statuses. With MODE=auth the
+// streams must equal the non-streamed text), usage in streams, the
+// client's typed errors for the documented statuses, and the fields that
+// are refused rather than ignored (response_format, logit_bias, logprobs,
+// tools). With MODE=auth the
 // daemon requires KEY: the right key works, a wrong one is a 401.
 //
 // usage: node openai-client.js BASE_URL MODEL_NAME [auth KEY]
@@ -95,6 +97,35 @@ async function main() {
       OpenAI.BadRequestError, 400, 'unsupported_value');
     await expectError(() => c.completions.create({ model, prompt: 'x', temperature: 9 }), OpenAI.BadRequestError, 400, 'invalid_value');
     await expectError(() => c.completions.create({ model, prompt: 'x', stream: true, top_p: 0 }), OpenAI.BadRequestError, 400, 'invalid_value');
+  });
+
+  // Fields that would change the output and are not implemented are refused,
+  // never ignored: the client must not get prose where it asked for JSON.
+  const messages = [{ role: 'user', content: 'Give me a JSON object.' }];
+  const refused = [
+    ['response_format', { response_format: { type: 'json_object' } }],
+    ['response_format', { response_format: { type: 'json_schema', json_schema: { name: 'a', schema: { type: 'object' } } }, stream: true }],
+    ['logit_bias', { logit_bias: { 151645: -100 } }],
+    ['logprobs', { logprobs: true, top_logprobs: 2 }],
+    ['tools', { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }],
+  ];
+  for (const [param, extra] of refused) {
+    await check(`errors: chat ${param} ${JSON.stringify(extra).slice(0, 40)} is a 400 unsupported_value naming it`, async () => {
+      let err = null;
+      try {
+        await c.chat.completions.create({ model, messages, max_tokens: 4, ...extra });
+      } catch (e) {
+        err = e;
+      }
+      assert.ok(err instanceof OpenAI.BadRequestError, `expected BadRequestError, got ${err}`);
+      assert.strictEqual(err.status, 400);
+      assert.strictEqual(err.code, 'unsupported_value');
+      assert.strictEqual(err.param, param);
+    });
+  }
+  await check('errors: completions logit_bias and echo are a 400 unsupported_value', async () => {
+    await expectError(() => c.completions.create({ model, prompt: 'x', logit_bias: { 9707: 100 } }), OpenAI.BadRequestError, 400, 'unsupported_value');
+    await expectError(() => c.completions.create({ model, prompt: 'x', echo: true }), OpenAI.BadRequestError, 400, 'unsupported_value');
   });
 }
 
