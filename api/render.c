@@ -30,11 +30,16 @@ static json_t *jstr(const char *s, size_t len)
     return v;
 }
 
+/*
+ * Reals with 15 significant digits, not jansson's default of 17, which
+ * prints 0.052 as 0.051999999999999998: values rounded to three decimals
+ * then print exactly (DBL_DIG is 15).
+ */
 static char *dump(json_t *root)
 {
     if (!root)
         return NULL;
-    char *s = json_dumps(root, JSON_COMPACT);
+    char *s = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(15));
     json_decref(root);
     return s;
 }

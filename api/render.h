@@ -28,11 +28,15 @@ typedef struct api_usage {
     int64_t completion_tokens;
 } api_usage;
 
-/* Per-request timings reported in the `timings` object. */
+/*
+ * Per-request timings reported in the `timings` object, printed to three
+ * decimals. ttft_ms counts from the request's arrival, so it is the time
+ * spent parsing and tokenizing plus queue_ms plus prompt_ms.
+ */
 typedef struct api_timings {
     double queue_ms;             /* submitted -> admitted to a session */
-    double prompt_ms;            /* prefill */
-    double ttft_ms;              /* submitted -> first token */
+    double prompt_ms;            /* admitted -> first token: the prefill */
+    double ttft_ms;              /* arrival of the request's last byte -> first token */
     double decode_tokens_per_s;  /* tokens after the first / their time */
 } api_timings;
 

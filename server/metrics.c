@@ -44,7 +44,7 @@ struct srv_metrics {
     char version[64];
     code_count requests[SRV_EP_COUNT][MAX_CODES];
     uint64_t prompt_tokens, generation_tokens;
-    histogram ttft, itl, duration, queue;
+    histogram ttft, itl, duration, queue, prefill;
     int64_t sessions_active, requests_waiting;
     uint64_t kv_bytes, weight_bytes;
     double load_seconds;
@@ -86,6 +86,7 @@ srv_metrics *srv_metrics_new(const char *version)
     hist_init(&m->itl, ITL_BOUNDS, sizeof ITL_BOUNDS / sizeof *ITL_BOUNDS);
     hist_init(&m->duration, DURATION_BOUNDS, sizeof DURATION_BOUNDS / sizeof *DURATION_BOUNDS);
     hist_init(&m->queue, QUEUE_BOUNDS, sizeof QUEUE_BOUNDS / sizeof *QUEUE_BOUNDS);
+    hist_init(&m->prefill, TTFT_BOUNDS, sizeof TTFT_BOUNDS / sizeof *TTFT_BOUNDS);
     struct timeval tv;
     gettimeofday(&tv, NULL);
     m->start_time = (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
@@ -130,6 +131,7 @@ void srv_metrics_request(srv_metrics *m, srv_endpoint ep, int status, double sec
 void srv_metrics_prompt_tokens(srv_metrics *m, uint64_t n) { LOCKED(m->prompt_tokens += n); }
 void srv_metrics_generation_tokens(srv_metrics *m, uint64_t n) { LOCKED(m->generation_tokens += n); }
 void srv_metrics_ttft(srv_metrics *m, double s) { LOCKED(hist_observe(&m->ttft, s)); }
+void srv_metrics_prefill(srv_metrics *m, double s) { LOCKED(hist_observe(&m->prefill, s)); }
 void srv_metrics_inter_token(srv_metrics *m, double s) { LOCKED(hist_observe(&m->itl, s)); }
 void srv_metrics_queue_wait(srv_metrics *m, double s) { LOCKED(hist_observe(&m->queue, s)); }
 void srv_metrics_set_waiting(srv_metrics *m, int64_t n) { LOCKED(m->requests_waiting = n); }
@@ -237,13 +239,15 @@ char *srv_metrics_render(srv_metrics *m, size_t *len)
     outf(&o, "qwen3d_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
     family(&o, "qwen3d_generation_tokens_total", "counter", "Tokens generated.");
     outf(&o, "qwen3d_generation_tokens_total %llu\n", (unsigned long long)m->generation_tokens);
-    hist_render(&o, "qwen3d_time_to_first_token_seconds", "Time from submission to the first generated token.",
-                &m->ttft);
+    hist_render(&o, "qwen3d_time_to_first_token_seconds",
+                "Time from the request's arrival (its last byte) to the first generated token.", &m->ttft);
     hist_render(&o, "qwen3d_inter_token_latency_seconds", "Time between consecutive tokens of one request.", &m->itl);
-    hist_render(&o, "qwen3d_request_duration_seconds", "Duration of generation requests, arrival to last byte.",
-                &m->duration);
+    hist_render(&o, "qwen3d_request_duration_seconds",
+                "Duration of generation requests, from their arrival to the end of the response.", &m->duration);
     hist_render(&o, "qwen3d_queue_wait_seconds", "Time requests waited in the queue before getting a session.",
                 &m->queue);
+    hist_render(&o, "qwen3d_prefill_seconds",
+                "Time from getting a session to the first generated token (the prompt's prefill).", &m->prefill);
     family(&o, "qwen3d_sessions_active", "gauge", "Sessions generating now.");
     outf(&o, "qwen3d_sessions_active %lld\n", (long long)m->sessions_active);
     family(&o, "qwen3d_requests_waiting", "gauge", "Requests queued for a session.");

@@ -36,11 +36,16 @@ srv_metrics *srv_metrics_new(const char *version);
 void srv_metrics_free(srv_metrics *m);
 
 /* A finished HTTP request: requests_total{endpoint,code}; generation
- * endpoints also observe request_duration_seconds. */
+ * endpoints also observe request_duration_seconds (SECONDS from the arrival
+ * of the request's last byte to the end of its response). */
 void srv_metrics_request(srv_metrics *m, srv_endpoint ep, int status, double seconds);
 void srv_metrics_prompt_tokens(srv_metrics *m, uint64_t n);
 void srv_metrics_generation_tokens(srv_metrics *m, uint64_t n);
+/* Latencies are timed from the moment the request had fully arrived: TTFT
+ * is the time spent parsing and tokenizing, then queue_wait, then prefill
+ * (admission to the first token). */
 void srv_metrics_ttft(srv_metrics *m, double seconds);
+void srv_metrics_prefill(srv_metrics *m, double seconds);
 void srv_metrics_inter_token(srv_metrics *m, double seconds);
 void srv_metrics_queue_wait(srv_metrics *m, double seconds);
 void srv_metrics_set_sessions(srv_metrics *m, int64_t active, uint64_t kv_bytes);

@@ -66,6 +66,7 @@ typedef struct call {
     srv_req *r;
     srv_endpoint ep;
     char id[48];
+    double t_received;        /* srv_now() when the request had fully arrived: latencies count from here */
     /* generations */
     api_kind kind;
     bool stream, include_usage, finished;
@@ -87,6 +88,7 @@ typedef struct call {
     eng_tok_ids ids;
     api_error err;
     int rc;
+    double tokenize_s;        /* chat template and tokenizer, on the work pool */
 } call;
 
 srv_routes *srv_routes_new(const srv_routes_opts *opts, uv_loop_t *loop, srv_sched *sched, srv_metrics *metrics)
@@ -442,7 +444,9 @@ static void call_free(call *c)
 static void tokenize_work(uv_work_t *w)
 {
     call *c = w->data;
+    double t0 = srv_now();
     c->rc = prompt_ids(c, c->q, &c->ids, &c->err);
+    c->tokenize_s = srv_now() - t0;
 }
 
 /* The checks that need the prompt's length, then the job. */
@@ -503,6 +507,7 @@ static void submit(call *c)
         .stop = (const char *const *)q->stop,
         .n_stop = q->n_stop,
         .deadline = srv_req_start(c->r) + rt->o.request_timeout,
+        .t_received = c->t_received,
         .id = c->id,
     };
     job = srv_job_new(&p, on_job, c);
@@ -541,8 +546,9 @@ static void submit(call *c)
         api_stream_begin(c->st);
         flush_stream(c);
     }
-    srv_log(SRV_LOG_DEBUG, "job_submitted", "id=%s prompt_tokens=%" PRId64 " max_tokens=%" PRId64 " stream=%d", c->id,
-            n, max_tokens, c->stream);
+    srv_log(SRV_LOG_DEBUG, "job_submitted",
+            "id=%s prompt_tokens=%" PRId64 " max_tokens=%" PRId64 " stream=%d tokenize_ms=%.3f since_received_ms=%.3f",
+            c->id, n, max_tokens, c->stream, c->tokenize_s * 1e3, (srv_now() - c->t_received) * 1e3);
     free(ids64);
     return;
 reject:
@@ -657,6 +663,8 @@ void srv_routes_on_request(void *user, srv_req *r)
     c->rt = rt;
     c->r = r;
     c->ep = SRV_EP_OTHER;
+    /* The HTTP layer calls us once the last byte of the body is in. */
+    c->t_received = srv_now();
     srv_req_set_user(r, c);
     const char *path = srv_req_path(r), *method = srv_req_method(r);
     const route *rte = NULL;
@@ -708,7 +716,7 @@ void srv_routes_on_done(void *user, srv_req *r, bool completed)
     call *c = srv_req_user(r);
     if (!c)
         return;
-    double secs = srv_now() - srv_req_start(r);
+    double secs = srv_now() - c->t_received;
     /* 499: the client closed the connection before any response was sent. */
     int status = srv_req_status(r) ? srv_req_status(r) : 499;
     srv_metrics_request(rt->metrics, c->ep, status, secs);

@@ -83,6 +83,7 @@ struct srv_job {
     char **stop;                 /* [n_stop] */
     size_t n_stop;
     double deadline;
+    double t_received;
     char *id;
     uint64_t kv_need;            /* KV bytes its session reserves; set by submit, then immutable */
     /* loop thread only */
@@ -100,7 +101,7 @@ struct srv_job {
     int64_t n_generated;
     srv_finish finish;
     char message[160];
-    double t_submit, t_admit, t_first, t_last, t_end, prompt_s;
+    double t_submit, t_admit, t_first, t_last, t_end;
 };
 
 typedef struct job_list {
@@ -153,7 +154,7 @@ typedef struct slot {
     bool prefilled, stopped;
     int64_t last;                /* the last sampled id, fed by the next step */
     int64_t n_gen;
-    double t_admit, t_first, t_prev, prompt_s;
+    double t_admit, t_first, t_prev;
 } slot;
 
 double srv_now(void)
@@ -205,6 +206,7 @@ srv_job *srv_job_new(const srv_job_params *p, srv_job_fn fn, void *user)
     j->max_tokens = p->max_tokens;
     j->sampling = p->sampling;
     j->deadline = p->deadline;
+    j->t_received = p->t_received;
     j->fn = fn;
     j->user = user;
     return j;
@@ -334,9 +336,10 @@ void srv_job_take(srv_job *j, srv_job_update *u)
     snprintf(u->message, sizeof u->message, "%s", j->message);
     if (j->t_admit > 0)
         u->queue_ms = (j->t_admit - j->t_submit) * 1e3;
-    u->prompt_ms = j->prompt_s * 1e3;
-    if (j->t_first > 0)
-        u->ttft_ms = (j->t_first - j->t_submit) * 1e3;
+    if (j->t_first > 0) {
+        u->prompt_ms = (j->t_first - j->t_admit) * 1e3;
+        u->ttft_ms = (j->t_first - j->t_received) * 1e3;
+    }
     if (j->n_generated > 1 && j->t_last > j->t_first)
         u->decode_tokens_per_s = (double)(j->n_generated - 1) / (j->t_last - j->t_first);
     if (s)
@@ -426,6 +429,8 @@ int srv_sched_submit(srv_sched *s, srv_job *j)
     if (!rc) {
         j->s = s;
         j->t_submit = srv_now();
+        if (j->t_received <= 0)
+            j->t_received = j->t_submit;
         j->state = JOB_WAITING;
         atomic_fetch_add(&j->refs, 1);
         list_push(&s->waiting, j);
@@ -711,7 +716,6 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *mess
     j->t_admit = sl->t_admit;
     j->t_first = sl->t_first;
     j->t_last = sl->t_prev;
-    j->prompt_s = sl->prompt_s;
     j->t_end = srv_now();
     push_ready(s, j);
     pthread_mutex_unlock(&s->mu);
@@ -747,9 +751,7 @@ static srv_finish step(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
     int rc;
     if (!sl->prefilled) {
         size_t n = step_tokens(s, sl);
-        double t0 = srv_now();
         rc = eng_session_feed(sl->sess, j->prompt + sl->fed, n, &logits, &diag);
-        sl->prompt_s += srv_now() - t0;
         sl->fed += n;
         if (rc == 0 && sl->fed < j->n_prompt) {
             eng_diag_clear(&diag);
@@ -779,7 +781,8 @@ static srv_finish step(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
     sl->n_gen++;
     if (sl->n_gen == 1) {
         sl->t_first = now;
-        srv_metrics_ttft(s->metrics, now - j->t_submit);
+        srv_metrics_ttft(s->metrics, now - j->t_received);
+        srv_metrics_prefill(s->metrics, now - sl->t_admit);
     } else {
         srv_metrics_inter_token(s->metrics, now - sl->t_prev);
     }

@@ -132,6 +132,7 @@ typedef struct srv_job_params {
     const char *const *stop; /* copied; validated */
     size_t n_stop;
     double deadline;         /* srv_now() seconds; 0 = none */
+    double t_received;       /* srv_now() when the request had fully arrived; TTFT counts from it (0: submission) */
     const char *id;          /* for logs; copied */
 } srv_job_params;
 
@@ -158,6 +159,8 @@ typedef struct srv_job_update {
     bool done;
     srv_finish finish;
     char message[160];      /* SRV_FINISH_ERROR: what failed */
+    /* queue_ms: submission to admission; prompt_ms: admission to the first
+     * token (prefill); ttft_ms: the request's arrival to the first token. */
     double queue_ms, prompt_ms, ttft_ms, decode_tokens_per_s;
 } srv_job_update;
 

@@ -6,13 +6,14 @@
 # single runs, the documented errors, exact metric counters), the official
 # `openai` npm client, client disconnects mid-stream and mid-request (the
 # session is freed: sessions_active back to 0, no more tokens generated),
-# and a strict parse of a scrape (tests/serve_prom.sh runs promtool and a
-# real Prometheus server).
+# a strict parse of a scrape (tests/serve_prom.sh runs promtool and a real
+# Prometheus server), and TTFT timed from the request's arrival: it holds
+# the tokenization the debug log reports.
 NAME=serve_api
 . "$QD_SRCDIR/tests/serve/common.sh"
 
 serve_model
-serve_start --parallel 2 --ctx 512 --max-body 65536
+serve_start --parallel 2 --ctx 512 --max-body 65536 --log-level debug
 
 # /health, /v1/models, /metrics
 [ "$(http GET /health)" = 200 ] || fail "/health: $(cat "$work/body")"
@@ -24,7 +25,7 @@ grep -qi '^content-type: application/json' "$work/headers" || fail "/health cont
 [ "$(http GET /metrics)" = 200 ] || fail "/metrics"
 grep -qi '^content-type: text/plain; version=0.0.4' "$work/headers" || fail "/metrics content type"
 for m in requests_total prompt_tokens_total generation_tokens_total time_to_first_token_seconds \
-  inter_token_latency_seconds request_duration_seconds queue_wait_seconds sessions_active requests_waiting \
+  inter_token_latency_seconds request_duration_seconds queue_wait_seconds prefill_seconds sessions_active requests_waiting \
   kv_cache_bytes model_weight_bytes model_load_seconds build_info; do
   grep -q "^# TYPE qwen3d_$m " "$work/body" || fail "/metrics lacks qwen3d_$m"
 done
@@ -53,6 +54,20 @@ grep -qi '^content-type: text/event-stream' "$work/headers" || fail "stream cont
 grep -v '^$' "$work/sse" | grep -qv '^data: ' && fail "a stream line is not a data line: $(cat "$work/sse")"
 [ "$(grep -v '^$' "$work/sse" | tail -n 1)" = "data: [DONE]" ] || fail "the stream does not end with [DONE]"
 grep -q '"finish_reason":"length"' "$work/sse" || fail "no final chunk with finish_reason"
+
+# TTFT is timed from the request's arrival: it holds the prompt's
+# tokenization (the daemon's debug log times it), the queue wait and the
+# prefill, each measured by the daemon on one clock, so this is no race.
+# Three decimals each: 0.002 ms of rounding.
+words=$(seq 1 100 | sed 's/.*/word&/' | tr '\n' ' ')
+code=$(curl -s -m 30 -o "$work/big.json" -D "$work/headers" -w '%{http_code}' "$BASE/v1/chat/completions" \
+  -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$words\"}],\"max_tokens\":2,\"temperature\":0}")
+[ "$code" = 200 ] || fail "a long chat prompt: $code $(cat "$work/big.json")"
+id=$(sed -n 's/^[Xx]-[Rr]equest-[Ii]d: \([^[:space:]]*\).*/\1/p' "$work/headers")
+tok=$(sed -n "s/.*event=job_submitted id=$id .*tokenize_ms=\([0-9.]*\).*/\1/p" "$LOG")
+[ -n "$tok" ] || fail "no job_submitted line with tokenize_ms for $id in the debug log"
+[ "$(json "$work/big.json" "j.timings.ttft_ms + 0.002 >= $tok + j.timings.queue_ms + j.timings.prompt_ms")" = true ] ||
+  fail "ttft_ms does not hold the tokenization ($tok ms) and the queue and prefill: $(cat "$work/big.json")"
 
 # The JSON-level checks and the openai client.
 ids=$(printf 'Hello world' | "$QWEN3D" tokenize --json --model "$MODEL" | sed 's/.*"ids":\(\[[^]]*\]\).*/\1/')

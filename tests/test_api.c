@@ -453,6 +453,26 @@ START_TEST(test_render_result)
 }
 END_TEST
 
+/* Timings print with at most three decimals, not jansson's 17 digits. */
+START_TEST(test_render_timings_precision)
+{
+    api_meta m = {"cmpl-1", 1700000000, "tiny"};
+    api_usage u = {5, 7};
+    api_timings t = {0.052, 1234.56789, 1.0 / 3.0, 98.7654321};
+    char *body = api_render_result(API_KIND_COMPLETION, &m, "x", 1, "stop", &u, &t);
+    ck_assert_msg(strstr(body, "\"timings\":{\"queue_ms\":0.052,\"prompt_ms\":1234.568,\"ttft_ms\":0.333,"
+                               "\"decode_tokens_per_s\":98.765}") != NULL,
+                  "timings: %s", body);
+    free(body);
+    api_stream *s = api_stream_new(API_KIND_CHAT, &m, false);
+    api_stream_end(s, "stop", &u, &t);
+    char *c = api_stream_next(s);
+    ck_assert_msg(strstr(c, "\"queue_ms\":0.052,") != NULL, "stream timings: %s", c);
+    free(c);
+    api_stream_free(s);
+}
+END_TEST
+
 typedef struct streamed {
     char content[1024], reasoning[1024];
     bool saw_reasoning, saw_role, saw_usage, usage_null_everywhere;
@@ -594,6 +614,7 @@ static Suite *api_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("render");
     tcase_add_test(tc, test_render_result);
+    tcase_add_test(tc, test_render_timings_precision);
     tcase_add_test(tc, test_stream_split);
     tcase_add_test(tc, test_stream_completion);
     suite_add_tcase(s, tc);

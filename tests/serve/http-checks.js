@@ -1,8 +1,9 @@
 // Black-box checks of a running `qwen3d serve` over plain HTTP (Node's fetch):
 // streaming and non-streaming give the same greedy text, token-id prompts
 // equal text prompts, stop strings, concurrent streams equal single runs and
-// interleave, the documented error statuses and bodies, and /metrics counters
-// that match exactly what the requests reported.
+// interleave, the documented error statuses and bodies, `timings` printed
+// to three decimals with ttft_ms >= queue_ms + prompt_ms, and /metrics
+// counters and latency sums that match what the requests reported.
 //
 // usage: node http-checks.js BASE_URL MODEL_NAME PROMPT_IDS_JSON
 'use strict';
@@ -12,6 +13,22 @@ const { parseMetrics } = require('./metrics-parse.js');
 const [base, model, idsJson] = process.argv.slice(2);
 const helloIds = JSON.parse(idsJson);
 const { check, finish } = require('./checks.js').checks();
+
+// The `timings` object of a response or chunk, as raw JSON text: at most
+// three decimals per value, and TTFT, timed from the request's arrival,
+// holds the queue wait and the prefill (and the tokenization before them).
+const timingsSeen = { n: 0 };
+function checkTimings(raw) {
+  const m = /"timings":(\{[^}]*\})/.exec(raw);
+  if (!m) return;
+  for (const [, k, v] of m[1].matchAll(/"(\w+)":(-?[0-9.eE+-]+)/g))
+    assert.match(v, /^\d+(\.\d{1,3})?$/, `timings.${k} printed as ${v}`);
+  const t = JSON.parse(m[1]);
+  assert.deepStrictEqual(Object.keys(t), ['queue_ms', 'prompt_ms', 'ttft_ms', 'decode_tokens_per_s']);
+  // Each value is rounded to 0.001 on its own.
+  assert.ok(t.ttft_ms + 0.002 >= t.queue_ms + t.prompt_ms, `ttft_ms < queue_ms + prompt_ms: ${m[1]}`);
+  timingsSeen.n++;
+}
 
 async function post(path, body, headers = {}) {
   const r = await fetch(base + path, {
@@ -23,6 +40,7 @@ async function post(path, body, headers = {}) {
   const text = await r.text();
   let json = null;
   try { json = JSON.parse(text); } catch (_) { /* not JSON */ }
+  if (r.status === 200) checkTimings(text);
   return { status: r.status, headers: r.headers, text, json };
 }
 
@@ -47,6 +65,7 @@ async function stream(path, body) {
       buf = buf.slice(k + 2);
       assert.ok(ev.startsWith('data: '), `event not a data line: ${JSON.stringify(ev)}`);
       events.push({ t: performance.now(), data: ev.slice(6) });
+      checkTimings(ev);
     }
   }
   assert.strictEqual(buf, '', 'bytes after the last event');
@@ -287,6 +306,15 @@ function count(u) {
       usageTotals.requests200 + errorCases.length);
     assert.strictEqual(d('qwen3d_inter_token_latency_seconds_count'), usageTotals.completion - usageTotals.firstTokens);
     assert.strictEqual(d('qwen3d_queue_wait_seconds_count'), usageTotals.requests200);
+    // TTFT, timed from each request's arrival, is the time before the queue
+    // (parsing, tokenization) plus the queue wait plus the prefill, one
+    // observation each per request; the request's duration holds its TTFT.
+    assert.strictEqual(d('qwen3d_prefill_seconds_count'), usageTotals.firstTokens);
+    const ttft = d('qwen3d_time_to_first_token_seconds_sum'), queue = d('qwen3d_queue_wait_seconds_sum');
+    const prefill = d('qwen3d_prefill_seconds_sum'), duration = d('qwen3d_request_duration_seconds_sum');
+    assert.ok(ttft > queue + prefill, `TTFT sum ${ttft} <= queue ${queue} + prefill ${prefill}`);
+    assert.ok(duration >= ttft, `request duration sum ${duration} < TTFT sum ${ttft}`);
+    assert.ok(timingsSeen.n >= usageTotals.requests200, `timings checked ${timingsSeen.n} times`);
     assert.strictEqual(m1.value('qwen3d_sessions_active'), 0);
     assert.strictEqual(m1.value('qwen3d_requests_waiting'), 0);
     assert.strictEqual(m1.value('qwen3d_kv_cache_bytes'), 0);
