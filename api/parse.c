@@ -660,7 +660,8 @@ static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *er
     return 0;
 }
 
-int api_parse_request(api_kind kind, const char *body, size_t len, api_request **out, api_error *err)
+int api_parse_request(api_kind kind, const char *body, size_t len, const eng_sampling *defaults, api_request **out,
+                      api_error *err)
 {
     *out = NULL;
     json_error_t je;
@@ -679,7 +680,11 @@ int api_parse_request(api_kind kind, const char *body, size_t len, api_request *
     }
     r->kind = kind;
     r->enable_thinking = true;
-    eng_sampling_default(&r->sampling);
+    if (defaults)
+        r->sampling = *defaults;
+    else
+        eng_sampling_default(&r->sampling);
+    r->sampling.seed = 0;
     int rc = parse_root(kind, root, r, err);
     json_decref(root);
     if (rc) {

@@ -53,10 +53,13 @@ typedef struct api_request {
 } api_request;
 
 /*
- * Parses LEN bytes of BODY as a request of KIND. Returns 0 and sets *out (free
- * with api_request_free), or a negative API_E* code with ERR filled.
+ * Parses LEN bytes of BODY as a request of KIND. Sampling fields the request
+ * leaves out take the values of DEFAULTS (NULL: eng_sampling_default(); its
+ * seed is not used). Returns 0 and sets *out (free with api_request_free),
+ * or a negative API_E* code with ERR filled.
  */
-int api_parse_request(api_kind kind, const char *body, size_t len, api_request **out, api_error *err);
+int api_parse_request(api_kind kind, const char *body, size_t len, const eng_sampling *defaults, api_request **out,
+                      api_error *err);
 void api_request_free(api_request *r);
 
 /*

@@ -31,17 +31,22 @@ static json_t *jstr(const char *s, size_t len)
 }
 
 /*
- * Reals with 15 significant digits, not jansson's default of 17, which
- * prints 0.052 as 0.051999999999999998: values rounded to three decimals
- * then print exactly (DBL_DIG is 15).
+ * PRECISION significant digits for reals: jansson's default of 17 prints
+ * 0.052 as 0.051999999999999998. Values rounded to three decimals print
+ * exactly with 15 (DBL_DIG); sampling values, floats, with 6 (FLT_DIG).
  */
-static char *dump(json_t *root)
+static char *dump_prec(json_t *root, int precision)
 {
     if (!root)
         return NULL;
-    char *s = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    char *s = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(precision));
     json_decref(root);
     return s;
+}
+
+static char *dump(json_t *root)
+{
+    return dump_prec(root, 15);
 }
 
 static json_t *usage_json(const api_usage *u)
@@ -103,11 +108,26 @@ oom:
     return NULL;
 }
 
-char *api_render_models(const char *model, int64_t created, int64_t max_len)
+char *api_render_models(const char *model, int64_t created, int64_t max_len, const eng_sampling *defaults,
+                        const char *source)
 {
-    return dump(json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:I}]}", "object", "list", "data", "id", model, "object",
-                          "model", "created", (json_int_t)created, "owned_by", "qwen3d", "max_model_len",
-                          (json_int_t)max_len));
+    json_t *root = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:I}]}", "object", "list", "data", "id", model, "object",
+                             "model", "created", (json_int_t)created, "owned_by", "qwen3d", "max_model_len",
+                             (json_int_t)max_len);
+    if (!root || !defaults)
+        return dump(root);
+    const eng_sampling *d = defaults;
+    json_t *sampling = json_pack("{s:s, s:f, s:f, s:i, s:f, s:f, s:f, s:f}", "source", source, "temperature",
+                                 (double)d->temperature, "top_p", (double)d->top_p, "top_k", (int)d->top_k, "min_p",
+                                 (double)d->min_p, "presence_penalty", (double)d->presence_penalty,
+                                 "frequency_penalty", (double)d->frequency_penalty, "repetition_penalty",
+                                 (double)d->repetition_penalty);
+    if (!sampling) {
+        json_decref(root);
+        return NULL;
+    }
+    json_object_set_new(json_array_get(json_object_get(root, "data"), 0), "sampling_defaults", sampling);
+    return dump_prec(root, 6);
 }
 
 /* ---- streams ------------------------------------------------------------- */

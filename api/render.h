@@ -51,8 +51,14 @@ typedef struct api_meta {
 char *api_render_result(api_kind kind, const api_meta *meta, const char *text, size_t len, const char *finish_reason,
                         const api_usage *usage, const api_timings *timings);
 
-/* GET /v1/models for one model of MAX_LEN tokens of context. */
-char *api_render_models(const char *model, int64_t created, int64_t max_len);
+/*
+ * GET /v1/models for one model of MAX_LEN tokens of context, with the
+ * sampling values requests that leave a field out get (DEFAULTS; NULL while
+ * the model loads: left out) and where they come from (SOURCE: "model" or
+ * "openai").
+ */
+char *api_render_models(const char *model, int64_t created, int64_t max_len, const eng_sampling *defaults,
+                        const char *source);
 
 typedef struct api_stream api_stream;
 

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,6 +27,45 @@ static int64_t get_int(json_t *obj, const char *key, int64_t fallback, const cha
         return fallback;
     }
     return json_integer_value(v);
+}
+
+/* An optional number: *has tells whether KEY was there. */
+static double get_number(json_t *obj, const char *key, bool *has, const char *path, eng_diag *diag)
+{
+    json_t *v = json_object_get(obj, key);
+    *has = false;
+    if (!v)
+        return 0;
+    if (!json_is_number(v)) {
+        eng_diag_add(diag, "%s: 'search.%s' must be a number", path, key);
+        return 0;
+    }
+    *has = true;
+    return json_number_value(v);
+}
+
+static void read_search(json_t *search, eng_genai_search *s, const char *path, eng_diag *diag)
+{
+    if (!search)
+        return;
+    if (!json_is_object(search)) {
+        eng_diag_add(diag, "%s: 'search' must be an object", path);
+        return;
+    }
+    s->present = true;
+    json_t *ds = json_object_get(search, "do_sample");
+    if (ds && !json_is_boolean(ds))
+        eng_diag_add(diag, "%s: 'search.do_sample' must be a boolean", path);
+    s->has_do_sample = json_is_boolean(ds);
+    s->do_sample = json_is_true(ds);
+    s->temperature = get_number(search, "temperature", &s->has_temperature, path, diag);
+    s->top_p = get_number(search, "top_p", &s->has_top_p, path, diag);
+    s->repetition_penalty = get_number(search, "repetition_penalty", &s->has_repetition_penalty, path, diag);
+    json_t *k = json_object_get(search, "top_k");
+    if (k && !json_is_integer(k))
+        eng_diag_add(diag, "%s: 'search.top_k' must be an integer", path);
+    s->has_top_k = json_is_integer(k);
+    s->top_k = json_integer_value(k);
 }
 
 static void set_defaults(eng_genai_config *cfg)
@@ -114,6 +154,7 @@ int eng_genai_config_load(const char *dir, eng_genai_config *cfg, eng_diag *diag
         copy_str(cfg->present_key_names, sizeof cfg->present_key_names, out, "present_key_names", "present.%d.key");
         copy_str(cfg->present_value_names, sizeof cfg->present_value_names, out, "present_value_names", "present.%d.value");
     }
+    read_search(json_object_get(root, "search"), &cfg->search, path, diag);
     if (cfg->context_length < 0)
         eng_diag_add(diag, "%s: context_length must not be negative", path);
     /* The filename must stay inside the model folder. */
@@ -121,4 +162,33 @@ int eng_genai_config_load(const char *dir, eng_genai_config *cfg, eng_diag *diag
         eng_diag_add(diag, "%s: decoder.filename '%s' must be a plain name inside the model folder", path, cfg->filename);
     json_decref(root);
     return diag->n_total > before ? -1 : 0;
+}
+
+int eng_genai_config_sampling(const eng_genai_config *cfg, eng_sampling *out, char *err, size_t errlen)
+{
+    eng_sampling_default(out);
+    const eng_genai_search *s = &cfg->search;
+    if (!s->present)
+        return 0;
+    if (s->has_top_k && (s->top_k < 0 || s->top_k > INT32_MAX)) {
+        snprintf(err, errlen, "genai_config.json: search.top_k %lld is outside [0, %d]", (long long)s->top_k,
+                 INT32_MAX);
+        return -1;
+    }
+    if (s->has_temperature)
+        out->temperature = (float)s->temperature;
+    if (s->has_top_p)
+        out->top_p = (float)s->top_p;
+    if (s->has_top_k)
+        out->top_k = (int32_t)s->top_k;
+    if (s->has_repetition_penalty)
+        out->repetition_penalty = (float)s->repetition_penalty;
+    if (s->has_do_sample && !s->do_sample)
+        out->temperature = 0.0f;
+    eng_sampling_error se;
+    if (eng_sampling_validate(out, &se) != 0) {
+        snprintf(err, errlen, "genai_config.json: search.%s", se.message);
+        return -1;
+    }
+    return 0;
 }

@@ -174,10 +174,16 @@ static void on_loaded(void *user, int status, const srv_model_info *info, const 
     }
     if (sv->finished)
         return;
+    char err[256], q[600];
+    if (srv_routes_set_loaded(sv->routes, info, err, sizeof err) != 0) {
+        srv_log(SRV_LOG_ERROR, "sampling_defaults", "error=%s", srv_log_quote(q, sizeof q, err, strlen(err)));
+        fprintf(stderr, "qwen3d: serve: %s (--sampling-defaults openai does without them)\n", err);
+        sv->exit_code = 1;
+        finish(sv);
+        return;
+    }
     sv->loaded = true;
-    srv_routes_set_loaded(sv->routes, info);
     srv_metrics_set_model(sv->metrics, info->weight_bytes, info->load_seconds);
-    char q[600];
     srv_log(SRV_LOG_INFO, "model_loaded",
             "model=%s name=%s ctx=%lld vocab=%lld threads=%d weight_bytes=%llu load_ms=%.1f kv_bytes_full_ctx=%llu "
             "kv_budget=%llu",
@@ -296,6 +302,7 @@ int cmd_serve(int argc, char **argv)
         .log_prompts = cfg->log_prompts,
         .request_timeout = (double)cfg->request_timeout,
         .max_tokens = cfg->max_tokens,
+        .openai_sampling = cfg->sampling_defaults && !strcmp(cfg->sampling_defaults, "openai"),
     };
     srv_http_opts ho = {
         .host = cfg->host,

@@ -55,6 +55,9 @@ static const opt_def OPTS[] = {
         "largest max_tokens of a request, and the default's cap (default 0: the context)"),
     INT("kv-budget", kv_budget, 0, INT64_MAX, "BYTES",
         "KV cache bytes all sessions may reserve; requests wait for room (default 0: no budget)"),
+    STR("sampling-defaults", sampling_defaults, "MODE",
+        "sampling values of fields a request leaves out: 'model' (default), the model's genai_config.json; "
+        "'openai', OpenAI's"),
     INT("request-timeout", request_timeout, 1, 86400, "S", "deadline of one request in seconds (default 600)"),
     INT("drain-delay", drain_delay, 0, 3600, "S",
         "on SIGTERM, first answer /health/ready 503 for S s while serving on (default 5; 0: drain at once)"),
@@ -267,6 +270,7 @@ void srv_config_clear(srv_config *cfg)
     free(cfg->host);
     free(cfg->api_key_file);
     free(cfg->log_level);
+    free(cfg->sampling_defaults);
     memset(cfg, 0, sizeof *cfg);
 }
 
@@ -297,6 +301,9 @@ int srv_config_parse(int argc, char **argv, srv_config *cfg)
     if (!rc && cfg->log_level && strcmp(cfg->log_level, "debug") && strcmp(cfg->log_level, "info") &&
         strcmp(cfg->log_level, "warn") && strcmp(cfg->log_level, "error"))
         rc = cli_fail(CMD, "--log-level must be debug, info, warn or error, not '%s'", cfg->log_level);
+    if (!rc && cfg->sampling_defaults && strcmp(cfg->sampling_defaults, "model") &&
+        strcmp(cfg->sampling_defaults, "openai"))
+        rc = cli_fail(CMD, "--sampling-defaults must be model or openai, not '%s'", cfg->sampling_defaults);
     if (!rc && !cfg->host && !(cfg->host = strdup("127.0.0.1")))
         rc = cli_fail(CMD, "out of memory");
     if (!rc && !cfg->model_name) {

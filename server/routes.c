@@ -57,6 +57,8 @@ struct srv_routes {
     eng_tok_enc *enc_free[ENC_KEEP]; /* idle encoders, one per work-pool thread that tokenized */
     int n_enc_free;
     srv_model_info info;
+    eng_sampling defaults;    /* for sampling fields a request leaves out */
+    const char *defaults_source; /* "model" or "openai" */
     int64_t created;          /* the model's "created" in /v1/models */
     uint64_t id_base, id_seq;
 };
@@ -125,10 +127,26 @@ void srv_routes_free(srv_routes *rt)
     free(rt);
 }
 
-void srv_routes_set_loaded(srv_routes *rt, const srv_model_info *info)
+int srv_routes_set_loaded(srv_routes *rt, const srv_model_info *info, char *err, size_t errlen)
 {
+    eng_sampling d;
+    const char *source = "openai";
+    if (rt->o.openai_sampling || !info->config || !info->config->search.present)
+        eng_sampling_default(&d);
+    else if (eng_genai_config_sampling(info->config, &d, err, errlen) != 0)
+        return -1;
+    else
+        source = "model";
+    srv_log(SRV_LOG_INFO, "sampling_defaults",
+            "source=%s temperature=%g top_p=%g top_k=%d min_p=%g presence_penalty=%g frequency_penalty=%g "
+            "repetition_penalty=%g",
+            source, (double)d.temperature, (double)d.top_p, (int)d.top_k, (double)d.min_p,
+            (double)d.presence_penalty, (double)d.frequency_penalty, (double)d.repetition_penalty);
+    rt->defaults = d;
+    rt->defaults_source = source;
     rt->loaded = true;
     rt->info = *info;
+    return 0;
 }
 
 void srv_routes_set_stopping(srv_routes *rt) { rt->stopping = true; }
@@ -237,7 +255,8 @@ static void do_metrics(call *c)
 static void do_models(call *c)
 {
     srv_routes *rt = c->rt;
-    char *body = api_render_models(rt->model_name, rt->created, rt->loaded ? rt->info.ctx : 0);
+    char *body = api_render_models(rt->model_name, rt->created, rt->loaded ? rt->info.ctx : 0,
+                                   rt->loaded ? &rt->defaults : NULL, rt->defaults_source);
     if (!body) {
         fail(c, API_ENOMEM, NULL, NULL);
         return;
@@ -598,7 +617,7 @@ static void do_generate(call *c, api_kind kind)
     size_t blen = 0;
     const char *body = srv_req_body(c->r, &blen);
     api_error e;
-    if (api_parse_request(kind, body, blen, &c->q, &e) != 0) {
+    if (api_parse_request(kind, body, blen, &rt->defaults, &c->q, &e) != 0) {
         respond_error(c, &e);
         return;
     }

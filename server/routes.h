@@ -30,6 +30,7 @@ typedef struct srv_routes_opts {
     bool log_prompts;
     double request_timeout;   /* seconds from arrival to the end of generation */
     int64_t max_tokens;       /* largest max_tokens accepted, and the cap of the default; 0 = the context */
+    bool openai_sampling;     /* sampling fields a request leaves out take OpenAI's defaults, not the model's */
 } srv_routes_opts;
 
 /* NULL on out-of-memory. LOOP runs the tokenizations' work; it, SCHED and
@@ -37,8 +38,13 @@ typedef struct srv_routes_opts {
 srv_routes *srv_routes_new(const srv_routes_opts *opts, uv_loop_t *loop, srv_sched *sched, srv_metrics *metrics);
 void srv_routes_free(srv_routes *rt);
 
-/* The model is loaded: /health answers 200 and generation is accepted. */
-void srv_routes_set_loaded(srv_routes *rt, const srv_model_info *info);
+/*
+ * The model is loaded: /health answers 200 and generation is accepted, with
+ * the sampling defaults of the model's genai_config.json or OpenAI's (see
+ * srv_routes_opts), which are logged. Returns 0, or -1 with ERR filled and
+ * nothing changed when the model's defaults are outside the sampler's ranges.
+ */
+int srv_routes_set_loaded(srv_routes *rt, const srv_model_info *info, char *err, size_t errlen);
 /* SIGTERM: /health and /health/ready answer 503 from now on; requests are
  * still served until srv_routes_set_draining(). */
 void srv_routes_set_stopping(srv_routes *rt);

@@ -612,6 +612,7 @@ static int load(srv_sched *s)
     s->info.load_seconds = srv_now() - t0;
     s->info.threads = eng_pool_threads(eng_model_pool(s->model));
     s->info.kv_bytes_full = eng_model_kv_bytes(s->model, s->info.ctx);
+    s->info.config = eng_model_config(s->model);
     rc = 0;
 out:
     pthread_mutex_lock(&s->mu);

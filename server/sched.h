@@ -49,6 +49,7 @@ typedef struct srv_model_info {
     double load_seconds;
     int threads;
     uint64_t kv_bytes_full;  /* KV bytes a session of the whole context reserves */
+    const eng_genai_config *config; /* the model's genai_config.json; lives as long as the scheduler */
 } srv_model_info;
 
 /* On the loop thread once loading ends: STATUS 0 with INFO, or -1 with MESSAGE. */

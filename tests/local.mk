@@ -268,6 +268,14 @@ clean-serve-health:
 	-rm -rf $(builddir)/tests/serve_health-work
 .PHONY: clean-serve-health
 
+# The defaults: sampling values from genai_config.json.
+TESTS += tests/serve_defaults.sh
+EXTRA_DIST += tests/serve_defaults.sh
+clean-local: clean-serve-defaults
+clean-serve-defaults:
+	-rm -rf $(builddir)/tests/serve_defaults-work
+.PHONY: clean-serve-defaults
+
 # Security defaults: loopback only, no prompt text in the logs, bearer keys.
 TESTS += tests/serve_security.sh
 EXTRA_DIST += tests/serve_security.sh

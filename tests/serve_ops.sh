@@ -43,6 +43,8 @@ expect_usage_error "bad config value" "bad.conf:2: queue" --config "$work/bad.co
 printf 'model = %s\nkv-mode = sideways\n' "$MODEL" >"$work/bad-engine.conf"
 expect_usage_error "bad engine option in a config" "--kv-mode" --config "$work/bad-engine.conf"
 expect_usage_error "bad engine option" "--kv-type" --model "$MODEL" --kv-type f8
+expect_usage_error "bad sampling defaults" "--sampling-defaults must be model or openai" --model "$MODEL" \
+  --sampling-defaults vllm
 # The shipped example parses (only its model folder is missing here).
 expect_usage_error "the example config" "--model '$work/no-model'" \
   --config "$QD_SRCDIR/deploy/qwen3d.conf.example" --model "$work/no-model"

@@ -17,6 +17,7 @@
 #include "api/error.h"
 #include "api/parse.h"
 #include "api/render.h"
+#include "engine/sampler.h"
 #include "tests/check_main.h"
 
 /* ---- case files ------------------------------------------------------------ */
@@ -159,7 +160,7 @@ static void check_valid(const char *name)
     ck_assert_msg(body != NULL, "cannot read %s", path);
     api_request *r = NULL;
     api_error err;
-    int rc = api_parse_request(kind_of(lookup(e, n, "kind")), body, len, &r, &err);
+    int rc = api_parse_request(kind_of(lookup(e, n, "kind")), body, len, NULL, &r, &err);
     ck_assert_msg(rc == 0, "valid/%s rejected: %s (param %s)", name, err.message, err.param);
     const char *v;
     check_str(name, "model", r->model, lookup(e, n, "model"));
@@ -224,7 +225,7 @@ static void check_invalid(const char *name)
     api_request *r = NULL;
     api_error err;
     memset(&err, 0, sizeof err);
-    int rc = api_parse_request(kind_of(lookup(e, n, "kind")), body, len, &r, &err);
+    int rc = api_parse_request(kind_of(lookup(e, n, "kind")), body, len, NULL, &r, &err);
     ck_assert_msg(rc != 0 && r == NULL, "invalid/%s was accepted", name);
     ck_assert_msg(rc == err.code, "%s: returned %d, error struct says %d", name, rc, err.code);
     char status[16];
@@ -319,6 +320,38 @@ START_TEST(test_refused_fields_have_cases)
 }
 END_TEST
 
+/* Fields a request leaves out take the defaults given; those it sets keep their values. */
+START_TEST(test_sampling_defaults)
+{
+    eng_sampling d;
+    eng_sampling_default(&d);
+    d.temperature = 0.6f;
+    d.top_p = 0.95f;
+    d.top_k = 20;
+    d.repetition_penalty = 1.05f;
+    d.seed = 99;
+    api_request *r = NULL;
+    api_error err;
+    const char *body = "{\"prompt\":\"x\"}";
+    ck_assert_int_eq(api_parse_request(API_KIND_COMPLETION, body, strlen(body), &d, &r, &err), 0);
+    ck_assert(r->sampling.temperature == d.temperature && r->sampling.top_p == d.top_p);
+    ck_assert(r->sampling.top_k == 20 && r->sampling.repetition_penalty == d.repetition_penalty);
+    ck_assert(r->sampling.min_p == 0.0f && r->sampling.presence_penalty == 0.0f);
+    ck_assert(!r->seed_given && r->sampling.seed == 0);
+    api_request_free(r);
+
+    body = "{\"prompt\":\"x\",\"temperature\":0,\"top_k\":-1,\"top_p\":null}";
+    ck_assert_int_eq(api_parse_request(API_KIND_COMPLETION, body, strlen(body), &d, &r, &err), 0);
+    ck_assert(r->sampling.temperature == 0.0f && r->sampling.top_k == 0 && r->sampling.top_p == d.top_p);
+    api_request_free(r);
+
+    /* Without defaults, OpenAI's. */
+    ck_assert_int_eq(api_parse_request(API_KIND_COMPLETION, "{\"prompt\":\"x\"}", 14, NULL, &r, &err), 0);
+    ck_assert(r->sampling.temperature == 1.0f && r->sampling.top_p == 1.0f && r->sampling.top_k == 0);
+    api_request_free(r);
+}
+END_TEST
+
 /* A client's field name cut to fit the error keeps the body valid UTF-8. */
 START_TEST(test_unknown_field_utf8)
 {
@@ -330,7 +363,7 @@ START_TEST(test_unknown_field_utf8)
     snprintf(body, sizeof body, "{\"prompt\":\"x\",\"%s\":1}", key);
     api_request *r = NULL;
     api_error err;
-    int rc = api_parse_request(API_KIND_COMPLETION, body, strlen(body), &r, &err);
+    int rc = api_parse_request(API_KIND_COMPLETION, body, strlen(body), NULL, &r, &err);
     ck_assert_int_eq(rc, API_EUNSUPPORTED);
     char *out = api_error_body(&err);
     json_error_t je;
@@ -447,8 +480,20 @@ START_TEST(test_render_result)
     ck_assert_ptr_null(json_object_get(msg, "reasoning_content"));
     json_decref(j);
 
-    j = parse_ok(api_render_models("tiny", 1, 512));
-    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id")), "tiny");
+    eng_sampling d;
+    eng_sampling_default(&d);
+    d.temperature = 0.6f;
+    d.top_k = 20;
+    char *models = api_render_models("tiny", 1, 512, &d, "model");
+    ck_assert_msg(strstr(models, "\"temperature\":0.6,") != NULL, "floats at their precision: %s", models);
+    j = parse_ok(models);
+    json_t *m0 = json_array_get(json_object_get(j, "data"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(m0, "id")), "tiny");
+    ck_assert_int_eq(json_integer_value(json_object_get(m0, "max_model_len")), 512);
+    json_t *sd = json_object_get(m0, "sampling_defaults");
+    ck_assert_str_eq(json_string_value(json_object_get(sd, "source")), "model");
+    ck_assert_int_eq(json_integer_value(json_object_get(sd, "top_k")), 20);
+    ck_assert(json_real_value(json_object_get(sd, "top_p")) == 1.0);
     json_decref(j);
 }
 END_TEST
@@ -606,6 +651,7 @@ static Suite *api_suite(void)
     tcase_add_test(tc, test_invalid_cases);
     tcase_add_test(tc, test_readme_field_table);
     tcase_add_test(tc, test_refused_fields_have_cases);
+    tcase_add_test(tc, test_sampling_defaults);
     tcase_add_test(tc, test_unknown_field_utf8);
     suite_add_tcase(s, tc);
     tc = tcase_create("errors");

@@ -92,7 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     api_request *r = NULL;
     api_error e;
     memset(&e, 0, sizeof e);
-    int rc = api_parse_request(kind, (const char *)data + 1, size - 1, &r, &e);
+    int rc = api_parse_request(kind, (const char *)data + 1, size - 1, NULL, &r, &e);
     if (rc != 0) {
         FUZZ_CHECK(!r);
         check_error(rc, &e);
