@@ -38,6 +38,7 @@
 #include "server/notify.h"
 #include "server/routes.h"
 #include "server/sched.h"
+#include "server/sysmem.h"
 
 #define CMD "serve"
 /* After the drain timeout has ended every generation, the time left for their final events. */
@@ -56,6 +57,7 @@ typedef struct serve {
     bool loaded, stopping, finished, deadline_passed;
     const char *stop_reason;  /* the signal's name */
     int exit_code;
+    srv_sysmem mem;           /* read at start, before the model takes its share */
 } serve;
 
 static void close_handle(uv_handle_t *h)
@@ -158,6 +160,53 @@ static void on_watchdog(uv_timer_t *t)
         srv_notify("WATCHDOG=1");
 }
 
+/*
+ * The KV budget when --kv-budget is not given: 3/4 of the memory available
+ * at start (MemAvailable, or the cgroup's limit less its usage when that is
+ * smaller) less the prepared weights. The quarter left over is for what is
+ * not KV cache: the compute scratch, tokenizer encoders, the samplers' per
+ * session scratch, the model file's page cache the embedding rows are read
+ * from. Logs the figure and its parts. Returns 0, or -1 after saying why
+ * there is no memory left for any KV cache.
+ */
+static int derive_kv_budget(serve *sv, const srv_model_info *info)
+{
+    srv_config *cfg = &sv->cfg;
+    if (cfg->kv_budget >= 0) {
+        srv_log(SRV_LOG_INFO, "kv_budget", "source=option budget_bytes=%lld%s", (long long)cfg->kv_budget,
+                cfg->kv_budget ? "" : " unbounded=1");
+        return 0;
+    }
+    const srv_sysmem *m = &sv->mem;
+    cfg->kv_budget = 0;
+    if (!m->available) {
+        srv_log(SRV_LOG_WARN, "kv_budget", "source=none unbounded=1 reason=\"the memory available is unknown\"");
+        return 0;
+    }
+    uint64_t left = m->available > info->weight_bytes ? m->available - info->weight_bytes : 0;
+    uint64_t budget = left / 4 * 3;
+    char cg[300];
+    srv_log(SRV_LOG_INFO, "kv_budget",
+            "source=derived budget_bytes=%llu rule=\"3/4 of (available - weights)\" available_bytes=%llu "
+            "mem_available_bytes=%llu cgroup=%s cgroup_version=%d cgroup_limit_bytes=%llu cgroup_usage_bytes=%llu "
+            "weight_bytes=%llu",
+            (unsigned long long)budget, (unsigned long long)m->available, (unsigned long long)m->mem_available,
+            srv_log_quote(cg, sizeof cg, m->cgroup, strlen(m->cgroup)), m->cgroup_version,
+            (unsigned long long)m->cgroup_limit, (unsigned long long)m->cgroup_usage,
+            (unsigned long long)info->weight_bytes);
+    if (!budget) {
+        srv_log(SRV_LOG_ERROR, "kv_budget", "error=\"no memory left for the KV cache\"");
+        fprintf(stderr,
+                "qwen3d: serve: no memory left for the KV cache: %llu bytes available, the weights take %llu; "
+                "set --kv-budget\n",
+                (unsigned long long)m->available, (unsigned long long)info->weight_bytes);
+        return -1;
+    }
+    cfg->kv_budget = (int64_t)budget;
+    srv_sched_set_kv_budget(sv->sched, budget);
+    return 0;
+}
+
 static void on_loaded(void *user, int status, const srv_model_info *info, const char *message)
 {
     serve *sv = user;
@@ -175,9 +224,12 @@ static void on_loaded(void *user, int status, const srv_model_info *info, const 
     if (sv->finished)
         return;
     char err[256], q[600];
-    if (srv_routes_set_loaded(sv->routes, info, err, sizeof err) != 0) {
+    int src = derive_kv_budget(sv, info);
+    if (!src && (src = srv_routes_set_loaded(sv->routes, info, err, sizeof err)) != 0) {
         srv_log(SRV_LOG_ERROR, "sampling_defaults", "error=%s", srv_log_quote(q, sizeof q, err, strlen(err)));
         fprintf(stderr, "qwen3d: serve: %s (--sampling-defaults openai does without them)\n", err);
+    }
+    if (src) {
         sv->exit_code = 1;
         finish(sv);
         return;
@@ -257,6 +309,9 @@ int cmd_serve(int argc, char **argv)
         return 2;
     }
     srv_log_set_level(parse_level(cfg->log_level));
+    /* Before the model takes its share. */
+    if (cfg->kv_budget < 0)
+        srv_sysmem_read(NULL, &sv.mem);
     char *api_key = NULL;
     if (cfg->api_key_file && (rc = read_api_key(cfg->api_key_file, &api_key))) {
         srv_config_clear(cfg);
@@ -293,7 +348,7 @@ int cmd_serve(int argc, char **argv)
         .queue = (int)cfg->queue,
         .ctx = cfg->ctx,
         .prefill_chunk = cfg->prefill_chunk,
-        .kv_budget = (uint64_t)cfg->kv_budget,
+        .kv_budget = cfg->kv_budget > 0 ? (uint64_t)cfg->kv_budget : 0, /* a derived one is set once loaded */
         .stall_cap = (double)wd / 2e6,
     };
     srv_routes_opts ro = {

@@ -20,4 +20,5 @@ libqwen3d_a_SOURCES += \
 	server/notify.c server/notify.h \
 	server/routes.c server/routes.h \
 	server/sched.c server/sched.h \
-	server/sse.c server/sse.h
+	server/sse.c server/sse.h \
+	server/sysmem.c server/sysmem.h

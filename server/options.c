@@ -54,7 +54,8 @@ static const opt_def OPTS[] = {
     INT("max-tokens", max_tokens, 0, INT32_MAX, "N",
         "largest max_tokens of a request, and the default's cap (default 0: the context)"),
     INT("kv-budget", kv_budget, 0, INT64_MAX, "BYTES",
-        "KV cache bytes all sessions may reserve; requests wait for room (default 0: no budget)"),
+        "KV cache bytes all sessions may reserve; requests wait for room (default: 3/4 of the memory available "
+        "at start less the weights; 0: no budget)"),
     STR("sampling-defaults", sampling_defaults, "MODE",
         "sampling values of fields a request leaves out: 'model' (default), the model's genai_config.json; "
         "'openai', OpenAI's"),
@@ -290,6 +291,7 @@ int srv_config_parse(int argc, char **argv, srv_config *cfg)
     cfg->linger_time = 10;
     cfg->linger_bytes = 64 << 20;
     cfg->prefill_chunk = 256;
+    cfg->kv_budget = -1;
     const char *config_path = NULL;
     int rc = parse_argv(argc, argv, cfg, true, &config_path);
     if (!rc && config_path)

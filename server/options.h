@@ -31,7 +31,8 @@ typedef struct srv_config {
     int64_t max_connections; /* --max-connections, default 1024 */
     int64_t idle_timeout;   /* --idle-timeout seconds without traffic on a connection, default 120 */
     int64_t max_tokens;     /* --max-tokens per request, default 0 = up to the context */
-    int64_t kv_budget;      /* --kv-budget bytes of KV cache for all sessions, default 0 = no budget */
+    int64_t kv_budget;      /* --kv-budget bytes of KV cache for all sessions; 0 = no budget;
+                               default -1: derived from the memory available at start (cmd_serve) */
     char *sampling_defaults; /* --sampling-defaults model|openai: what fields a request leaves out take (default model) */
     int64_t request_timeout; /* --request-timeout seconds, default 600 */
     int64_t drain_delay;    /* --drain-delay seconds not ready but serving after SIGTERM, default 5 */

@@ -411,6 +411,13 @@ bool srv_sched_full(srv_sched *s)
     return full;
 }
 
+void srv_sched_set_kv_budget(srv_sched *s, uint64_t bytes)
+{
+    pthread_mutex_lock(&s->mu);
+    s->opts.kv_budget = bytes;
+    pthread_mutex_unlock(&s->mu);
+}
+
 int srv_sched_submit(srv_sched *s, srv_job *j)
 {
     int rc = 0;

@@ -110,6 +110,8 @@ void srv_sched_heartbeat(srv_sched *s, srv_sched_beat *b);
  */
 uint64_t srv_sched_kv_bytes(srv_sched *s, int64_t tokens);
 uint64_t srv_sched_kv_budget(const srv_sched *s);
+/* Sets the budget once the model is loaded, before the first job is submitted (0 = none). */
+void srv_sched_set_kv_budget(srv_sched *s, uint64_t bytes);
 
 /* ---- jobs ---------------------------------------------------------------- */
 

@@ -253,12 +253,13 @@ clean-serve-linger:
 .PHONY: clean-serve-linger
 
 # The compute thread's heartbeat: a step hung through the test-only hook
-# stops the watchdog pings and shows in /health. The hook is compiled into
-# tests/serve/qwen3d-hooks alone (server/sched.c with QD_TEST_HOOKS), never
-# into the installed binary; its own sched.o comes before libqwen3d.a, so
-# the archive's is not linked.
+# stops the watchdog pings and shows in /health. The hooks are compiled into
+# tests/serve/qwen3d-hooks alone (server/sched.c with QD_TEST_HOOKS, and
+# server/sysmem.c, whose hook fakes /proc and /sys/fs/cgroup for
+# tests/serve_defaults.sh), never into the installed binary; their own
+# objects come before libqwen3d.a, so the archive's are not linked.
 check_PROGRAMS += tests/serve/qwen3d-hooks
-tests_serve_qwen3d_hooks_SOURCES = server/main.c server/sched.c
+tests_serve_qwen3d_hooks_SOURCES = server/main.c server/sched.c server/sysmem.c
 tests_serve_qwen3d_hooks_CPPFLAGS = $(AM_CPPFLAGS) -DQD_TEST_HOOKS
 tests_serve_qwen3d_hooks_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 TESTS += tests/serve_health.sh
@@ -268,7 +269,8 @@ clean-serve-health:
 	-rm -rf $(builddir)/tests/serve_health-work
 .PHONY: clean-serve-health
 
-# The defaults: sampling values from genai_config.json.
+# The defaults: sampling values from genai_config.json, and a KV budget
+# derived from the memory available (fake /proc and cgroup trees).
 TESTS += tests/serve_defaults.sh
 EXTRA_DIST += tests/serve_defaults.sh
 clean-local: clean-serve-defaults

@@ -7,11 +7,21 @@
 #    values spelled out does, not what OpenAI's defaults give;
 #    --sampling-defaults openai restores OpenAI's; "do_sample": false means
 #    greedy; values outside the sampler's ranges stop the start with one
-#    message, unless --sampling-defaults openai.
+#    message, unless --sampling-defaults openai;
+#  - the KV budget is derived at start from the memory available less the
+#    weights, and logged with its parts; --kv-budget 0 is unbounded. A tree
+#    of fake /proc and /sys/fs/cgroup files (QWEN3D_TEST_SYSROOT, a hook of
+#    the test build tests/serve/qwen3d-hooks) sets the memory: a cgroup v2 limit on a parent cgroup and a v1
+#    container's limit are found and the budget is exactly 3/4 of (limit - working set
+#    - weights), a request that could never fit it gets 503
+#    kv_budget_exceeded while a smaller one is served; with no memory left
+#    for any KV cache the daemon refuses to start; the installed binary
+#    ignores the hook.
 NAME=serve_defaults
 . "$QD_SRCDIR/tests/serve/common.sh"
 
 serve_model
+ids='[1,2,3,4,5,6,7,8]'
 
 # A completion's text for the request BODY.
 text() {
@@ -80,6 +90,103 @@ st=0
 grep -q '^qwen3d: serve: genai_config.json: search.temperature must be in \[0, 2\], got 3' "$work/hot.err" ||
   fail "the error does not name search.temperature: $(cat "$work/hot.err")"
 SERVE_MODEL="$work/hot" serve_start --ctx 512 --sampling-defaults openai
+serve_stop
+[ "$STATUS" = 0 ] || fail "exit status $STATUS"
+
+# ---- the KV budget -----------------------------------------------------------
+serve_start --parallel 3 --ctx 512
+line=$(grep 'event=kv_budget ' "$LOG") || fail "no kv_budget line in the start log"
+budget=$(echo "$line" | sed -n 's/.*source=derived budget_bytes=\([0-9]*\) .*/\1/p')
+[ -n "$budget" ] && [ "$budget" -gt 0 ] || fail "no derived budget by default: $line"
+avail=$(echo "$line" | sed -n 's/.* available_bytes=\([0-9]*\) .*/\1/p')
+weights=$(sed -n 's/.*event=model_loaded .* weight_bytes=\([0-9]*\) .*/\1/p' "$LOG")
+full=$(sed -n 's/.*event=model_loaded .*kv_bytes_full_ctx=\([0-9]*\).*/\1/p' "$LOG")
+[ -n "$weights" ] && [ -n "$full" ] || fail "no weight_bytes or kv_bytes_full_ctx in the model_loaded line"
+[ "$budget" = $(((avail - weights) / 4 * 3)) ] || fail "the budget is not 3/4 of (available - weights): $line"
+grep -q "event=model_loaded .* kv_budget=$budget\$" "$LOG" || fail "the scheduler does not use the derived budget"
+grep -q 'advice=' "$LOG" && fail "the default start warns about memory: $(grep advice= "$LOG")"
+serve_stop
+[ "$STATUS" = 0 ] || fail "exit status $STATUS"
+
+serve_start --ctx 512 --kv-budget 0
+grep -q 'event=kv_budget source=option budget_bytes=0 unbounded=1' "$LOG" || fail "--kv-budget 0 is not unbounded"
+grep -q 'event=model_loaded .* kv_budget=0$' "$LOG" || fail "--kv-budget 0: the scheduler has a budget"
+serve_stop
+[ "$STATUS" = 0 ] || fail "exit status $STATUS"
+
+# The rest runs the test build, whose memory figures come from a tree of
+# the test's own.
+hooks="$QD_BUILDDIR/tests/serve/qwen3d-hooks"
+[ -x "$hooks" ] || fail "$hooks is missing (make check builds it)"
+installed=$QWEN3D
+QWEN3D=$hooks
+
+# A budget for one session of 64 tokens (64/512 of a whole-context one) and
+# not two, set through a cgroup v2 limit on the parent of the daemon's
+# cgroup, against the parent's working set (usage less inactive files).
+target=$((full / 8 + full / 64))
+usage=300000000 inactive=100000000
+limit=$((weights + usage - inactive + target / 3 * 4 + 3))
+root="$work/sys2"
+mkdir -p "$root/proc/self" "$root/sys/fs/cgroup/qwen3d.slice/qwen3d.service"
+printf 'MemTotal:       99999999 kB\nMemAvailable:   99999999 kB\n' >"$root/proc/meminfo"
+printf '0::/qwen3d.slice/qwen3d.service\n' >"$root/proc/self/cgroup"
+printf '%s\n' "$limit" >"$root/sys/fs/cgroup/qwen3d.slice/memory.max"
+printf '%s\n' "$usage" >"$root/sys/fs/cgroup/qwen3d.slice/memory.current"
+printf 'anon 1\nfile 2\nactive_file 5\ninactive_file %s\n' "$inactive" >"$root/sys/fs/cgroup/qwen3d.slice/memory.stat"
+printf 'max\n' >"$root/sys/fs/cgroup/qwen3d.slice/qwen3d.service/memory.max"
+printf '12345\n' >"$root/sys/fs/cgroup/qwen3d.slice/qwen3d.service/memory.current"
+export QWEN3D_TEST_SYSROOT="$root"
+serve_start --parallel 3 --ctx 512
+unset QWEN3D_TEST_SYSROOT
+want=$(((limit - usage + inactive - weights) / 4 * 3))
+grep -q "event=kv_budget source=derived budget_bytes=$want .* cgroup=/qwen3d.slice/qwen3d.service cgroup_version=2 cgroup_limit_bytes=$limit cgroup_usage_bytes=$((usage - inactive)) " "$LOG" ||
+  fail "cgroup v2: expected a budget of $want: $(grep 'event=kv_budget' "$LOG")"
+[ "$want" -ge $((full / 8)) ] && [ "$want" -lt $((full / 4)) ] || fail "the test's budget $want does not hold one session only"
+[ "$(http POST /v1/completions "{\"prompt\":$ids,\"max_tokens\":100,\"temperature\":0}")" = 503 ] ||
+  fail "a request that never fits the derived budget: $(cat "$work/body")"
+[ "$(json "$work/body" 'j.error.code')" = kv_budget_exceeded ] || fail "503 body: $(cat "$work/body")"
+[ "$(http POST /v1/completions "{\"prompt\":$ids,\"max_tokens\":56,\"temperature\":0}")" = 200 ] ||
+  fail "a request that fits the derived budget: $(cat "$work/body")"
+serve_stop
+[ "$STATUS" = 0 ] || fail "exit status $STATUS"
+
+# cgroup v1 (hybrid hierarchy: the memory controller's line wins) as a
+# container without a cgroup namespace sees it: its host path in
+# /proc/self/cgroup, its own cgroup mounted at the root. Here MemAvailable
+# is the smaller figure.
+root="$work/sys1"
+mkdir -p "$root/proc/self" "$root/sys/fs/cgroup/memory"
+printf 'MemAvailable:   %s kB\n' $(((weights + 800000000) / 1024)) >"$root/proc/meminfo"
+printf '12:pids:/docker/c1\n4:cpu,memory:/docker/c1\n1:name=systemd:/docker/c1\n0::/docker/c1\n' >"$root/proc/self/cgroup"
+printf '2000000000\n' >"$root/sys/fs/cgroup/memory/memory.limit_in_bytes"
+printf '700000000\n' >"$root/sys/fs/cgroup/memory/memory.usage_in_bytes"
+printf 'cache 1\ntotal_inactive_file 200000000\n' >"$root/sys/fs/cgroup/memory/memory.stat"
+export QWEN3D_TEST_SYSROOT="$root"
+serve_start --ctx 512
+unset QWEN3D_TEST_SYSROOT
+mem=$(((weights + 800000000) / 1024 * 1024))
+want=$(((mem - weights) / 4 * 3))
+grep -q "event=kv_budget source=derived budget_bytes=$want .* available_bytes=$mem mem_available_bytes=$mem cgroup=/docker/c1 cgroup_version=1 cgroup_limit_bytes=2000000000 cgroup_usage_bytes=500000000 " "$LOG" ||
+  fail "cgroup v1: expected a budget of $want: $(grep 'event=kv_budget' "$LOG")"
+serve_stop
+[ "$STATUS" = 0 ] || fail "exit status $STATUS"
+
+# Nothing left for a KV cache once the weights are in: no start.
+printf 'MemAvailable:   %s kB\n' $((weights / 2048)) >"$root/proc/meminfo"
+st=0
+QWEN3D_TEST_SYSROOT="$root" "$QWEN3D" serve --model "$MODEL" --port 0 --threads 2 --ctx 512 >/dev/null 2>"$work/small.err" ||
+  st=$?
+[ "$st" = 1 ] || fail "with less memory than the weights: exit status $st"
+grep -q '^qwen3d: serve: no memory left for the KV cache: .*set --kv-budget' "$work/small.err" ||
+  fail "with less memory than the weights: $(cat "$work/small.err")"
+
+# The installed binary has no such hook: the same tree changes nothing.
+QWEN3D=$installed
+export QWEN3D_TEST_SYSROOT="$root"
+serve_start --ctx 512
+unset QWEN3D_TEST_SYSROOT
+grep -q 'event=kv_budget source=derived .* cgroup=/docker/c1 ' "$LOG" && fail "the installed binary reads QWEN3D_TEST_SYSROOT"
 serve_stop
 [ "$STATUS" = 0 ] || fail "exit status $STATUS"
 

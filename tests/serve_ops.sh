@@ -45,6 +45,7 @@ expect_usage_error "bad engine option in a config" "--kv-mode" --config "$work/b
 expect_usage_error "bad engine option" "--kv-type" --model "$MODEL" --kv-type f8
 expect_usage_error "bad sampling defaults" "--sampling-defaults must be model or openai" --model "$MODEL" \
   --sampling-defaults vllm
+expect_usage_error "negative kv budget" "--kv-budget" --model "$MODEL" --kv-budget -1
 # The shipped example parses (only its model folder is missing here).
 expect_usage_error "the example config" "--model '$work/no-model'" \
   --config "$QD_SRCDIR/deploy/qwen3d.conf.example" --model "$work/no-model"
