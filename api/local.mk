@@ -8,3 +8,6 @@ libqwen3d_a_SOURCES += \
 	api/error.c api/error.h \
 	api/parse.c api/parse.h \
 	api/render.c api/render.h
+
+# JSON Schema, JSON mode and tool calls compiled to engine grammars.
+libqwen3d_a_SOURCES += api/schema.c api/schema.h

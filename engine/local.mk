@@ -32,3 +32,8 @@ libqwen3d_a_SOURCES += \
 libqwen3d_a_SOURCES += \
 	engine/sampler.c engine/sampler.h \
 	engine/stop.c engine/stop.h
+
+# Constrained decoding: grammars (builder, compiler) and the per-step token mask.
+libqwen3d_a_SOURCES += \
+	engine/grammar.c engine/grammar.h engine/grammar_int.h \
+	engine/grammar_match.c

@@ -496,6 +496,14 @@ int32_t eng_tok_added_id(const eng_tok *t, const char *content)
     return -1;
 }
 
+bool eng_tok_is_added(const eng_tok *t, int32_t id)
+{
+    for (size_t i = 0; i < t->n_added; i++)
+        if (t->added[i].id == id)
+            return true;
+    return false;
+}
+
 const char *eng_tok_token_bytes(const eng_tok *t, int32_t id, size_t *len)
 {
     if (id < 0 || (size_t)id >= t->n_ids || !(t->tok_flags[id] & TOK_PRESENT))

@@ -78,6 +78,8 @@ size_t eng_tok_n_ids(const eng_tok *t);
 bool eng_tok_is_special(const eng_tok *t, int32_t id);
 /* Id of the added token whose content is CONTENT, or -1. */
 int32_t eng_tok_added_id(const eng_tok *t, const char *content);
+/* True for the ids of added tokens, special or not (constrained decoding never spells them). */
+bool eng_tok_is_added(const eng_tok *t, int32_t id);
 /* The bytes id ID decodes to (not NUL-terminated), or NULL for an unknown id. */
 const char *eng_tok_token_bytes(const eng_tok *t, int32_t id, size_t *len);
 

@@ -302,3 +302,21 @@ clean-local: clean-soak
 clean-soak:
 	-rm -rf $(builddir)/tests/soak-work
 .PHONY: clean-soak
+
+# Constrained decoding: the grammar suite (masks against a brute-force
+# reference on synthetic and Qwen3 vocabularies, schema errors), and random
+# walks through 20 schemas and the tool-call grammars with the Qwen3
+# tokenizer (tests/grammar/walk), every output checked with ajv
+# (tests/grammar/validate.js).
+check_PROGRAMS += tests/test_grammar tests/grammar/walk
+tests_test_grammar_SOURCES = tests/test_grammar.c tests/grammar/rng.h
+tests_test_grammar_CFLAGS = $(TEST_CFLAGS)
+tests_test_grammar_LDADD = $(TEST_LDADD)
+tests_grammar_walk_SOURCES = tests/grammar/walk.c tests/grammar/rng.h
+tests_grammar_walk_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
+TESTS += tests/test_grammar tests/grammar.sh
+EXTRA_DIST += tests/grammar.sh tests/grammar/validate.js tests/grammar/schemas.json tests/grammar/tools.json
+clean-local: clean-grammar
+clean-grammar:
+	-rm -rf $(builddir)/tests/grammar-work
+.PHONY: clean-grammar
