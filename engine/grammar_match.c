@@ -67,6 +67,12 @@ typedef struct gcache {
     uint32_t kmax;
     int32_t *unc;          /* ids to run through the whole stack, in byte order */
     uint32_t n_unc;
+    /*
+     * Leaf rules: per uncertain id, the bytes that follow the points where
+     * it could leave the rule. Such an id can only be accepted when one of
+     * them is a byte the caller accepts next.
+     */
+    uint64_t (*unc_next)[4];
 } gcache;
 
 typedef struct visit {
@@ -96,12 +102,14 @@ struct eng_gmatch {
     uint8_t *d_reach;
     int32_t *w_st;
     uint32_t *w_k;
+    uint64_t (*w_next)[4];
     /* scratch of the cache walk */
     int32_t *acc_ids;
     uint16_t *acc_k;
     size_t n_acc, cap_acc;
     int32_t *unc;
-    size_t n_unc, cap_unc;
+    uint64_t (*unc_next)[4];
+    size_t n_unc, cap_unc, cap_unc_next;
     uint64_t *seen_slots;  /* base sets already added to this mask: (slot << 32 | bound) */
     size_t n_seen, cap_seen;
 };
@@ -491,7 +499,8 @@ eng_gmatch *eng_gmatch_new(const eng_grammar *g, const eng_gvocab *v)
     m->d_reach = malloc(depth);
     m->w_st = malloc(depth * sizeof *m->w_st);
     m->w_k = malloc(depth * sizeof *m->w_k);
-    if (!m->cache || !m->d_b || !m->d_n || !m->d_reach || !m->w_st || !m->w_k) {
+    m->w_next = malloc(depth * sizeof *m->w_next);
+    if (!m->cache || !m->d_b || !m->d_n || !m->d_reach || !m->w_st || !m->w_k || !m->w_next) {
         eng_gmatch_free(m);
         return NULL;
     }
@@ -509,6 +518,7 @@ static void cache_clear(gcache *c)
     free(c->ids);
     free(c->kcum);
     free(c->unc);
+    free(c->unc_next);
     memset(c, 0, sizeof *c);
 }
 
@@ -530,6 +540,8 @@ void eng_gmatch_free(eng_gmatch *m)
     free(m->d_reach);
     free(m->w_st);
     free(m->w_k);
+    free(m->w_next);
+    free(m->unc_next);
     free(m->acc_ids);
     free(m->acc_k);
     free(m->unc);
@@ -755,22 +767,29 @@ static bool acc_push(eng_gmatch *m, int32_t id, uint32_t k)
     return true;
 }
 
-static bool unc_push(eng_gmatch *m, int32_t id)
+static const uint64_t all_bytes[4] = {~0ull, ~0ull, ~0ull, ~0ull};
+
+static bool unc_push(eng_gmatch *m, int32_t id, const uint64_t next[4])
 {
-    if (!eng_g_grow((void **)&m->unc, &m->cap_unc, m->n_unc + 1, sizeof *m->unc))
+    if (!eng_g_grow((void **)&m->unc, &m->cap_unc, m->n_unc + 1, sizeof *m->unc) ||
+        !eng_g_grow((void **)&m->unc_next, &m->cap_unc_next, m->n_unc + 1, sizeof *m->unc_next))
         return false;
+    memcpy(m->unc_next[m->n_unc], next, sizeof *m->unc_next);
     m->unc[m->n_unc++] = id;
     return true;
 }
 
-/* Adds the ids ending at trie nodes [FROM, TO) to the accepted (with K) or the uncertain list. */
-static bool add_nodes(eng_gmatch *m, int32_t from, int32_t to, bool accepted, uint32_t k)
+/*
+ * Adds the ids ending at trie nodes [FROM, TO) to the accepted list (with
+ * K) or, when NEXT is given, to the uncertain one (with those bytes).
+ */
+static bool add_nodes(eng_gmatch *m, int32_t from, int32_t to, const uint64_t *next, uint32_t k)
 {
     const eng_gvocab *v = m->v;
     for (int32_t i = from; i < to; i++)
         for (int32_t j = 0; j < v->t_count[i]; j++) {
             int32_t id = v->ids[v->t_first[i] + j];
-            if (!(accepted ? acc_push(m, id, k) : unc_push(m, id)))
+            if (!(next ? unc_push(m, id, next) : acc_push(m, id, k)))
                 return false;
         }
     return true;
@@ -788,23 +807,29 @@ static bool walk_leaf(eng_gmatch *m, int32_t g0)
     const int ncls = g->n_cls;
     m->w_st[0] = g0;
     m->w_k[0] = 0;
-    m->d_reach[0] = 0;
+    memset(m->w_next[0], 0, sizeof m->w_next[0]);
     for (size_t i = 0; i < v->n_nodes;) {
         int d = v->t_depth[i];
         int32_t s = m->w_st[d - 1];
-        int32_t t = g->next[(size_t)s * ncls + g->cls[v->t_byte[i]]];
+        uint8_t byte = v->t_byte[i];
+        int32_t t = g->next[(size_t)s * ncls + g->cls[byte]];
+        /* the bytes after the points (past the first byte) where the rule may return */
+        uint64_t next[4];
+        memcpy(next, m->w_next[d - 1], sizeof next);
+        if (d > 1 && (g->st[s].flags & (GS_FINAL | GS_LOOP)))
+            next[byte / 64] |= 1ull << (byte % 64);
         if (t < 0) {
-            if (m->d_reach[d - 1] && !add_nodes(m, (int32_t)i, v->t_end[i], false, 0))
+            if ((next[0] | next[1] | next[2] | next[3]) && !add_nodes(m, (int32_t)i, v->t_end[i], next, 0))
                 return false;
             i = (size_t)v->t_end[i];
             continue;
         }
         uint32_t k = m->w_k[d - 1] + ((g->st[s].flags & GS_LOOP) ? 1 : 0);
-        if (v->t_count[i] && !add_nodes(m, (int32_t)i, (int32_t)i + 1, true, k))
+        if (v->t_count[i] && !add_nodes(m, (int32_t)i, (int32_t)i + 1, NULL, k))
             return false;
         m->w_st[d] = t;
         m->w_k[d] = k;
-        m->d_reach[d] = m->d_reach[d - 1] || (g->st[t].flags & (GS_FINAL | GS_LOOP));
+        memcpy(m->w_next[d], next, sizeof next);
         i++;
     }
     return true;
@@ -834,14 +859,14 @@ static bool walk_stack(eng_gmatch *m, int32_t g0)
         bool ctx = reach & REACH_CTX;
         if (nn == 0 && !ctx) {
             if (m->d_reach[d - 1])
-                ok = add_nodes(m, (int32_t)i, v->t_end[i], false, 0);
+                ok = add_nodes(m, (int32_t)i, v->t_end[i], all_bytes, 0);
             i = (size_t)v->t_end[i];
             continue;
         }
-        ok = !v->t_count[i] || add_nodes(m, (int32_t)i, (int32_t)i + 1, true, 0);
+        ok = !v->t_count[i] || add_nodes(m, (int32_t)i, (int32_t)i + 1, NULL, 0);
         if (nn == 0) {
             /* only the caller could go on: every longer token depends on the stack */
-            ok = ok && add_nodes(m, (int32_t)i + 1, v->t_end[i], false, 0);
+            ok = ok && add_nodes(m, (int32_t)i + 1, v->t_end[i], all_bytes, 0);
             i = (size_t)v->t_end[i];
             continue;
         }
@@ -876,6 +901,12 @@ static int cache_fill(eng_gmatch *m, gcache *c, int32_t g0)
         goto fail;
     c->n_unc = (uint32_t)m->n_unc;
     memcpy(c->unc, m->unc, m->n_unc * sizeof *c->unc);
+    if (rl->leaf && m->n_unc) {
+        c->unc_next = malloc(m->n_unc * sizeof *c->unc_next);
+        if (!c->unc_next)
+            goto fail;
+        memcpy(c->unc_next, m->unc_next, m->n_unc * sizeof *c->unc_next);
+    }
     if (c->loop) {
         /* counting sort by iterations started */
         uint32_t kmax = 0;
@@ -948,6 +979,33 @@ static bool unc_check(eng_gmatch *m, unc_walk *w, int32_t id)
     return m->d_n[len] > 0 || (m->d_reach[len] & REACH_ROOT);
 }
 
+/*
+ * The bytes the stack under C accepts right after C's rule returns: the
+ * first bytes of the configurations the return leads to (none at the
+ * bottom, where the text ends).
+ */
+static void follow_bytes(eng_gmatch *m, cfg c, uint64_t out[4])
+{
+    const eng_grammar *g = m->g;
+    memset(out, 0, 4 * sizeof *out);
+    if (c.par < 0)
+        return;
+    size_t b = m->n_pool;
+    unsigned reach = 0;
+    set_begin(m);
+    closure(m, m->nodes[c.par], &reach);
+    for (size_t i = b; i < m->n_pool; i++) {
+        const gstate *st = &g->st[m->pool[i].g];
+        if (!(st->flags & GS_BYTES) || ((st->flags & GS_LOOP) && m->pool[i].cnt >= g->rules[st->rule].max))
+            continue;
+        const int32_t *row = g->next + (size_t)m->pool[i].g * g->n_cls;
+        for (int byte = 0; byte < 256; byte++)
+            if (row[g->cls[byte]] >= 0)
+                out[byte / 64] |= 1ull << (byte % 64);
+    }
+    m->n_pool = b;
+}
+
 static void set_bit(uint64_t *mask, int32_t id)
 {
     mask[id / 64] |= 1ull << (id % 64);
@@ -1014,10 +1072,20 @@ int eng_gmatch_mask(eng_gmatch *m, uint64_t *mask)
         if (!gc->n_unc)
             continue;
         m->n_pool = 0;
+        uint64_t follow[4];
+        if (gc->unc_next) {
+            follow_bytes(m, c, follow);
+            if (m->err) {
+                rc = m->err;
+                m->err = 0;
+                break;
+            }
+        }
         if (!eng_g_grow((void **)&m->pool, &m->cap_pool, 1, sizeof *m->pool)) {
             rc = ENG_GRAMMAR_ENOMEM;
             break;
         }
+        m->n_pool = 0;
         m->pool[m->n_pool++] = c;
         m->d_b[0] = 0;
         m->d_n[0] = 1;
@@ -1025,6 +1093,9 @@ int eng_gmatch_mask(eng_gmatch *m, uint64_t *mask)
         for (uint32_t i = 0; i < gc->n_unc; i++) {
             int32_t id = gc->unc[i];
             if ((mask[id / 64] >> (id % 64)) & 1)
+                continue;
+            if (gc->unc_next && !((gc->unc_next[i][0] & follow[0]) | (gc->unc_next[i][1] & follow[1]) |
+                                  (gc->unc_next[i][2] & follow[2]) | (gc->unc_next[i][3] & follow[3])))
                 continue;
             if (unc_check(m, &w, id))
                 set_bit(mask, id);

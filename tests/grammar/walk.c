@@ -6,12 +6,8 @@
  * SCHEMAS_JSON holds an array of cases {"name", "schema"}, or
  * {"name", "tools": [{"name", "parameters"}], "mode": "required"|"auto",
  * "parallel": bool}. Each walk starts from the grammar's start and, at every
- * step, draws one id from the mask (xorshift seeded by SEED, the case and
- * the walk) until it draws EOS: first a byte uniformly among the first
- * bytes of the allowed ids (ids without bytes, EOS and tags, count as one
- * more), then an id uniformly among the allowed ones that start with it. A
- * draw uniform over all allowed ids would hardly ever end a string: about
- * ten of the ~149,000 ids a JSON string allows close it. Writes one line per walk:
+ * step, draws one id from the mask with rng_draw() (tests/grammar/rng.h,
+ * seeded by SEED, the case and the walk) until it draws EOS. Writes one line per walk:
  * {"case": i, "walk": w, "text": ..., "tokens": n}. Exits 1 when a schema
  * fails to compile, a mask is empty (a dead end), the drawn id is refused,
  * or a walk passes 6000 tokens; the validator (tests/grammar/validate.js)
@@ -28,29 +24,6 @@
 #include "tests/grammar/rng.h"
 
 #define MAX_STEPS 6000
-
-/* Draws an id of MASK as the header says; FIRST[id] is its first byte, 256 for ids without bytes. */
-static int32_t draw(const uint64_t *mask, size_t words, const uint16_t *first, uint64_t *rng)
-{
-    size_t count[257] = {0}, classes = 0;
-    for (size_t i = 0; i < words; i++)
-        for (uint64_t w = mask[i]; w; w &= w - 1)
-            count[first[i * 64 + (size_t)__builtin_ctzll(w)]]++;
-    for (int c = 0; c < 257; c++)
-        classes += count[c] > 0;
-    size_t k = rng_next(rng) % classes;
-    int cls = 0;
-    while (count[cls] == 0 || k-- > 0)
-        cls++;
-    k = rng_next(rng) % count[cls];
-    for (size_t i = 0; i < words; i++)
-        for (uint64_t w = mask[i]; w; w &= w - 1) {
-            size_t id = i * 64 + (size_t)__builtin_ctzll(w);
-            if (first[id] == cls && k-- == 0)
-                return (int32_t)id;
-        }
-    return -1;
-}
 
 static int compile_case(const json_t *c, const eng_tok *tok, eng_grammar **g, api_schema_error *err)
 {
@@ -104,13 +77,7 @@ int main(int argc, char **argv)
     }
     size_t words = eng_gvocab_mask_words(v);
     uint64_t *mask = malloc(words * sizeof *mask);
-    uint16_t *first = malloc(words * 64 * sizeof *first);
-    for (size_t id = 0; id < words * 64; id++) {
-        size_t len = 0;
-        const char *b = id < eng_tok_n_ids(tok) && !eng_tok_is_added(tok, (int32_t)id)
-                            ? eng_tok_token_bytes(tok, (int32_t)id, &len) : NULL;
-        first[id] = b && len ? (uint8_t)b[0] : 256;
-    }
+    uint16_t *first = rng_first_bytes(tok, words * 64);
     int status = 0;
     for (size_t ci = 0; ci < json_array_size(cases) && !status; ci++) {
         const json_t *c = json_array_get(cases, ci);
@@ -138,7 +105,7 @@ int main(int argc, char **argv)
                     status = 1;
                     break;
                 }
-                int32_t id = draw(mask, words, first, &st);
+                int32_t id = rng_draw(mask, words, first, &st);
                 if ((rc = eng_gmatch_accept(m, id)) != 0) {
                     fprintf(stderr, "walk: case %zu walk %d: id %d in the mask refused: %s\n", ci, w, id,
                             eng_grammar_strerror(rc));
