@@ -96,7 +96,10 @@ static void copy_str(char *dst, size_t cap, const char *src)
     dst[n] = '\0';
 }
 
-/* Records the first failure: KEYWORD (may be "") at the current pointer. */
+static size_t ptr_push(sc *s, const char *seg);
+static void ptr_pop(sc *s, size_t old);
+
+/* Records the first failure: KEYWORD (NULL: the schema itself) below the current pointer. */
 static void fail(sc *s, int rc, const char *keyword, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static void fail(sc *s, int rc, const char *keyword, const char *fmt, ...)
 {
@@ -105,8 +108,12 @@ static void fail(sc *s, int rc, const char *keyword, const char *fmt, ...)
     s->rc = rc;
     api_schema_error *e = s->err;
     char ptr[1024 + 80];
-    if (keyword && *keyword)
-        snprintf(ptr, sizeof ptr, "%s/%s", s->ptr, keyword);
+    if (keyword) {
+        /* the keyword's own pointer segment, escaped as RFC 6901 says */
+        size_t old = ptr_push(s, keyword);
+        snprintf(ptr, sizeof ptr, "%s", s->ptr);
+        ptr_pop(s, old);
+    }
     else
         snprintf(ptr, sizeof ptr, "%s", s->ptr);
     char text[256];
@@ -258,7 +265,7 @@ static int32_t chars_rule(sc *s, uint32_t min, uint32_t max)
         size_t cap = s->cap_loops ? s->cap_loops * 2 : 8;
         loopent *l = realloc(s->loops, cap * sizeof *l);
         if (!l) {
-            fail(s, API_SCHEMA_ENOMEM, "", "out of memory");
+            fail(s, API_SCHEMA_ENOMEM, NULL, "out of memory");
             return -1;
         }
         s->loops = l;
@@ -431,7 +438,7 @@ static eng_gexpr key_notin(sc *s, const char **names, size_t n, size_t d)
     size_t *cl = malloc((n + 1) * sizeof *cl);
     eng_gexpr out = -1;
     if (!alts || !cx || !cl) {
-        fail(s, API_SCHEMA_ENOMEM, "", "out of memory");
+        fail(s, API_SCHEMA_ENOMEM, NULL, "out of memory");
         goto out;
     }
     bool is_name = false;
@@ -476,7 +483,7 @@ static eng_gexpr extra_key(sc *s, const char **names, size_t n)
     /* a name that needs escapes never equals such a key */
     const char **keep = malloc((n + 1) * sizeof *keep);
     if (!keep) {
-        fail(s, API_SCHEMA_ENOMEM, "", "out of memory");
+        fail(s, API_SCHEMA_ENOMEM, NULL, "out of memory");
         return -1;
     }
     size_t nk = 0;
@@ -598,7 +605,7 @@ static eng_gexpr array_schema(sc *s, const json_t *schema)
     }
     eng_gexpr *pre = calloc(m + 1, sizeof *pre);
     if (!pre) {
-        fail(s, API_SCHEMA_ENOMEM, "", "out of memory");
+        fail(s, API_SCHEMA_ENOMEM, NULL, "out of memory");
         return -1;
     }
     size_t old = ptr_push(s, "prefixItems");
@@ -647,7 +654,7 @@ static eng_gexpr member(sc *s, const char *name, eng_gexpr value)
     char *k = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
     json_decref(js);
     if (!k) {
-        fail(s, API_SCHEMA_ENOMEM, "", "out of memory");
+        fail(s, API_SCHEMA_ENOMEM, NULL, "out of memory");
         return -1;
     }
     eng_gexpr e = SEQ(s, lit(s, k), colon(s), value);
@@ -691,7 +698,7 @@ static eng_gexpr object_schema(sc *s, const json_t *schema)
     const char **names = calloc(np + nr + 1, sizeof *names);
     eng_gexpr out = -1;
     if (!items || !optional || !names) {
-        fail(s, API_SCHEMA_ENOMEM, "", "out of memory");
+        fail(s, API_SCHEMA_ENOMEM, NULL, "out of memory");
         goto out;
     }
     size_t n = 0;
@@ -804,7 +811,7 @@ static eng_gexpr literal_schema(sc *s, const json_t *schema, int types)
     }
     eng_gexpr *alts = calloc(n + 1, sizeof *alts);
     if (!alts) {
-        fail(s, API_SCHEMA_ENOMEM, "", "out of memory");
+        fail(s, API_SCHEMA_ENOMEM, NULL, "out of memory");
         return -1;
     }
     size_t na = 0;
@@ -814,7 +821,7 @@ static eng_gexpr literal_schema(sc *s, const json_t *schema, int types)
             continue;
         char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
         if (!t) {
-            fail(s, API_SCHEMA_ENOMEM, "", "out of memory");
+            fail(s, API_SCHEMA_ENOMEM, NULL, "out of memory");
             break;
         }
         s->literal_bytes += strlen(t);
@@ -890,7 +897,7 @@ static eng_gexpr ref_schema(sc *s, const json_t *refv)
         size_t cap = s->cap_refs ? 2 * s->cap_refs : 8;
         refent *r = realloc(s->refs, cap * sizeof *r);
         if (!r) {
-            fail(s, API_SCHEMA_ENOMEM, "", "out of memory");
+            fail(s, API_SCHEMA_ENOMEM, NULL, "out of memory");
             return -1;
         }
         s->refs = r;
@@ -907,7 +914,7 @@ static eng_gexpr ref_schema(sc *s, const json_t *refv)
     if (!e->ref || !e->ptr) {
         free(e->ref);
         free(e->ptr);
-        fail(s, API_SCHEMA_ENOMEM, "", "out of memory");
+        fail(s, API_SCHEMA_ENOMEM, NULL, "out of memory");
         return -1;
     }
     s->n_refs++;
@@ -919,21 +926,21 @@ static eng_gexpr compile(sc *s, const json_t *schema)
     if (s->rc)
         return -1;
     if (s->depth > API_SCHEMA_MAX_DEPTH) {
-        fail(s, API_SCHEMA_ETOOBIG, "", "schema nested deeper than %d levels", API_SCHEMA_MAX_DEPTH);
+        fail(s, API_SCHEMA_ETOOBIG, NULL, "schema nested deeper than %d levels", API_SCHEMA_MAX_DEPTH);
         return -1;
     }
     if (++s->nodes > API_SCHEMA_MAX_NODES) {
-        fail(s, API_SCHEMA_ETOOBIG, "", "more than %d subschemas", API_SCHEMA_MAX_NODES);
+        fail(s, API_SCHEMA_ETOOBIG, NULL, "more than %d subschemas", API_SCHEMA_MAX_NODES);
         return -1;
     }
     if (json_is_true(schema))
         return eng_gb_ref(s->b, value_rule(s));
     if (json_is_false(schema)) {
-        fail(s, API_SCHEMA_EEMPTY, "", "the schema false admits no value");
+        fail(s, API_SCHEMA_EEMPTY, NULL, "the schema false admits no value");
         return -1;
     }
     if (!json_is_object(schema)) {
-        fail(s, API_SCHEMA_EINVALID, "", "a schema must be an object or a boolean");
+        fail(s, API_SCHEMA_EINVALID, NULL, "a schema must be an object or a boolean");
         return -1;
     }
     unsigned seen = 0;
@@ -985,7 +992,7 @@ static eng_gexpr compile(sc *s, const json_t *schema)
         size_t n = json_array_size(any);
         eng_gexpr *alts = calloc(n, sizeof *alts);
         if (!alts) {
-            fail(s, API_SCHEMA_ENOMEM, "", "out of memory");
+            fail(s, API_SCHEMA_ENOMEM, NULL, "out of memory");
             return -1;
         }
         size_t old = ptr_push(s, kw);
@@ -1092,11 +1099,11 @@ static int sc_finish(sc *s, int32_t root, eng_grammar **out)
                  : grc == ENG_GRAMMAR_EEMPTY ? API_SCHEMA_EEMPTY
                  : grc == ENG_GRAMMAR_ENOMEM ? API_SCHEMA_ENOMEM
                                              : API_SCHEMA_EINVALID;
-            fail(s, rc, "", "%s", msg);
+            fail(s, rc, NULL, "%s", msg);
         }
     } else if (!rc) {
         rc = API_SCHEMA_ENOMEM;
-        fail(s, rc, "", "out of memory");
+        fail(s, rc, NULL, "out of memory");
     }
     for (size_t i = 0; i < s->n_refs; i++) {
         free(s->refs[i].ref);
@@ -1142,7 +1149,7 @@ int api_schema_tools(const api_tool_spec *tools, size_t n, api_tools_mode mode, 
     *out = NULL;
     int32_t root = -1;
     if (n == 0) {
-        fail(&s, API_SCHEMA_EINVALID, "", "no tools to call");
+        fail(&s, API_SCHEMA_EINVALID, NULL, "no tools to call");
         return s.rc;
     }
     s.b = eng_gbuild_new();
@@ -1165,14 +1172,14 @@ int api_schema_tools(const api_tool_spec *tools, size_t n, api_tools_mode mode, 
             compile_refs(&s, first_ref, prefix);
             json_decref(any);
             if (!tools[i].name || !*tools[i].name) {
-                fail(&s, API_SCHEMA_EINVALID, "", "tool %zu has no name", i);
+                fail(&s, API_SCHEMA_EINVALID, NULL, "tool %zu has no name", i);
                 break;
             }
             json_t *js = json_string(tools[i].name);
             char *name = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
             json_decref(js);
             if (!name) {
-                fail(&s, API_SCHEMA_EINVALID, "", "tool %zu: the name is not UTF-8 or memory ran out", i);
+                fail(&s, API_SCHEMA_EINVALID, NULL, "tool %zu: the name is not UTF-8 or memory ran out", i);
                 break;
             }
             alts[i] = SEQ(&s, lit(&s, name), lit(&s, ", \"arguments\": "), eng_gb_ref(s.b, r));

