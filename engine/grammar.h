@@ -67,7 +67,10 @@ const char *eng_grammar_strerror(int err);
 #define ENG_GRAMMAR_MAX_EXPRS (1 << 20)   /* expression nodes in the builder */
 #define ENG_GRAMMAR_MAX_NFA (1 << 21)     /* automaton states before determinization */
 #define ENG_GRAMMAR_MAX_STATES 65536      /* automaton states of the compiled grammar */
-/* Parse stacks one matcher may hold at once (ENG_GRAMMAR_EAMBIG beyond). */
+/*
+ * Parse stacks one byte may leave (ENG_GRAMMAR_EAMBIG beyond), and eight
+ * times as many configurations visited to find them.
+ */
 #define ENG_GRAMMAR_MAX_STACKS 4096
 /* Unbounded repetition. */
 #define ENG_GRAMMAR_INF UINT32_MAX
@@ -166,8 +169,8 @@ bool eng_gvocab_is_eos(const eng_gvocab *v, int32_t id);
 
 /*
  * A matcher at the start of G's text. G and V must outlive it; token edges
- * of G must name ids below eng_gvocab_n(V). NULL on out-of-memory or a
- * token edge outside V.
+ * of G must name ids below eng_gvocab_n(V). NULL on out-of-memory, a token
+ * edge outside V, or more than ENG_GRAMMAR_MAX_STACKS stacks at the start.
  */
 eng_gmatch *eng_gmatch_new(const eng_grammar *g, const eng_gvocab *v);
 void eng_gmatch_free(eng_gmatch *m);

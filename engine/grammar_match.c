@@ -94,6 +94,7 @@ struct eng_gmatch {
     size_t cap_work;
     visit *vis;
     size_t vis_cap, vis_used;
+    size_t set_b;          /* where the set being built starts in the pool */
     uint32_t stamp;
     int err;               /* out of memory or too ambiguous, met inside a step */
     gcache *cache;
@@ -346,6 +347,7 @@ static void set_begin(eng_gmatch *m)
         m->stamp = 1;
     }
     m->vis_used = 0;
+    m->set_b = m->n_pool;
 }
 
 /* True the first time C is seen in the current set. */
@@ -418,7 +420,7 @@ static void closure(eng_gmatch *m, cfg c0, unsigned *reach)
         bool loop = (st->flags & GS_LOOP) != 0;
         bool bytes = (st->flags & GS_BYTES) && !(loop && c.cnt >= rl->max);
         if (bytes || (st->n_tok && has_tokens(g, st))) {
-            if (m->n_pool >= (size_t)ENG_GRAMMAR_MAX_STACKS * 64) {
+            if (m->n_pool - m->set_b >= (size_t)ENG_GRAMMAR_MAX_STACKS) {
                 set_err(m, ENG_GRAMMAR_EAMBIG);
                 return;
             }

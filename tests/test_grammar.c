@@ -218,6 +218,48 @@ START_TEST(t_dead_end)
 }
 END_TEST
 
+/*
+ * LEVELS nested rules, each calling one of two copies of the level below
+ * and then reading 'y': 2^LEVELS parse stacks wait on the first byte.
+ */
+static eng_grammar *ambiguous(int levels)
+{
+    eng_gbuild *b = eng_gbuild_new();
+    int32_t a = eng_gb_rule(b), c = eng_gb_rule(b);
+    eng_gb_define(b, a, eng_gb_str(b, "x"));
+    eng_gb_define(b, c, eng_gb_str(b, "x"));
+    for (int k = 1; k <= levels; k++) {
+        int32_t na = eng_gb_rule(b), nc = eng_gb_rule(b);
+        for (int copy = 0; copy < 2; copy++) {
+            eng_gexpr call = eng_gb_alt(b, (eng_gexpr[]){eng_gb_ref(b, a), eng_gb_ref(b, c)}, 2);
+            eng_gb_define(b, copy ? nc : na, eng_gb_seq(b, (eng_gexpr[]){call, eng_gb_str(b, "y")}, 2));
+        }
+        a = na;
+        c = nc;
+    }
+    eng_grammar *g = NULL;
+    ck_assert_int_eq(eng_gbuild_finish(b, a, &g, NULL, 0), 0);
+    eng_gbuild_free(b);
+    return g;
+}
+
+START_TEST(t_ambiguity_limit)
+{
+    size_t n;
+    eng_gvocab *v = synthetic_vocab(&n);
+    eng_grammar *g = ambiguous(11); /* 2048 stacks: within the limit */
+    eng_gmatch *m = eng_gmatch_new(g, v);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(eng_gmatch_accept_bytes(m, "xyy", 3), 0);
+    eng_gmatch_free(m);
+    eng_grammar_free(g);
+    g = ambiguous(13); /* 8192 */
+    ck_assert_ptr_null(eng_gmatch_new(g, v));
+    eng_grammar_free(g);
+    eng_gvocab_free(v);
+}
+END_TEST
+
 START_TEST(t_builder_errors)
 {
     char msg[160];
@@ -457,6 +499,7 @@ int main(void)
     TCase *te = tcase_create("errors");
     tcase_set_timeout(te, 120);
     tcase_add_test(te, t_builder_errors);
+    tcase_add_test(te, t_ambiguity_limit);
     tcase_add_test(te, t_schema_errors);
     tcase_add_test(te, t_schema_limits);
     suite_add_tcase(s, te);
