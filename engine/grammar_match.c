@@ -150,12 +150,11 @@ bool eng_gvocab_is_eos(const eng_gvocab *v, int32_t id)
     return id >= 0 && (size_t)id < v->n && (v->eos_bits[id / 64] >> (id % 64) & 1);
 }
 
-static const eng_gvocab *sort_vocab;
-
-static int cmp_token_bytes(const void *a, const void *b)
+/* Orders ids by their bytes (a shorter prefix first), then by id; ARG is the vocabulary. */
+static int cmp_token_bytes(const void *a, const void *b, void *arg)
 {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    const eng_gvocab *v = sort_vocab;
+    const eng_gvocab *v = arg;
     uint32_t lx = v->len[x], ly = v->len[y];
     int c = memcmp(v->blob + v->off[x], v->blob + v->off[y], lx < ly ? lx : ly);
     if (c)
@@ -185,10 +184,7 @@ static bool vocab_trie(eng_gvocab *v)
             v->ids[v->n_ids++] = (int32_t)id;
             total += v->len[id];
         }
-    /* qsort has no context argument; the vocabulary is built by one thread at a time */
-    sort_vocab = v;
-    qsort(v->ids, v->n_ids, sizeof *v->ids, cmp_token_bytes);
-    sort_vocab = NULL;
+    qsort_r(v->ids, v->n_ids, sizeof *v->ids, cmp_token_bytes, v);
     size_t cap = total + 1;
     v->t_byte = malloc(cap);
     v->t_depth = malloc(cap * sizeof *v->t_depth);

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Random walks through the grammars of tests/grammar/schemas.json (20
-# schemas) and tests/grammar/tools.json (tool calls) with the real Qwen3
+# schemas and JSON mode) and tests/grammar/tools.json (tool calls) with the real Qwen3
 # tokenizer, 10 seeded walks each; ajv then checks every output
 # (tests/grammar/validate.js). The same seed gives the same walks.
 set -eu

@@ -308,7 +308,7 @@ clean-soak:
 
 # Constrained decoding: the grammar suite (masks against a brute-force
 # reference on synthetic and Qwen3 vocabularies, schema errors), and random
-# walks through 20 schemas and the tool-call grammars with the Qwen3
+# walks through 20 schemas, JSON mode and the tool-call grammars with the Qwen3
 # tokenizer (tests/grammar/walk), every output checked with ajv
 # (tests/grammar/validate.js).
 check_PROGRAMS += tests/test_grammar tests/grammar/walk

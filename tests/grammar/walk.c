@@ -3,7 +3,8 @@
  * real Qwen3 vocabulary, for tests/grammar.sh.
  *
  * Usage: walk TOKENIZER_JSON SCHEMAS_JSON WALKS SEED OUT_JSONL
- * SCHEMAS_JSON holds an array of cases {"name", "schema"}, or
+ * SCHEMAS_JSON holds an array of cases {"name", "schema"} ("json_object":
+ * true compiles JSON mode instead, "schema" then being what ajv checks), or
  * {"name", "tools": [{"name", "parameters"}], "mode": "required"|"auto",
  * "parallel": bool}. Each walk starts from the grammar's start and, at every
  * step, draws one id from the mask with rng_draw() (tests/grammar/rng.h,
@@ -28,6 +29,8 @@
 static int compile_case(const json_t *c, const eng_tok *tok, eng_grammar **g, api_schema_error *err)
 {
     const json_t *tools = json_object_get(c, "tools");
+    if (json_is_true(json_object_get(c, "json_object")))
+        return api_schema_json_object(g, err);
     if (!tools)
         return api_schema_compile(json_object_get(c, "schema"), g, err);
     size_t n = json_array_size(tools);
