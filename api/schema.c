@@ -473,13 +473,9 @@ out:
     return out;
 }
 
-/* A key: any string without escapes that is none of NAMES. */
+/* A key that is none of NAMES: any string, or, when some name could collide, one without escapes. */
 static eng_gexpr extra_key(sc *s, const char **names, size_t n)
 {
-    if (s->r_keychars < 0) {
-        s->r_keychars = eng_gb_rule(s->b);
-        eng_gb_define_loop(s->b, s->r_keychars, u8_rest(s, 0), 0, ENG_GRAMMAR_INF);
-    }
     /* a name that needs escapes never equals such a key */
     const char **keep = malloc((n + 1) * sizeof *keep);
     if (!keep) {
@@ -493,6 +489,15 @@ static eng_gexpr extra_key(sc *s, const char **names, size_t n)
             plain = *p >= 0x20 && *p != '"' && *p != '\\';
         if (plain)
             keep[nk++] = names[i];
+    }
+    if (nk == 0) {
+        /* nothing to exclude: any string, sharing the value strings' cached states */
+        free(keep);
+        return string_expr(s, 0, ENG_GRAMMAR_INF);
+    }
+    if (s->r_keychars < 0) {
+        s->r_keychars = eng_gb_rule(s->b);
+        eng_gb_define_loop(s->b, s->r_keychars, u8_rest(s, 0), 0, ENG_GRAMMAR_INF);
     }
     qsort(keep, nk, sizeof *keep, cmp_str);
     eng_gexpr k = SEQ(s, lit(s, "\""), key_notin(s, keep, nk, 0), lit(s, "\""));
