@@ -39,6 +39,7 @@
 #include "server/routes.h"
 #include "server/sched.h"
 #include "server/sysmem.h"
+#include "server/webui.h"
 
 #define CMD "serve"
 /* After the drain timeout has ended every generation, the time left for their final events. */
@@ -51,6 +52,7 @@ typedef struct serve {
     srv_metrics *metrics;
     srv_sched *sched;
     srv_routes *routes;
+    srv_webui *webui;         /* NULL with --no-webui */
     srv_http *http;
     uv_signal_t sigterm, sigint;
     uv_timer_t watchdog, drain_delay, drain_poll, drain_deadline;
@@ -74,6 +76,7 @@ static void finish(serve *sv)
     sv->finished = true;
     srv_http_close(sv->http);
     srv_sched_stop(sv->sched);
+    srv_webui_close(sv->webui);
     close_handle((uv_handle_t *)&sv->sigterm);
     close_handle((uv_handle_t *)&sv->sigint);
     /* Closing the handles restored the default actions: a repeated SIGTERM
@@ -235,6 +238,7 @@ static void on_loaded(void *user, int status, const srv_model_info *info, const 
         return;
     }
     sv->loaded = true;
+    srv_webui_set_loaded(sv->webui, info, (uint64_t)sv->cfg.kv_budget);
     srv_metrics_set_model(sv->metrics, info->weight_bytes, info->load_seconds);
     srv_log(SRV_LOG_INFO, "model_loaded",
             "model=%s name=%s ctx=%lld vocab=%lld threads=%d weight_bytes=%llu load_ms=%.1f kv_bytes_full_ctx=%llu "
@@ -351,6 +355,18 @@ int cmd_serve(int argc, char **argv)
         .kv_budget = cfg->kv_budget > 0 ? (uint64_t)cfg->kv_budget : 0, /* a derived one is set once loaded */
         .stall_cap = (double)wd / 2e6,
     };
+    srv_webui_opts wo = {
+        .model_name = cfg->model_name,
+        .version = PACKAGE_VERSION,
+        .kv_mode = eng_kv_mode_name(cfg->engine.kv_mode),
+        .kv_type = kv_type_name(cfg->engine.kv_type),
+        .parallel = cfg->parallel,
+        .queue = cfg->queue,
+    };
+    if (!cfg->no_webui && !(sv.webui = srv_webui_new(&sv.loop, &wo, sv.metrics))) {
+        cli_fail(CMD, "out of memory");
+        goto out;
+    }
     srv_routes_opts ro = {
         .model_name = cfg->model_name,
         .api_key = api_key,
@@ -358,6 +374,7 @@ int cmd_serve(int argc, char **argv)
         .request_timeout = (double)cfg->request_timeout,
         .max_tokens = cfg->max_tokens,
         .openai_sampling = cfg->sampling_defaults && !strcmp(cfg->sampling_defaults, "openai"),
+        .webui = sv.webui,
     };
     srv_http_opts ho = {
         .host = cfg->host,
@@ -386,10 +403,10 @@ int cmd_serve(int argc, char **argv)
     }
     char q[600];
     srv_log(SRV_LOG_INFO, "listening",
-            "host=%s port=%d model=%s parallel=%lld queue=%lld auth=%s kv_mode=%s pid=%ld version=%s", cfg->host,
-            srv_http_port(sv.http), srv_log_quote(q, sizeof q, cfg->model, strlen(cfg->model)),
+            "host=%s port=%d model=%s parallel=%lld queue=%lld auth=%s kv_mode=%s webui=%d pid=%ld version=%s",
+            cfg->host, srv_http_port(sv.http), srv_log_quote(q, sizeof q, cfg->model, strlen(cfg->model)),
             (long long)cfg->parallel, (long long)cfg->queue, api_key ? "bearer" : "none",
-            eng_kv_mode_name(cfg->engine.kv_mode),
+            eng_kv_mode_name(cfg->engine.kv_mode), sv.webui != NULL,
             (long)getpid(), PACKAGE_VERSION);
     srv_notify("STATUS=loading the model");
     uv_signal_start(&sv.sigterm, on_signal, SIGTERM);
@@ -407,6 +424,7 @@ out:
     srv_http_free(sv.http);
     srv_sched_free(sv.sched);
     srv_routes_free(sv.routes);
+    srv_webui_free(sv.webui);
     srv_metrics_free(sv.metrics);
     uv_loop_close(&sv.loop);
 out_noloop:

@@ -22,3 +22,21 @@ libqwen3d_a_SOURCES += \
 	server/sched.c server/sched.h \
 	server/sse.c server/sse.h \
 	server/sysmem.c server/sysmem.h
+
+# The web UI (GET /, GET /status, /status.json): the page files of
+# server/webui/ are compiled into the binary as a table that
+# server/webui/embed.js generates (index.html is served at /, status.html
+# at /status, the others under /webui/). Like engine/onnx.pb-c.c, the
+# generated file is shipped in the tarball.
+WEBUI_FILES = \
+	server/webui/index.html server/webui/status.html server/webui/style.css server/webui/icon.svg \
+	server/webui/common.js server/webui/markdown.js server/webui/chat.js server/webui/status.js
+BUILT_SOURCES += server/webui_assets.c
+MAINTAINERCLEANFILES += server/webui_assets.c
+EXTRA_DIST += server/webui/embed.js $(WEBUI_FILES)
+libqwen3d_a_SOURCES += \
+	server/webui.c server/webui.h \
+	server/webui_assets.c server/webui_assets.h
+server/webui_assets.c: $(WEBUI_FILES) server/webui/embed.js
+	$(AM_V_GEN)$(MKDIR_P) server && \
+	$(NODE) $(srcdir)/server/webui/embed.js $@ $(srcdir) $(WEBUI_FILES)

@@ -65,6 +65,7 @@ static const opt_def OPTS[] = {
     INT("drain-timeout", drain_timeout, 0, 3600, "S", "then, time given to running requests (default 30)"),
     INT("prefill-chunk", prefill_chunk, 1, 1 << 20, "N", "prompt tokens per scheduling step (default 256)"),
     FLAG("log-prompts", log_prompts, "log prompt and completion text (off by default)"),
+    FLAG("no-webui", no_webui, "do not serve the chat page (/), the status page (/status) or /status.json"),
     STR("log-level", log_level, "LEVEL", "debug, info, warn or error (default info)"),
 };
 #define N_OPTS (sizeof OPTS / sizeof OPTS[0])

@@ -41,6 +41,7 @@ typedef struct srv_config {
     int64_t linger_bytes;   /* --linger-bytes it reads at most, default 64 MiB */
     int64_t prefill_chunk;  /* --prefill-chunk tokens, default 256 */
     bool log_prompts;       /* --log-prompts */
+    bool no_webui;          /* --no-webui: no chat page, status page or /status.json */
     char *log_level;        /* --log-level debug|info|warn|error */
     eng_model_opts engine;  /* --threads (default one per physical core), --kv-mode, ...: cli_engine_opt() */
 } srv_config;

@@ -692,6 +692,10 @@ void srv_routes_on_request(void *user, srv_req *r)
             rte = &ROUTES[i];
     if (rte)
         c->ep = rte->ep;
+    /* The web UI's pages and files (no key), and its /status.json (an API call). */
+    route page = {path, SRV_EP_OTHER, "GET", false};
+    if (!rte && srv_webui_match(rt->o.webui, path, &page.auth))
+        rte = &page;
     snprintf(c->id, sizeof c->id, "%s-%016" PRIx64, c->ep == SRV_EP_CHAT ? "chatcmpl" : c->ep == SRV_EP_COMPLETIONS ? "cmpl" : "req",
              next_random(rt));
 
@@ -725,7 +729,12 @@ void srv_routes_on_request(void *user, srv_req *r)
     case SRV_EP_HEALTH_LIVE:
     case SRV_EP_HEALTH_READY: do_health(c); break;
     case SRV_EP_METRICS: do_metrics(c); break;
-    default: fail(c, API_ENOTFOUND, NULL, NULL); break;
+    default:
+        if (rte == &page)
+            srv_webui_respond(rt->o.webui, r);
+        else
+            fail(c, API_ENOTFOUND, NULL, NULL);
+        break;
     }
 }
 

@@ -21,6 +21,7 @@
 #include "server/http.h"
 #include "server/metrics.h"
 #include "server/sched.h"
+#include "server/webui.h"
 
 typedef struct srv_routes srv_routes;
 
@@ -31,6 +32,7 @@ typedef struct srv_routes_opts {
     double request_timeout;   /* seconds from arrival to the end of generation */
     int64_t max_tokens;       /* largest max_tokens accepted, and the cap of the default; 0 = the context */
     bool openai_sampling;     /* sampling fields a request leaves out take OpenAI's defaults, not the model's */
+    srv_webui *webui;         /* the pages and /status.json; NULL = off (--no-webui) */
 } srv_routes_opts;
 
 /* NULL on out-of-memory. LOOP runs the tokenizations' work; it, SCHED and

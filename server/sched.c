@@ -620,6 +620,7 @@ static int load(srv_sched *s)
     s->info.threads = eng_pool_threads(eng_model_pool(s->model));
     s->info.kv_bytes_full = eng_model_kv_bytes(s->model, s->info.ctx);
     s->info.config = eng_model_config(s->model);
+    s->info.geometry = *g;
     rc = 0;
 out:
     pthread_mutex_lock(&s->mu);

@@ -50,6 +50,7 @@ typedef struct srv_model_info {
     int threads;
     uint64_t kv_bytes_full;  /* KV bytes a session of the whole context reserves */
     const eng_genai_config *config; /* the model's genai_config.json; lives as long as the scheduler */
+    eng_geometry geometry;   /* layers, widths, heads (the status page shows them) */
 } srv_model_info;
 
 /* On the loop thread once loading ends: STATUS 0 with INFO, or -1 with MESSAGE. */
