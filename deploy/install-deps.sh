@@ -16,6 +16,8 @@ if [ "${1:-}" = "--test" ]; then
   packages+=(clang libclang-rt-14-dev llvm prometheus curl)
   # test_kernels runs the avx512 kernels over SIMDe's portable AVX-512 where the CPU lacks it.
   packages+=(libsimde-dev)
+  # tests/serve_webui.sh drives the web UI in headless Chromium (puppeteer-core from npm).
+  packages+=(chromium)
 fi
 
 missing=()

@@ -323,3 +323,14 @@ clean-local: clean-grammar
 clean-grammar:
 	-rm -rf $(builddir)/tests/grammar-work
 .PHONY: clean-grammar
+
+# The web UI (chat and status pages) in headless Chromium, with
+# puppeteer-core driving the Debian package; tests/webui/ holds the
+# browser checks and their helpers.
+TESTS += tests/serve_webui.sh
+EXTRA_DIST += tests/serve_webui.sh tests/webui/browser.js tests/webui/helpers.js \
+	tests/webui/webui-checks.js tests/webui/webui-auth.js
+clean-local: clean-serve-webui
+clean-serve-webui:
+	-rm -rf $(builddir)/tests/serve_webui-work
+.PHONY: clean-serve-webui

@@ -1,0 +1,118 @@
+// Helpers of the web UI's browser tests and screenshot script: bounded
+// waits, /metrics reads, the chat page's settings dialog, and a chat stream
+// from the daemon whose text is replaced (the tiny test model's random
+// weights never think or write Markdown, so the tests that need reasoning
+// or hostile Markdown in an answer take a real stream and swap its text).
+'use strict';
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Polls FN until it returns a truthy value; throws WHAT after TIMEOUT_MS.
+async function waitFor(what, fn, timeoutMs = 60000, everyMs = 200) {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(everyMs);
+  }
+}
+
+// One unlabelled sample of /metrics, as a number.
+async function metric(base, name) {
+  const text = await (await fetch(base + '/metrics')).text();
+  const line = text.split('\n').find((l) => l.startsWith(name + ' '));
+  if (!line) throw new Error(`${name} is not in /metrics`);
+  return Number(line.slice(name.length + 1));
+}
+
+// Sets the chat page's settings through its dialog: VALUES maps a field's
+// id (max_tokens, seed, system, ...) to its text; '' empties it.
+async function setSettings(page, values) {
+  await page.click('#settings-open');
+  await page.waitForSelector('#settings[open]');
+  for (const [id, v] of Object.entries(values)) {
+    await page.$eval(`#${id}`, (e) => { e.value = ''; });
+    if (v !== '') await page.type(`#${id}`, String(v));
+    else await page.$eval(`#${id}`, (e) => e.dispatchEvent(new Event('input', { bubbles: true })));
+  }
+  await page.click('#settings-form button[type=submit]');
+  await page.waitForSelector('#settings:not([open])');
+}
+
+// Types TEXT into the composer and sends it with Enter.
+async function sendMessage(page, text) {
+  await page.click('#input');
+  await page.type('#input', text);
+  await page.keyboard.press('Enter');
+}
+
+// The answers on the page: [{state, text, stats}] of the assistant messages.
+function answers(page) {
+  return page.$$eval('.msg.assistant', (ns) => ns.map((n) => ({
+    state: n.dataset.state,
+    text: n.querySelector('.md').textContent,
+    stats: { ...n.querySelector('.stats').dataset },
+  })));
+}
+
+// Serves the page's next POST /v1/chat/completions through the daemon at
+// BASE, with the stream's text replaced by REASONING and CONTENT (in small
+// deltas); ids, finish, usage and timings are the daemon's. Every other
+// request goes through untouched. Resolves, once interception is on, with
+// {answered}: a promise of the request's JSON body once it has been
+// answered (interception is then off again).
+async function rewriteNextChat(page, base, reasoning, content) {
+  let settle;
+  const answered = new Promise((resolve, reject) => { settle = { resolve, reject }; });
+  let taken = false;
+  const onRequest = async (req) => {
+    if (taken || req.method() !== 'POST' || !req.url().endsWith('/v1/chat/completions')) {
+      req.continue();
+      return;
+    }
+    taken = true;
+    try {
+      const body = req.postData();
+      const res = await fetch(base + '/v1/chat/completions', {
+        method: 'POST', headers: { 'Content-Type': 'application/json', ...authOf(req) }, body,
+      });
+      const chunks = (await res.text()).split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
+      const json = chunks.map((c) => (c === '[DONE]' ? null : JSON.parse(c)));
+      const template = json.find((j) => j && j.choices && j.choices[0] && j.choices[0].delta);
+      if (!res.ok || !template) throw new Error(`the daemon answered ${res.status} with no delta: ${chunks.join(' | ')}`);
+      const piece = (key, text) => {
+        const j = structuredClone(template);
+        j.choices[0].delta = { [key]: text };
+        j.choices[0].finish_reason = null;
+        return JSON.stringify(j);
+      };
+      const out = [chunks[0]];
+      for (const [key, text] of [['reasoning_content', reasoning], ['content', content]])
+        for (let i = 0; i < text.length; i += 12) out.push(piece(key, text.slice(i, i + 12)));
+      // The final chunk (finish_reason, timings), the usage chunk and [DONE].
+      json.forEach((j, k) => {
+        if (k > 0 && (!j || !j.choices.length || j.choices[0].finish_reason)) out.push(chunks[k]);
+      });
+      await req.respond({ status: 200, contentType: 'text/event-stream', body: out.map((c) => `data: ${c}\n\n`).join('') });
+      settle.resolve(JSON.parse(body));
+    } catch (e) {
+      settle.reject(e);
+      req.abort().catch(() => {});
+    }
+  };
+  page.on('request', onRequest);
+  await page.setRequestInterception(true);
+  const done = answered.finally(async () => {
+    page.off('request', onRequest);
+    await page.setRequestInterception(false);
+  });
+  return { answered: done };
+}
+
+function authOf(req) {
+  const h = req.headers().authorization;
+  return h ? { Authorization: h } : {};
+}
+
+module.exports = { sleep, waitFor, metric, setSettings, sendMessage, answers, rewriteNextChat };
