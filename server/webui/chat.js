@@ -280,7 +280,10 @@ async function loadModel() {
     }
     const j = await res.json();
     const d = j.data && j.data[0];
-    if (d) $('model').textContent = `${d.id} · ${d.max_model_len ? d.max_model_len.toLocaleString('en-US') + ' tokens of context' : 'loading'}`;
+    if (!d) return;
+    $('model').textContent = `${d.id} · ${d.max_model_len ? d.max_model_len.toLocaleString('en-US') + ' tokens of context' : 'loading…'}`;
+    // The context length is known once the model has loaded.
+    if (!d.max_model_len) setTimeout(loadModel, 2000);
   } catch (e) {
     $('model').textContent = 'the server is unreachable';
   }

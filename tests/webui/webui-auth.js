@@ -10,7 +10,13 @@ const { launch, openPage } = require('./browser.js');
 const { setSettings, sendMessage, answers } = require('./helpers.js');
 
 const [base, key] = process.argv.slice(2);
-const { check, finish } = checks();
+const runner = checks();
+const { finish } = runner;
+// Each check's name as it starts, so a log shows where a hang is.
+const check = (name, fn) => {
+  console.error(`# ${name}`);
+  return runner.check(name, fn);
+};
 const LONG = 120000;
 
 // Every API request the page makes: {path, auth}.

@@ -11,7 +11,13 @@ const { launch, openPage } = require('./browser.js');
 const { sleep, waitFor, metric, setSettings, sendMessage, answers, rewriteNextChat } = require('./helpers.js');
 
 const [base, logPath] = process.argv.slice(2);
-const { check, finish } = checks();
+const runner = checks();
+const { finish } = runner;
+// Each check's name as it starts, so a log shows where a hang is.
+const check = (name, fn) => {
+  console.error(`# ${name}`);
+  return runner.check(name, fn);
+};
 const LONG = 120000;
 
 // The prompt the daemon logged (--log-prompts) for the request with ID.
@@ -75,6 +81,29 @@ async function main() {
       assert.ok(csp.includes(d), `the policy lacks ${d}: ${csp}`);
     assert.ok(!/unsafe-inline|unsafe-eval|https?:/.test(csp), `the policy allows too much: ${csp}`);
     await page.waitForFunction(() => /tiny/.test(document.getElementById('model').textContent), { timeout: LONG });
+  });
+
+  await check('while the model loads, the page asks /v1/models again', async () => {
+    // The daemon answers max_model_len 0 until the model is loaded: the
+    // first answer is made so here, the next ones are the daemon's.
+    const p = await openPage(browser);
+    let asked = 0;
+    p.on('request', (req) => {
+      if (!req.url().endsWith('/v1/models')) return req.continue();
+      if (asked++) return req.continue();
+      return req.respond({ status: 200, contentType: 'application/json',
+        body: JSON.stringify({ object: 'list', data: [{ id: 'tiny', object: 'model', created: 0, owned_by: 'qwen3d', max_model_len: 0 }] }) });
+    });
+    try {
+      await p.setRequestInterception(true);
+      await p.goto(base + '/', { waitUntil: 'networkidle0' });
+      await p.waitForFunction(() => /tokens of context/.test(document.getElementById('model').textContent), { timeout: LONG });
+      assert.ok(asked >= 2, `asked ${asked} times`);
+    } finally {
+      // A page in the background gets no animation frames: the chat page must be in front again.
+      await p.close();
+      await page.bringToFront();
+    }
   });
 
   await check('the policy is enforced: an injected inline script does not run', async () => {
