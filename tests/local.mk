@@ -329,8 +329,15 @@ clean-grammar:
 # browser checks and their helpers.
 TESTS += tests/serve_webui.sh
 EXTRA_DIST += tests/serve_webui.sh tests/webui/browser.js tests/webui/helpers.js \
-	tests/webui/webui-checks.js tests/webui/webui-auth.js
+	tests/webui/webui-checks.js tests/webui/webui-auth.js \
+	tests/webui/screenshots.sh tests/webui/screenshots.js
 clean-local: clean-serve-webui
 clean-serve-webui:
-	-rm -rf $(builddir)/tests/serve_webui-work
+	-rm -rf $(builddir)/tests/serve_webui-work $(builddir)/tests/screenshots-work
 .PHONY: clean-serve-webui
+
+# `make screenshots`: the pages at 1280x800 and 390x844 into
+# docs/screenshots/ (SCREENSHOT_DIR), and their page weight.
+screenshots: all tests/npm/.stamp
+	$(AM_TESTS_ENVIRONMENT) $(SHELL) $(srcdir)/tests/webui/screenshots.sh
+.PHONY: screenshots
