@@ -1,6 +1,7 @@
 /*
  * pool: persistent compute workers (see pool.h). Placement uses hwloc: one
- * participant per physical core, in core order, the caller included.
+ * participant per physical core of the process's CPU binding, in core
+ * order, the caller included.
  *
  * Synchronisation: the driver publishes a job under the mutex and bumps the
  * generation counter; workers spin on the counter for a short while and then
@@ -15,6 +16,8 @@
  */
 #include "engine/pool.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <hwloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -92,8 +95,8 @@ struct eng_pool {
     bool guided;
     atomic_size_t next;          /* first grain not yet taken (guided) */
     hwloc_topology_t topo;
+    hwloc_bitmap_t domain;       /* CPUs the process may run on when the pool was made */
     int pinned;                  /* participants actually bound */
-    char placement[256];
 };
 
 static void slice(const eng_pool *p, int index, size_t *b, size_t *e)
@@ -144,17 +147,42 @@ static void work(eng_pool *p, int index)
     }
 }
 
+/* The CPUs this process may run on (the union over its threads), into set. */
+static void process_cpus(hwloc_topology_t topo, hwloc_bitmap_t set)
+{
+    if (hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) != 0 || hwloc_bitmap_iszero(set))
+        hwloc_bitmap_copy(set, hwloc_topology_get_allowed_cpuset(topo));
+}
+
+/* The index-th physical core with a CPU in domain, or NULL. */
+static hwloc_obj_t core_in(hwloc_topology_t topo, hwloc_const_bitmap_t domain, int index)
+{
+    hwloc_obj_t core = NULL;
+    while ((core = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, core)))
+        if (core->cpuset && hwloc_bitmap_intersects(core->cpuset, domain) && index-- == 0)
+            return core;
+    return NULL;
+}
+
+static int cores_in(hwloc_topology_t topo, hwloc_const_bitmap_t domain)
+{
+    int n = 0;
+    while (core_in(topo, domain, n))
+        n++;
+    return n;
+}
+
 static void bind_to_core(eng_pool *p, int index)
 {
     if (!p->topo)
         return;
-    int cores = hwloc_get_nbobjs_by_type(p->topo, HWLOC_OBJ_CORE);
-    if (cores <= 0 || index >= cores)
+    hwloc_obj_t core = core_in(p->topo, p->domain, index);
+    if (!core)
+        return; /* more threads than cores: this one keeps the process binding */
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    if (!set)
         return;
-    hwloc_obj_t core = hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_CORE, (unsigned)index);
-    if (!core || !core->cpuset)
-        return;
-    hwloc_bitmap_t set = hwloc_bitmap_dup(core->cpuset);
+    hwloc_bitmap_and(set, core->cpuset, p->domain);
     hwloc_bitmap_singlify(set); /* one hardware thread of the core */
     if (hwloc_set_cpubind(p->topo, set, HWLOC_CPUBIND_THREAD) == 0)
         __atomic_fetch_add(&p->pinned, 1, __ATOMIC_RELAXED);
@@ -201,10 +229,13 @@ eng_pool *eng_pool_new(int n_threads, int pin)
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->finished, NULL);
     if (pin) {
-        if (hwloc_topology_init(&p->topo) != 0 || hwloc_topology_load(p->topo) != 0) {
+        if (hwloc_topology_init(&p->topo) != 0 || hwloc_topology_load(p->topo) != 0 ||
+            !(p->domain = hwloc_bitmap_alloc())) {
             if (p->topo)
                 hwloc_topology_destroy(p->topo);
             p->topo = NULL;
+        } else {
+            process_cpus(p->topo, p->domain); /* before the caller is pinned to one core */
         }
     }
     p->workers = calloc((size_t)n_threads, sizeof *p->workers);
@@ -237,6 +268,7 @@ void eng_pool_free(eng_pool *p)
     for (int i = 1; i < p->n && p->workers; i++)
         pthread_join(p->workers[i - 1].thread, NULL);
     free(p->workers);
+    hwloc_bitmap_free(p->domain);
     if (p->topo)
         hwloc_topology_destroy(p->topo);
     pthread_mutex_destroy(&p->mu);
@@ -245,16 +277,24 @@ void eng_pool_free(eng_pool *p)
     free(p);
 }
 
-int eng_pool_physical_cores(void)
+/* A loaded topology, or NULL. */
+static hwloc_topology_t topology(void)
 {
     hwloc_topology_t t;
-    int n = 0;
-    if (hwloc_topology_init(&t) == 0) {
-        if (hwloc_topology_load(t) == 0)
-            n = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
+    if (hwloc_topology_init(&t) != 0)
+        return NULL;
+    if (hwloc_topology_load(t) != 0) {
         hwloc_topology_destroy(t);
+        return NULL;
     }
-    return n > 0 ? n : 1;
+    return t;
+}
+
+int eng_pool_physical_cores(void)
+{
+    eng_placement pl;
+    eng_pool_placement(&pl);
+    return pl.cores;
 }
 
 int eng_pool_threads(const eng_pool *p)
@@ -301,7 +341,177 @@ void eng_pool_describe(const eng_pool *p, char *buf, size_t len)
         snprintf(buf, len, "1 thread (caller only)");
         return;
     }
-    int cores = p->topo ? hwloc_get_nbobjs_by_type(p->topo, HWLOC_OBJ_CORE) : 0;
-    snprintf(buf, len, "%d threads, %d pinned one per physical core (%d cores found)", p->n,
-             __atomic_load_n(&p->pinned, __ATOMIC_RELAXED), cores);
+    char cpus[256] = "";
+    if (p->topo)
+        hwloc_bitmap_list_snprintf(cpus, sizeof cpus, p->domain);
+    snprintf(buf, len, "%d threads, %d pinned one per physical core (%d cores in CPUs %s)", p->n,
+             __atomic_load_n(&p->pinned, __ATOMIC_RELAXED), p->topo ? cores_in(p->topo, p->domain) : 0,
+             p->topo ? cpus : "?");
+}
+
+/* ---- placement ------------------------------------------------------------- */
+
+/*
+ * Why one process-wide memory policy (hwloc_set_membind, i.e. set_mempolicy
+ * MPOL_BIND, inherited by every thread created afterwards) and not per-area
+ * binding (hwloc_set_area_membind on each buffer): the memory that decode
+ * reads is allocated by several modules: the packed weights by the plan,
+ * the KV caches by kvcache (mmap, committed as they grow), activations by
+ * the executor, and the page cache behind the mmap'd model file, whose pages
+ * follow the policy of the task that faults them in, not a binding set on
+ * the mapping. A policy reaches all of them without hooks in each. First
+ * touch by threads bound to the node's CPUs would put them there as well
+ * while the node has free memory, but would spill to another node without a
+ * word when it runs short; MPOL_BIND keeps them on the node (its memory is
+ * then the limit, which --kv-budget should respect), and also covers what
+ * the loop and tokenizer threads allocate. Page-cache pages of the model
+ * that an earlier process already read stay on the node they were read on.
+ */
+
+#define MAX_CPU 65535
+
+/* Parses a CPU list ("0-3,8") strictly into set; -1 with a reason in err. */
+static int parse_cpus(const char *s, hwloc_bitmap_t set, char *err, size_t errlen)
+{
+    const char *p = s;
+    hwloc_bitmap_zero(set);
+    for (;;) {
+        unsigned long a, b;
+        char *end;
+        if (!isdigit((unsigned char)*p))
+            goto bad;
+        a = strtoul(p, &end, 10);
+        b = a;
+        p = end;
+        if (*p == '-') {
+            if (!isdigit((unsigned char)*++p))
+                goto bad;
+            b = strtoul(p, &end, 10);
+            p = end;
+        }
+        if (a > MAX_CPU || b > MAX_CPU) {
+            snprintf(err, errlen, "--cpus '%s': CPU numbers go up to %d", s, MAX_CPU);
+            return -1;
+        }
+        if (a > b) {
+            snprintf(err, errlen, "--cpus '%s': the range %lu-%lu is backwards", s, a, b);
+            return -1;
+        }
+        hwloc_bitmap_set_range(set, (unsigned)a, (int)b);
+        if (!*p)
+            return 0;
+        if (*p++ != ',')
+            goto bad;
+    }
+bad:
+    snprintf(err, errlen, "--cpus '%s': expected a CPU list such as 0-3,8", s);
+    return -1;
+}
+
+int eng_pool_place(const char *cpus, int numa_node, char *err, size_t errlen)
+{
+    int rc = -1;
+    hwloc_topology_t t = topology();
+    hwloc_bitmap_t cpuset = hwloc_bitmap_alloc(), nodeset = hwloc_bitmap_alloc(), extra = hwloc_bitmap_alloc();
+    char l1[256], l2[256];
+    if (!t || !cpuset || !nodeset || !extra) {
+        snprintf(err, errlen, "cannot read the machine's topology (hwloc)");
+        goto fail;
+    }
+    hwloc_const_bitmap_t allowed = hwloc_topology_get_allowed_cpuset(t);
+    if (cpus) {
+        if (parse_cpus(cpus, cpuset, err, errlen) != 0)
+            goto fail;
+        hwloc_bitmap_andnot(extra, cpuset, allowed);
+        if (!hwloc_bitmap_iszero(extra)) {
+            hwloc_bitmap_list_snprintf(l1, sizeof l1, extra);
+            hwloc_bitmap_list_snprintf(l2, sizeof l2, allowed);
+            snprintf(err, errlen, "--cpus '%s': CPUs %s are not available here (this process may use %s)", cpus, l1, l2);
+            goto fail;
+        }
+    }
+    if (numa_node >= 0) {
+        hwloc_obj_t node = hwloc_get_numanode_obj_by_os_index(t, (unsigned)numa_node);
+        if (!node || !node->cpuset) {
+            hwloc_bitmap_list_snprintf(l2, sizeof l2, hwloc_topology_get_allowed_nodeset(t));
+            snprintf(err, errlen, "--numa-node %d: no such NUMA node (nodes here: %s)", numa_node, l2);
+            goto fail;
+        }
+        hwloc_bitmap_and(extra, node->cpuset, allowed);
+        if (hwloc_bitmap_iszero(extra)) {
+            snprintf(err, errlen, "--numa-node %d: the node has no CPU this process may use", numa_node);
+            goto fail;
+        }
+        if (cpus) {
+            hwloc_bitmap_andnot(extra, cpuset, node->cpuset);
+            if (!hwloc_bitmap_iszero(extra)) {
+                hwloc_bitmap_list_snprintf(l1, sizeof l1, extra);
+                hwloc_bitmap_list_snprintf(l2, sizeof l2, node->cpuset);
+                snprintf(err, errlen, "--cpus '%s': CPUs %s are not on NUMA node %d (its CPUs: %s)", cpus, l1,
+                         numa_node, l2);
+                goto fail;
+            }
+        } else {
+            hwloc_bitmap_copy(cpuset, extra);
+        }
+        hwloc_bitmap_only(nodeset, (unsigned)numa_node);
+    } else if (cpus) {
+        hwloc_cpuset_to_nodeset(t, cpuset, nodeset);
+    } else {
+        rc = 0; /* nothing asked */
+        goto fail;
+    }
+    if (hwloc_set_cpubind(t, cpuset, HWLOC_CPUBIND_PROCESS) != 0) {
+        hwloc_bitmap_list_snprintf(l1, sizeof l1, cpuset);
+        snprintf(err, errlen, "cannot bind the process to CPUs %s: %s", l1, strerror(errno));
+        goto fail;
+    }
+    /* The calling thread's policy (set_mempolicy on Linux), which the threads
+     * it starts afterwards inherit. */
+    if (hwloc_set_membind(t, nodeset, HWLOC_MEMBIND_BIND,
+                          HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_STRICT) != 0) {
+        hwloc_bitmap_list_snprintf(l1, sizeof l1, nodeset);
+        snprintf(err, errlen, "cannot bind memory to NUMA node %s: %s", l1, strerror(errno));
+        goto fail;
+    }
+    rc = 0;
+fail:
+    hwloc_bitmap_free(extra);
+    hwloc_bitmap_free(nodeset);
+    hwloc_bitmap_free(cpuset);
+    if (t)
+        hwloc_topology_destroy(t);
+    return rc;
+}
+
+void eng_pool_placement(eng_placement *out)
+{
+    memset(out, 0, sizeof *out);
+    out->cores = 1;
+    snprintf(out->cpus, sizeof out->cpus, "?");
+    snprintf(out->mem_nodes, sizeof out->mem_nodes, "?");
+    hwloc_topology_t t = topology();
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    hwloc_membind_policy_t policy;
+    if (t && set) {
+        process_cpus(t, set);
+        hwloc_bitmap_list_snprintf(out->cpus, sizeof out->cpus, set);
+        int n = cores_in(t, set);
+        out->cores = n > 0 ? n : 1;
+        if (hwloc_get_membind(t, set, &policy, HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET) == 0) {
+            hwloc_bitmap_list_snprintf(out->mem_nodes, sizeof out->mem_nodes, set);
+            out->membind = policy == HWLOC_MEMBIND_BIND;
+        }
+    }
+    hwloc_bitmap_free(set);
+    if (t)
+        hwloc_topology_destroy(t);
+}
+
+void eng_pool_describe_placement(char *buf, size_t len)
+{
+    eng_placement pl;
+    eng_pool_placement(&pl);
+    snprintf(buf, len, "cpus %s (%d core%s), memory %s NUMA nodes %s", pl.cpus, pl.cores, pl.cores == 1 ? "" : "s",
+             pl.membind ? "bound to" : "first touch on", pl.mem_nodes);
 }

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/pool.h"
+
 int cli_fail(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
@@ -97,5 +99,30 @@ int cli_engine_opt(const char *cmd, int argc, char **argv, int *i, eng_model_opt
         o->no_fusion = true;
         return 1;
     }
+    return 0;
+}
+
+int cli_placement_opt(const char *cmd, int argc, char **argv, int *i, cli_placement *p)
+{
+    const char *v = NULL;
+    int r;
+    if ((r = cli_opt(cmd, argc, argv, i, "cpus", &v)) != 0) {
+        if (r > 0)
+            p->cpus = v;
+        return r;
+    }
+    if ((r = cli_opt(cmd, argc, argv, i, "numa-node", &v)) > 0 &&
+        !cli_parse_i64(v, 0, CLI_NUMA_NODE_MAX, &p->numa_node)) {
+        cli_fail(cmd, "--numa-node must be an integer in 0..%d, not '%s'", CLI_NUMA_NODE_MAX, v);
+        return -1;
+    }
+    return r;
+}
+
+int cli_place(const char *cmd, const cli_placement *p)
+{
+    char err[512];
+    if (eng_pool_place(p->cpus, (int)p->numa_node, err, sizeof err) != 0)
+        return cli_fail(cmd, "%s", err);
     return 0;
 }

@@ -40,6 +40,22 @@ bool cli_flag(char **argv, int i, const char *name);
  * error.
  */
 int cli_engine_opt(const char *cmd, int argc, char **argv, int *i, eng_model_opts *o);
+/*
+ * Placement (--cpus LIST, --numa-node N) of the commands that make a compute
+ * pool: cli_placement_opt() matches argv[*i] as cli_engine_opt() does;
+ * cli_place() applies it to the whole process (eng_pool_place) before any
+ * thread starts, and returns 0, or 2 after printing one error line.
+ */
+typedef struct cli_placement {
+    const char *cpus;      /* NULL: no CPU list */
+    int64_t numa_node;     /* -1: none */
+} cli_placement;
+#define CLI_PLACEMENT_NONE ((cli_placement){NULL, -1})
+#define CLI_NUMA_NODE_MAX 4095
+int cli_placement_opt(const char *cmd, int argc, char **argv, int *i, cli_placement *p);
+int cli_place(const char *cmd, const cli_placement *p);
+#define CLI_PLACEMENT_USAGE "[--cpus LIST] [--numa-node N]"
+
 #define CLI_ENGINE_USAGE "[--threads N] [--kv-mode persistent|tensor] [--kv-type f32|f16] [--matmul-fp32] [--no-fusion]"
 
 #endif

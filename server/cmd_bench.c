@@ -79,6 +79,7 @@ typedef struct bench_opts {
     int64_t gen, repeat, context_steps;
     bool json, profile;
     eng_model_opts engine;
+    cli_placement place;   /* --cpus, --numa-node */
 } bench_opts;
 
 /* The greedy choice, as the daemon makes it: fused into the LM head where the plan allows. */
@@ -158,7 +159,7 @@ static int usage(FILE *f)
 {
     fprintf(f, "usage: qwen3d bench --model DIR [--prompt-len 32,512] [--gen 128] [--repeat R]\n"
                "                    [--contexts 128,1024,4096] [--context-steps N] [--profile] [--json]\n"
-               "                    " CLI_ENGINE_USAGE "\n");
+               "                    " CLI_ENGINE_USAGE " " CLI_PLACEMENT_USAGE "\n");
     return 2;
 }
 
@@ -181,6 +182,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             if (!cli_parse_i64(v, 1, 1 << 20, &o->gen))
                 return cli_fail(CMD, "--gen must be an integer in 1..1048576, not '%s'", v);
         } else if (!r && (r = cli_engine_opt(CMD, argc, argv, &i, &o->engine)) > 0) {
+        } else if (!r && (r = cli_placement_opt(CMD, argc, argv, &i, &o->place)) > 0) {
         } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "repeat", &v)) > 0) {
             if (!cli_parse_i64(v, 1, 1000, &o->repeat))
                 return cli_fail(CMD, "--repeat must be an integer in 1..1000, not '%s'", v);
@@ -208,7 +210,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
 int cmd_bench(int argc, char **argv)
 {
     bench_opts o = {.prompts = {32, 512}, .n_prompts = 2, .contexts = {128, 1024, 4096}, .n_contexts = 3,
-                    .gen = 128, .repeat = 3, .context_steps = 32, .engine = {.threads = 0}};
+                    .gen = 128, .repeat = 3, .context_steps = 32, .engine = {.threads = 0}, .place = CLI_PLACEMENT_NONE};
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
@@ -220,6 +222,10 @@ int cmd_bench(int argc, char **argv)
     double *times = NULL;
     int64_t *ids = NULL;
 
+    if (cli_place(CMD, &o.place)) { /* before the model and the pool's threads */
+        rc = 2;
+        goto out;
+    }
     double t0 = now_ms();
     if (eng_model_open(o.model, &o.engine, &m, &d) != 0)
         goto out;
@@ -242,6 +248,9 @@ int cmd_bench(int argc, char **argv)
     eng_pool_describe(eng_model_pool(m), placement, sizeof placement);
     if (!o.json)
         printf("compute pool: %s\n", placement);
+    eng_pool_describe_placement(placement, sizeof placement);
+    if (!o.json)
+        printf("placement: %s\n", placement);
     if (!o.json)
         printf("model %s: load %.1f ms, prepared weights %llu bytes, %lld threads, kv %s/%s\n", o.model, load_ms,
                (unsigned long long)prepared, (long long)eng_pool_threads(eng_model_pool(m)), eng_kv_mode_name(o.engine.kv_mode),

@@ -82,7 +82,7 @@ static int usage(FILE *f)
     fprintf(f, "usage: qwen3d generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
                "                       [--teacher-ids 4,5,6]\n"
                "                       [--dump-logits FILE] [--json]\n"
-               "                       " CLI_ENGINE_USAGE "\n"
+               "                       " CLI_ENGINE_USAGE " " CLI_PLACEMENT_USAGE "\n"
                "                       [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed S]\n"
                "                       [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F]\n");
     return 2;
@@ -94,6 +94,7 @@ typedef struct gen_opts {
     size_t n_prompt, n_teacher;
     int64_t max_tokens;
     eng_model_opts engine;
+    cli_placement place;   /* --cpus, --numa-node */
     bool json, max_given;
     eng_sampling sampling;
     bool sampling_given, temperature_given;
@@ -167,6 +168,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
                 return cli_fail(CMD, "--max-tokens must be an integer in 1..16777216, not '%s'", v);
             o->max_given = true;
         } else if (!r && (r = cli_engine_opt(CMD, argc, argv, &i, &o->engine)) > 0) {
+        } else if (!r && (r = cli_placement_opt(CMD, argc, argv, &i, &o->place)) > 0) {
         } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "dump-logits", &v)) > 0) {
             o->dump = v;
         } else if (!r && (r = parse_sampling_opt(argc, argv, &i, o)) != 0) {
@@ -214,7 +216,7 @@ static int parse_args(int argc, char **argv, gen_opts *o)
 
 int cmd_generate(int argc, char **argv)
 {
-    gen_opts o = {.engine = {.threads = 0}};
+    gen_opts o = {.engine = {.threads = 0}, .place = CLI_PLACEMENT_NONE};
     eng_sampling_default(&o.sampling);
     int rc = parse_args(argc, argv, &o);
     if (rc) {
@@ -236,6 +238,10 @@ int cmd_generate(int argc, char **argv)
     size_t n_ids = 0;
     const char *finish = "length";
 
+    if (cli_place(CMD, &o.place)) { /* before the model and the pool's threads */
+        rc = 2;
+        goto out;
+    }
     double t0 = now_ms();
     if (eng_model_open(o.model, &o.engine, &m, &diag) != 0)
         goto out;

@@ -139,6 +139,11 @@ static int print_json(const eng_graph *g, const eng_geometry *geo, const eng_gen
     json_object_set_new(w, "serialized_total", json_integer((json_int_t)total));
     json_object_set_new(w, "prepared", json_integer((json_int_t)eng_plan_prepared_bytes(the_plan)));
     json_object_set_new(root, "weight_bytes", w);
+    eng_placement pl;
+    eng_pool_placement(&pl);
+    json_object_set_new(root, "placement",
+                        json_pack("{s:s, s:i, s:s, s:s}", "cpus", pl.cpus, "cores", pl.cores, "membind",
+                                  pl.membind ? "bind" : "first_touch", "numa_nodes", pl.mem_nodes));
     json_object_set_new(root, "onnx_file_bytes", json_integer((json_int_t)g->onnx_file_bytes));
     json_object_set_new(root, "data_file_bytes", json_integer((json_int_t)g->data_file_bytes));
 
@@ -217,8 +222,10 @@ static void print_text(const eng_graph *g, const eng_geometry *geo, const eng_ge
            (unsigned long long)eng_plan_prepared_bytes(the_plan));
     char kd[256];
     krn_describe(kd, sizeof kd);
-    printf("\n%s\ncompute pool: %d threads by default, one pinned per physical core\n", kd,
-           eng_pool_physical_cores());
+    char where[400];
+    eng_pool_describe_placement(where, sizeof where);
+    printf("\n%s\ncompute pool: %d threads by default, one pinned per physical core\nplacement: %s\n", kd,
+           eng_pool_physical_cores(), where);
 
     printf("\nnodes (execution order)\n");
     for (size_t i = 0; i < g->n_nodes; i++) {
@@ -229,7 +236,7 @@ static void print_text(const eng_graph *g, const eng_geometry *geo, const eng_ge
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: qwen3d inspect --model DIR [--json] [--no-fusion] [--matmul-fp32]\n");
+    fprintf(stderr, "usage: qwen3d inspect --model DIR [--json] [--no-fusion] [--matmul-fp32] " CLI_PLACEMENT_USAGE "\n");
     return 2;
 }
 
@@ -238,6 +245,7 @@ int cmd_inspect(int argc, char **argv)
     const char *model = NULL;
     bool json = false;
     eng_plan_opts opts = {.describe_only = true};
+    cli_placement place = CLI_PLACEMENT_NONE;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
@@ -245,6 +253,9 @@ int cmd_inspect(int argc, char **argv)
             if (r < 0)
                 return 2;
             model = v;
+        } else if ((r = cli_placement_opt(CMD, argc, argv, &i, &place)) != 0) {
+            if (r < 0)
+                return 2;
         } else if (cli_flag(argv, i, "json")) {
             json = true;
         } else if (cli_flag(argv, i, "no-fusion")) {
@@ -260,6 +271,10 @@ int cmd_inspect(int argc, char **argv)
     }
     if (!model)
         return cli_fail(CMD, "--model DIR is required");
+    /* The binding a replica started with these options would have, and its default pool. */
+    int prc = cli_place(CMD, &place);
+    if (prc)
+        return prc;
 
     eng_diag diag;
     eng_diag_init(&diag);

@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "engine/pool.h"
 #include "server/cli.h"
 #include "server/options.h"
 #include "server/error.h"
@@ -313,6 +314,11 @@ int cmd_serve(int argc, char **argv)
         return 2;
     }
     srv_log_set_level(parse_level(cfg->log_level));
+    /* Before any thread starts: every thread inherits the CPUs and the memory policy. */
+    if ((rc = cli_place(CMD, &(cli_placement){cfg->cpus, cfg->numa_node}))) {
+        srv_config_clear(cfg);
+        return rc;
+    }
     /* Before the model takes its share. */
     if (cfg->kv_budget < 0)
         srv_sysmem_read(NULL, &sv.mem);
@@ -408,6 +414,10 @@ int cmd_serve(int argc, char **argv)
             (long long)cfg->parallel, (long long)cfg->queue, api_key ? "bearer" : "none",
             eng_kv_mode_name(cfg->engine.kv_mode), sv.webui != NULL,
             (long)getpid(), PACKAGE_VERSION);
+    eng_placement pl;
+    eng_pool_placement(&pl);
+    srv_log(SRV_LOG_INFO, "placement", "cpus=%s cores=%d membind=%s numa_nodes=%s", pl.cpus, pl.cores,
+            pl.membind ? "bind" : "first_touch", pl.mem_nodes);
     srv_notify("STATUS=loading the model");
     uv_signal_start(&sv.sigterm, on_signal, SIGTERM);
     uv_signal_start(&sv.sigint, on_signal, SIGINT);

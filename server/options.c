@@ -64,6 +64,9 @@ static const opt_def OPTS[] = {
         "on SIGTERM, first answer /health/ready 503 for S s while serving on (default 5; 0: drain at once)"),
     INT("drain-timeout", drain_timeout, 0, 3600, "S", "then, time given to running requests (default 30)"),
     INT("prefill-chunk", prefill_chunk, 1, 1 << 20, "N", "prompt tokens per scheduling step (default 256)"),
+    STR("cpus", cpus, "LIST", "run on these CPUs only, e.g. 0-3,8; memory from their NUMA nodes (default: all)"),
+    INT("numa-node", numa_node, 0, CLI_NUMA_NODE_MAX, "N",
+        "run on NUMA node N's CPUs, memory bound to node N (default: none)"),
     FLAG("log-prompts", log_prompts, "log prompt and completion text (off by default)"),
     FLAG("no-webui", no_webui, "do not serve the chat page (/), the status page (/status) or /status.json"),
     STR("log-level", log_level, "LEVEL", "debug, info, warn or error (default info)"),
@@ -273,6 +276,7 @@ void srv_config_clear(srv_config *cfg)
     free(cfg->api_key_file);
     free(cfg->log_level);
     free(cfg->sampling_defaults);
+    free(cfg->cpus);
     memset(cfg, 0, sizeof *cfg);
 }
 
@@ -293,6 +297,7 @@ int srv_config_parse(int argc, char **argv, srv_config *cfg)
     cfg->linger_bytes = 64 << 20;
     cfg->prefill_chunk = 256;
     cfg->kv_budget = -1;
+    cfg->numa_node = -1;
     const char *config_path = NULL;
     int rc = parse_argv(argc, argv, cfg, true, &config_path);
     if (!rc && config_path)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "engine/runner.h"
+#include "server/cli.h"
 
 typedef struct srv_config {
     char *model;            /* --model DIR (required) */
@@ -43,6 +44,8 @@ typedef struct srv_config {
     bool log_prompts;       /* --log-prompts */
     bool no_webui;          /* --no-webui: no chat page, status page or /status.json */
     char *log_level;        /* --log-level debug|info|warn|error */
+    char *cpus;             /* --cpus LIST: the CPUs of this replica (default: all) */
+    int64_t numa_node;      /* --numa-node N: its NUMA node, memory included (default -1: none) */
     eng_model_opts engine;  /* --threads (default one per physical core), --kv-mode, ...: cli_engine_opt() */
 } srv_config;
 

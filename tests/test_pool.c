@@ -1,10 +1,15 @@
 /*
  * test_pool: engine/pool.c hands out every item exactly once, in ranges that
  * are multiples of the grain, for static and guided steps; a participant that
- * is slow leaves the rest of a guided step to the others.
+ * is slow leaves the rest of a guided step to the others. Placement: bad CPU
+ * lists and nodes are refused with one line, and a placed process runs its
+ * pinned workers and later threads on the CPUs given, memory bound.
  */
 #include <check.h>
+#include <ctype.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +93,96 @@ START_TEST(slow_participant_does_less)
 }
 END_TEST
 
+START_TEST(place_refuses_bad_input)
+{
+    eng_placement before, after;
+    eng_pool_placement(&before);
+    const char *bad[] = {"", "abc", "0-", "-1", "3-1", "0,,1", "0,", ",0", "1 2", "0x1", "1-99999", "99999999999",
+                         "65536"};
+    char err[512];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        ck_assert_msg(eng_pool_place(bad[i], -1, err, sizeof err) == -1, "'%s' was accepted", bad[i]);
+        ck_assert_msg(strstr(err, "--cpus") && !strchr(err, '\n'), "'%s': error '%s'", bad[i], err);
+    }
+    /* CPU 65535 is a valid number but exists on no machine this runs on */
+    ck_assert_int_eq(eng_pool_place("0,65535", -1, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "65535") && strstr(err, "not available"), "%s", err);
+    ck_assert_int_eq(eng_pool_place(NULL, 4095, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "--numa-node 4095") && strstr(err, "no such NUMA node"), "%s", err);
+    eng_pool_placement(&after);
+    ck_assert_str_eq(after.cpus, before.cpus); /* nothing was bound on the way */
+    ck_assert_int_eq(after.membind, before.membind);
+}
+END_TEST
+
+typedef struct seen_cpus {
+    atomic_int mask; /* bit per CPU 0..30 a range ran on */
+    atomic_int other;
+} seen_cpus;
+
+static void note_cpu(void *ctx, size_t b, size_t e)
+{
+    seen_cpus *s = ctx;
+    (void)b, (void)e;
+    int c = sched_getcpu();
+    if (c >= 0 && c < 31)
+        atomic_fetch_or(&s->mask, 1 << c);
+    else
+        atomic_fetch_add(&s->other, 1);
+}
+
+static void *later_thread(void *arg)
+{
+    eng_pool_placement(arg);
+    return NULL;
+}
+
+/* check runs each test in its own child process, so this binding ends with it. */
+START_TEST(place_binds_threads_and_memory)
+{
+    cpu_set_t mine;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof mine, &mine), 0);
+    int last = -1;
+    for (int c = 0; c < 31; c++)
+        if (CPU_ISSET(c, &mine))
+            last = c;
+    ck_assert_int_ge(last, 0);
+    /* The last CPU, so that pinning from the machine's first core would show. */
+    char list[16], err[512] = "";
+    snprintf(list, sizeof list, "%d", last);
+    ck_assert_msg(eng_pool_place(list, -1, err, sizeof err) == 0, "%s", err);
+
+    eng_placement pl;
+    eng_pool_placement(&pl);
+    ck_assert_str_eq(pl.cpus, list);
+    ck_assert_int_eq(pl.cores, 1);
+    ck_assert_int_eq(pl.membind, 1);
+    ck_assert_msg(isdigit((unsigned char)pl.mem_nodes[0]), "memory nodes '%s'", pl.mem_nodes); /* the CPU's own */
+    ck_assert_int_eq(eng_pool_physical_cores(), 1);
+
+    eng_pool *p = eng_pool_new(2, 1);
+    ck_assert_ptr_nonnull(p);
+    seen_cpus s = {0};
+    for (int rep = 0; rep < 50; rep++)
+        eng_pool_run(p, 64, 1, note_cpu, &s);
+    ck_assert_int_eq(atomic_load(&s.other), 0);
+    ck_assert_int_eq(atomic_load(&s.mask), 1 << last);
+    char d[256];
+    eng_pool_describe(p, d, sizeof d);
+    ck_assert_msg(strstr(d, "1 cores in CPUs") && strstr(d, list), "%s", d);
+    eng_pool_free(p);
+
+    /* A thread started afterwards inherits both bindings. */
+    pthread_t t;
+    eng_placement child;
+    ck_assert_int_eq(pthread_create(&t, NULL, later_thread, &child), 0);
+    pthread_join(t, NULL);
+    ck_assert_str_eq(child.cpus, list);
+    ck_assert_int_eq(child.membind, 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pool");
@@ -95,6 +190,8 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, every_item_once);
     tcase_add_test(tc, slow_participant_does_less);
+    tcase_add_test(tc, place_refuses_bad_input);
+    tcase_add_test(tc, place_binds_threads_and_memory);
     suite_add_tcase(s, tc);
     return qd_run_suite(s);
 }
