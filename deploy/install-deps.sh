@@ -18,20 +18,30 @@ if [ "${1:-}" = "--test" ]; then
   packages+=(libsimde-dev)
   # tests/serve_webui.sh drives the web UI in headless Chromium (puppeteer-core from npm).
   packages+=(chromium)
+  # The deploy tests: systemd-analyze (verify, security) for the units,
+  # hwloc-bind to show a replica's binding, and a real nginx in front of
+  # replicas (nginx-light has the upstream, hash and map modules they use).
+  packages+=(systemd hwloc nginx-light)
 fi
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# A machine may carry node/npm outside Debian's packages; those are fine too.
-if command -v node >/dev/null && command -v npm >/dev/null; then
-  filtered=()
-  for p in "${missing[@]}"; do
-    case "$p" in nodejs|npm) ;; *) filtered+=("$p") ;; esac
-  done
-  missing=("${filtered[@]}")
-fi
+# A machine may carry node/npm outside Debian's packages, or another of
+# Debian's nginx flavours (they conflict with each other); those are fine too.
+have_node=0 have_nginx=0
+command -v node >/dev/null && command -v npm >/dev/null && have_node=1
+command -v nginx >/dev/null && have_nginx=1
+filtered=()
+for p in "${missing[@]}"; do
+  case "$p" in
+    nodejs|npm) [ $have_node = 1 ] || filtered+=("$p") ;;
+    nginx-light) [ $have_nginx = 1 ] || filtered+=("$p") ;;
+    *) filtered+=("$p") ;;
+  esac
+done
+missing=("${filtered[@]}")
 [ "${#missing[@]}" -eq 0 ] && exit 0
 
 sudo=""

@@ -1,20 +1,28 @@
 # deploy/: set-up scripts and service files.
 dist_noinst_SCRIPTS += deploy/install-deps.sh deploy/run.sh deploy/test.sh
 
-# The systemd unit and an example configuration. The unit names the
-# installed binary and config folder; override the unit folder with
-# `make install systemdsystemunitdir=DIR`.
+# The systemd units (qwen3d.service, and the template qwen3d@.service for
+# one replica per NUMA node or CPU set) and example configurations. The
+# units name the installed binary and config folder; override the unit
+# folder with `make install systemdsystemunitdir=DIR`.
 systemdsystemunitdir = $(prefix)/lib/systemd/system
 qwen3dconfdir = $(sysconfdir)/qwen3d
-EXTRA_DIST += deploy/qwen3d.service deploy/qwen3d.conf.example
+QWEN3D_UNITS = qwen3d.service qwen3d@.service
+QWEN3D_CONF_EXAMPLES = qwen3d.conf.example qwen3d-replica.conf.example
+EXTRA_DIST += $(QWEN3D_UNITS:%=deploy/%) $(QWEN3D_CONF_EXAMPLES:%=deploy/%)
 install-data-local: install-qwen3d-service
 uninstall-local: uninstall-qwen3d-service
 install-qwen3d-service:
 	$(MKDIR_P) "$(DESTDIR)$(systemdsystemunitdir)" "$(DESTDIR)$(qwen3dconfdir)"
-	sed -e 's|/usr/local/bin/qwen3d|$(bindir)/qwen3d|g' -e 's|/usr/local/etc/qwen3d|$(qwen3dconfdir)|g' \
-		"$(srcdir)/deploy/qwen3d.service" >"$(DESTDIR)$(systemdsystemunitdir)/qwen3d.service"
-	chmod 644 "$(DESTDIR)$(systemdsystemunitdir)/qwen3d.service"
-	$(INSTALL_DATA) "$(srcdir)/deploy/qwen3d.conf.example" "$(DESTDIR)$(qwen3dconfdir)/qwen3d.conf.example"
+	for u in $(QWEN3D_UNITS); do \
+	  sed -e 's|/usr/local/bin/qwen3d|$(bindir)/qwen3d|g' -e 's|/usr/local/etc/qwen3d|$(qwen3dconfdir)|g' \
+	    "$(srcdir)/deploy/$$u" >"$(DESTDIR)$(systemdsystemunitdir)/$$u" && \
+	  chmod 644 "$(DESTDIR)$(systemdsystemunitdir)/$$u" || exit 1; \
+	done
+	for c in $(QWEN3D_CONF_EXAMPLES); do \
+	  $(INSTALL_DATA) "$(srcdir)/deploy/$$c" "$(DESTDIR)$(qwen3dconfdir)/$$c" || exit 1; \
+	done
 uninstall-qwen3d-service:
-	rm -f "$(DESTDIR)$(systemdsystemunitdir)/qwen3d.service" "$(DESTDIR)$(qwen3dconfdir)/qwen3d.conf.example"
+	for u in $(QWEN3D_UNITS); do rm -f "$(DESTDIR)$(systemdsystemunitdir)/$$u"; done
+	for c in $(QWEN3D_CONF_EXAMPLES); do rm -f "$(DESTDIR)$(qwen3dconfdir)/$$c"; done
 .PHONY: install-qwen3d-service uninstall-qwen3d-service

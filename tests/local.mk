@@ -341,3 +341,12 @@ clean-serve-webui:
 screenshots: all tests/npm/.stamp
 	$(AM_TESTS_ENVIRONMENT) $(SHELL) $(srcdir)/tests/webui/screenshots.sh
 .PHONY: screenshots
+
+# Deployment (deploy/): the systemd units (verify, exposure at most 2.0, the
+# daemon under their /proc restrictions) and placement of replicas.
+TESTS += tests/deploy_systemd.sh tests/deploy_placement.sh
+EXTRA_DIST += tests/deploy_systemd.sh tests/deploy_placement.sh tests/deploy/common.sh
+clean-local: clean-deploy
+clean-deploy:
+	-rm -rf $(builddir)/tests/deploy_systemd-work $(builddir)/tests/deploy_placement-work
+.PHONY: clean-deploy

@@ -81,11 +81,17 @@ serve_start() {
   SERVE_PIDS="$SERVE_PIDS $PID"
   want=model_loaded
   [ "${SERVE_NO_WAIT:-0}" = 1 ] && want=listening
+  serve_wait "$want" 30
+}
+
+# serve_wait EVENT SECONDS: waits, bounded, until the log $LOG of the daemon
+# $PID shows event=EVENT; then sets PORT and BASE from its listening line.
+serve_wait() {
   i=0
-  while ! grep -q "event=$want" "$LOG" 2>/dev/null; do
+  while ! grep -q "event=$1" "$LOG" 2>/dev/null; do
     alive "$PID" || fail "the daemon exited while starting: $(tail -n 3 "$LOG")"
     i=$((i + 1))
-    [ $i -lt 300 ] || fail "the daemon did not reach '$want' within 30 s"
+    [ $i -lt $(($2 * 10)) ] || fail "the daemon did not reach '$1' within $2 s"
     sleep 0.1
   done
   PORT=$(sed -n 's/.*event=listening host=[^ ]* port=\([0-9]*\).*/\1/p' "$LOG" | head -n 1)
