@@ -10,6 +10,8 @@ qwen3dconfdir = $(sysconfdir)/qwen3d
 QWEN3D_UNITS = qwen3d.service qwen3d@.service
 QWEN3D_CONF_EXAMPLES = qwen3d.conf.example qwen3d-replica.conf.example
 EXTRA_DIST += $(QWEN3D_UNITS:%=deploy/%) $(QWEN3D_CONF_EXAMPLES:%=deploy/%)
+# The balancer in front of replicas (not installed: it goes into nginx's folders).
+EXTRA_DIST += deploy/nginx/qwen3d.conf deploy/nginx/qwen3d-gate.conf
 install-data-local: install-qwen3d-service
 uninstall-local: uninstall-qwen3d-service
 install-qwen3d-service:

@@ -178,9 +178,17 @@ static void respond_json(call *c, int status, const char *json)
     srv_req_respond(c->r, status, JSON_TYPE, json, strlen(json));
 }
 
-static void respond_error(call *c, const api_error *e)
+/*
+ * A 503 promises that the request did not run, so a balancer may send it to
+ * another replica (deploy/nginx/qwen3d.conf retries 503s): every 503 comes
+ * before a request gets a slot. A request that had one and was then cut
+ * (drain deadline, deadline during prefill) answers `status` 500 with the
+ * same error instead; 0 keeps the error's own status.
+ */
+static void respond_error_status(call *c, const api_error *e, int status)
 {
-    int status = api_error_status(e->code);
+    if (!status)
+        status = api_error_status(e->code);
     char *body = api_error_body(e);
     if (status == 503 && (e->code == API_EOVERLOADED || e->code == API_ELOADING))
         srv_req_add_header(c->r, "Retry-After", "1");
@@ -189,6 +197,11 @@ static void respond_error(call *c, const api_error *e)
     respond_json(c, status, body ? body : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
                                           "\"param\":null,\"code\":\"out_of_memory\"}}");
     free(body);
+}
+
+static void respond_error(call *c, const api_error *e)
+{
+    respond_error_status(c, e, 0);
 }
 
 static void fail(call *c, int code, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -365,7 +378,7 @@ static void on_job(srv_job *job, void *user)
             api_error_set(&e, API_ENOMEM, NULL, NULL);
         else
             job_error(&u, &e);
-        respond_error(c, &e);
+        respond_error_status(c, &e, u.started && api_error_status(e.code) == 503 ? 500 : 0);
         return;
     }
     api_meta meta = {c->id, c->created, c->rt->model_name};

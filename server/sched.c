@@ -334,7 +334,8 @@ void srv_job_take(srv_job *j, srv_job_update *u)
     u->done = j->state == JOB_DONE;
     u->finish = j->finish;
     snprintf(u->message, sizeof u->message, "%s", j->message);
-    if (j->t_admit > 0)
+    u->started = j->t_admit > 0;
+    if (u->started)
         u->queue_ms = (j->t_admit - j->t_submit) * 1e3;
     if (j->t_first > 0) {
         u->prompt_ms = (j->t_first - j->t_admit) * 1e3;

@@ -166,6 +166,7 @@ typedef struct srv_job_update {
     /* queue_ms: submission to admission; prompt_ms: admission to the first
      * token (prefill); ttft_ms: the request's arrival to the first token. */
     double queue_ms, prompt_ms, ttft_ms, decode_tokens_per_s;
+    bool started;           /* it got a slot, so it may have computed */
 } srv_job_update;
 
 /* Takes the job's new text and its state (loop thread). */

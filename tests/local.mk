@@ -343,10 +343,13 @@ screenshots: all tests/npm/.stamp
 .PHONY: screenshots
 
 # Deployment (deploy/): the systemd units (verify, exposure at most 2.0, the
-# daemon under their /proc restrictions) and placement of replicas.
-TESTS += tests/deploy_systemd.sh tests/deploy_placement.sh
-EXTRA_DIST += tests/deploy_systemd.sh tests/deploy_placement.sh tests/deploy/common.sh
+# daemon under their /proc restrictions), placement of replicas, and three
+# replicas behind nginx with the shipped config through kill -9 and SIGTERM.
+TESTS += tests/deploy_systemd.sh tests/deploy_placement.sh tests/deploy_nginx.sh
+EXTRA_DIST += tests/deploy_systemd.sh tests/deploy_placement.sh tests/deploy_nginx.sh tests/deploy/common.sh \
+	tests/deploy/lb-driver.js
 clean-local: clean-deploy
 clean-deploy:
-	-rm -rf $(builddir)/tests/deploy_systemd-work $(builddir)/tests/deploy_placement-work
+	-rm -rf $(builddir)/tests/deploy_systemd-work $(builddir)/tests/deploy_placement-work \
+		$(builddir)/tests/deploy_nginx-work
 .PHONY: clean-deploy

@@ -21,14 +21,40 @@ replica_conf() {
   done
 }
 
-# replica_start NAME CONF: starts `qwen3d serve --config CONF`, waits
+# replica_start NAME CONF: starts `qwen3d serve --config CONF` and waits
 # (bounded) for the model; sets PID, PORT, BASE and LOG like serve_start,
-# and R_PID_NAME, R_PORT_NAME for later.
+# and R_PID_NAME, R_PORT_NAME for later. replica_launch and replica_wait
+# are its two halves, to start several replicas at once.
 replica_start() {
+  replica_launch "$@"
+  replica_wait "$1"
+}
+replica_launch() {
+  "$QWEN3D" serve --config "$2" >"$work/$1.out" 2>"$work/$1.log" &
+  eval "R_PID_$1=$!"
+  SERVE_PIDS="$SERVE_PIDS $!"
+}
+replica_wait() {
   LOG="$work/$1.log"
-  "$QWEN3D" serve --config "$2" >"$work/$1.out" 2>"$LOG" &
-  PID=$!
-  SERVE_PIDS="$SERVE_PIDS $PID"
+  eval "PID=\$R_PID_$1"
   serve_wait model_loaded 60
-  eval "R_PID_$1=$PID R_PORT_$1=$PORT"
+  eval "R_PORT_$1=$PORT"
+}
+
+# poll SECONDS WHAT CMD...: runs CMD every 0.1 s until it succeeds; fails
+# with "WHAT within SECONDS s" when it never does.
+poll() {
+  n=$(($1 * 10)) what=$2
+  shift 2
+  i=0
+  until "$@"; do
+    i=$((i + 1))
+    [ $i -lt $n ] || fail "$what within $((n / 10)) s"
+    sleep 0.1
+  done
+}
+
+# metric_is NAME VALUE: the unlabelled sample NAME of $BASE/metrics is VALUE.
+metric_is() {
+  [ "$(metric "$1")" = "$2" ]
 }

@@ -7,6 +7,7 @@
 // with times from performance.now(). opts.abortAfterEvents = N destroys the
 // socket once N events arrived; opts.abortAfterMs = T destroys it T ms after
 // the response headers. opts.timeoutMs bounds the whole request.
+// opts.onHeaders(headers) and opts.onEvent() report progress as it happens.
 //
 // parse(raw) checks the framing: every event is exactly one "data: " line
 // followed by a blank line, every payload but the last is JSON, the last is
@@ -39,6 +40,7 @@ function post(base, path, body, opts = {}) {
       out.status = res.statusCode;
       out.headers = res.headers;
       out.tHeaders = performance.now();
+      if (opts.onHeaders) opts.onHeaders(res.headers);
       if (opts.abortAfterMs !== undefined)
         setTimeout(() => { out.error = 'aborted by the client'; req.destroy(); done(); }, opts.abortAfterMs);
       res.on('data', (part) => {
@@ -48,6 +50,7 @@ function post(base, path, body, opts = {}) {
         let k;
         while ((k = buf.indexOf('\n\n')) >= 0) {
           out.events.push({ t: performance.now(), data: buf.slice(0, k) });
+          if (opts.onEvent) opts.onEvent();
           buf = buf.slice(k + 2);
         }
         if (opts.abortAfterEvents !== undefined && out.events.length >= opts.abortAfterEvents && !settled) {
