@@ -12,6 +12,11 @@ QWEN3D_CONF_EXAMPLES = qwen3d.conf.example qwen3d-replica.conf.example
 EXTRA_DIST += $(QWEN3D_UNITS:%=deploy/%) $(QWEN3D_CONF_EXAMPLES:%=deploy/%)
 # The balancer in front of replicas (not installed: it goes into nginx's folders).
 EXTRA_DIST += deploy/nginx/qwen3d.conf deploy/nginx/qwen3d-gate.conf
+# Monitoring and Kubernetes (not installed: they go to Prometheus and the cluster).
+EXTRA_DIST += deploy/prometheus/prometheus.yml deploy/prometheus/qwen3d-rules.yml \
+	deploy/prometheus/qwen3d-alerts.yml deploy/prometheus/qwen3d-rules.test.yml \
+	deploy/k8s/configmap.yaml deploy/k8s/deployment.yaml deploy/k8s/hpa.yaml deploy/k8s/model-volume.yaml \
+	deploy/k8s/pdb.yaml deploy/k8s/prometheus-adapter.yaml deploy/k8s/service.yaml
 install-data-local: install-qwen3d-service
 uninstall-local: uninstall-qwen3d-service
 install-qwen3d-service:

@@ -344,12 +344,15 @@ screenshots: all tests/npm/.stamp
 
 # Deployment (deploy/): the systemd units (verify, exposure at most 2.0, the
 # daemon under their /proc restrictions), placement of replicas, and three
-# replicas behind nginx with the shipped config through kill -9 and SIGTERM.
-TESTS += tests/deploy_systemd.sh tests/deploy_placement.sh tests/deploy_nginx.sh
-EXTRA_DIST += tests/deploy_systemd.sh tests/deploy_placement.sh tests/deploy_nginx.sh tests/deploy/common.sh \
-	tests/deploy/lb-driver.js
+# replicas behind nginx with the shipped config through kill -9 and SIGTERM;
+# the Prometheus rules (promtool test rules) and the Kubernetes manifests
+# (validated against the API schemas by npm's kubernetes-models and tsc).
+TESTS += tests/deploy_systemd.sh tests/deploy_placement.sh tests/deploy_nginx.sh tests/deploy_prom.sh \
+	tests/deploy_k8s.sh
+EXTRA_DIST += tests/deploy_systemd.sh tests/deploy_placement.sh tests/deploy_nginx.sh tests/deploy_prom.sh \
+	tests/deploy_k8s.sh tests/deploy/common.sh tests/deploy/lb-driver.js tests/deploy/k8s-validate.mjs
 clean-local: clean-deploy
 clean-deploy:
 	-rm -rf $(builddir)/tests/deploy_systemd-work $(builddir)/tests/deploy_placement-work \
-		$(builddir)/tests/deploy_nginx-work
+		$(builddir)/tests/deploy_nginx-work $(builddir)/tests/deploy_prom-work $(builddir)/tests/deploy_k8s-work
 .PHONY: clean-deploy
