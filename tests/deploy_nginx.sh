@@ -31,12 +31,12 @@ for r in started queued; do
     "$BASE/v1/completions" >"$work/$r.code" &
   EXTRA_PIDS="$EXTRA_PIDS $!"
   # the first holds the one slot before the second is sent
-  poll 30 "no request got the slot" metric_is qwen3d_sessions_active 1
+  wait_until "a request to get the slot" metric_is qwen3d_sessions_active 1
 done
-poll 30 "the second request did not queue" metric_is qwen3d_requests_waiting 1
+wait_until "the second request to queue" metric_is qwen3d_requests_waiting 1
 serve_stop
 for r in started queued; do
-  poll 30 "no answer to the $r request" test -s "$work/$r.code"
+  wait_until "an answer to the $r request" test -s "$work/$r.code"
 done
 [ "$(cat "$work/started.code")" = 500 ] && grep -q '"code":"shutting_down"' "$work/started.body" ||
   fail "a request cut after it started answered $(cat "$work/started.code"): $(cat "$work/started.body")"
@@ -97,7 +97,7 @@ answers() {
   alive "$NGINX_PID" || fail "nginx exited: $(cat "$ngx/out.txt" "$ngx/error.log" | tail -n 5)"
   [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "$NBASE/v1/models")" = 200 ]
 }
-poll 10 "nginx did not answer on $NBASE" answers
+wait_until "nginx to answer on $NBASE" answers
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$NBASE/metrics")" = 404 ] || fail "/metrics is reachable through the balancer"
 
 "$NODE" "$QD_SRCDIR/tests/deploy/lb-driver.js" "$NBASE" tiny \

@@ -52,8 +52,9 @@ CPU_A=$1 CPU_B=$2
 grep -q "^placement: cpus $CPU_B (1 core), memory bound to NUMA nodes 0$" "$work/inspect.txt" ||
   fail "inspect does not state the binding: $(grep placement "$work/inspect.txt")"
 
-replica_conf "$work/a.conf" cpus="$CPU_A"
-replica_conf "$work/b.conf" cpus="$CPU_B"
+# drain-delay 0: the not-ready period only slows these stops down.
+replica_conf "$work/a.conf" cpus="$CPU_A" drain-delay=0
+replica_conf "$work/b.conf" cpus="$CPU_B" drain-delay=0
 grep -q '^numa-node = 0$' "$work/a.conf" || fail "the replica example no longer sets numa-node"
 replica_start a "$work/a.conf"
 replica_start b "$work/b.conf"

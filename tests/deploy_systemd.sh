@@ -61,7 +61,7 @@ LOG="$work/sandboxed.log"
 unshare -mpf --propagation private sh -c '
   mount -t proc -o hidepid=invisible,subset=pid proc /proc || exit 99
   [ ! -e /proc/cpuinfo ] || exit 98
-  exec "$0" serve --model "$1" --host 127.0.0.1 --port 0 --cpus "$2"' \
+  exec "$0" serve --model "$1" --host 127.0.0.1 --port 0 --cpus "$2" --drain-delay 0' \
   "$QWEN3D" "$MODEL" "$cpu" >"$work/sandboxed.out" 2>"$LOG" &
 UNSHARE=$!
 EXTRA_PIDS="$EXTRA_PIDS $UNSHARE"

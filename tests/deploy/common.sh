@@ -41,19 +41,6 @@ replica_wait() {
   eval "R_PORT_$1=$PORT"
 }
 
-# poll SECONDS WHAT CMD...: runs CMD every 0.1 s until it succeeds; fails
-# with "WHAT within SECONDS s" when it never does.
-poll() {
-  n=$(($1 * 10)) what=$2
-  shift 2
-  i=0
-  until "$@"; do
-    i=$((i + 1))
-    [ $i -lt $n ] || fail "$what within $((n / 10)) s"
-    sleep 0.1
-  done
-}
-
 # metric_is NAME VALUE: the unlabelled sample NAME of $BASE/metrics is VALUE.
 metric_is() {
   [ "$(metric "$1")" = "$2" ]

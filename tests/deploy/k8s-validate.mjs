@@ -103,13 +103,16 @@ if (qwen3d) {
     const vol = models && pod.volumes.find((v) => v.name === models.name);
     check(models && models.readOnly === true && vol && vol.persistentVolumeClaim && vol.persistentVolumeClaim.readOnly === true,
       `${c.name}: the model volume must be mounted read-only from a read-only claim`);
-    // Grace: preStop, then drain-timeout and the 5 s for final events.
+    // Grace: preStop, then drain-delay (default 5 s), drain-timeout and the
+    // 5 s for final events.
     const conf = maps.map((m) => (m.data || {})['qwen3d.conf']).find(Boolean) || '';
-    const drain = Number((/^drain-timeout *= *(\d+)/m.exec(conf) || [])[1]);
+    const key = (k, dflt) => Number((new RegExp(`^${k} *= *(\\d+)`, 'm').exec(conf) || [])[1] ?? dflt);
+    const drain = key('drain-timeout', NaN), delay = key('drain-delay', 5);
     const pre = c.lifecycle && c.lifecycle.preStop && c.lifecycle.preStop.sleep ? c.lifecycle.preStop.sleep.seconds : 0;
     check(drain > 0, 'the config map sets no drain-timeout');
-    check(pod.terminationGracePeriodSeconds > pre + drain + 5,
-      `terminationGracePeriodSeconds ${pod.terminationGracePeriodSeconds} must exceed preStop ${pre} s + drain ${drain} s + 5 s`);
+    check(pod.terminationGracePeriodSeconds > pre + delay + drain + 5,
+      `terminationGracePeriodSeconds ${pod.terminationGracePeriodSeconds} must exceed preStop ${pre} s + ` +
+      `drain-delay ${delay} s + drain ${drain} s + 5 s`);
   }
   check(matches(dep.spec.selector.matchLabels), 'the Deployment selector does not match its pods');
   check(matches(svc.spec.selector), 'the Service selector does not match the pods');

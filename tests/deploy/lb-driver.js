@@ -10,7 +10,8 @@
 //     every other request completes, and those sent after the kill are
 //     served by the others;
 //  3. SIGTERM of replica 2 while streams run on it: no request fails, and
-//     the streams it was serving complete.
+//     the streams it was serving complete (it serves on through its
+//     not-ready period, then drains).
 // Prints the figures (requests, failures by cause, per-replica counts) and
 // exits non-zero when a check fails. Each request is bounded by a timeout.
 //
@@ -211,9 +212,10 @@ const show = (label, t) => console.log(`${label}: ${t.requests} requests; outcom
     tTerm = performance.now();
     onDrainee = live.map((p) => p.promise);
     process.kill(drainee.pid, 'SIGTERM');
-    // New requests resume once the drainee has closed its listener (see
-    // deploy_nginx.sh on the instant it closes).
-    return until('r2 to close its listener', () => refused(drainee.port));
+    // It serves everything for its --drain-delay (5 s), then closes its
+    // listener; new requests resume once it has (see the README on that
+    // instant). Those sent meanwhile are served by whichever replica.
+    return until('r2 to close its listener', () => refused(drainee.port), 30000);
   });
   for (const r of termRecs) assert.strictEqual(r.outcome, 'ok', `request ${r.i} (replica ${r.replica}): ${r.outcome}`);
   const drained = await Promise.all(onDrainee);
