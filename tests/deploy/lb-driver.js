@@ -132,8 +132,14 @@ const show = (label, t) => console.log(`${label}: ${t.requests} requests; outcom
     const before = await Promise.all(replicas.map(requestsTotal));
     const recs = [];
     for (let n = 0; n < PER_KEY; n++) recs.push(await one('affinity', { key, maxTokens: 8 }));
-    const after = await Promise.all(replicas.map(requestsTotal));
-    const grew = replicas.map((r, j) => after[j] - before[j]);
+    // A replica counts a request once it has finished with it, which may be
+    // a moment after the client read the end of the stream.
+    let grew;
+    await until(`${key}: ${PER_KEY} requests counted`, async () => {
+      const after = await Promise.all(replicas.map(requestsTotal));
+      grew = replicas.map((r, j) => after[j] - before[j]);
+      return grew.reduce((a, b) => a + b, 0) >= PER_KEY;
+    });
     const homes = new Set(recs.map((r) => r.replica));
     assert.ok(recs.every((r) => r.outcome === 'ok'), `${key}: ${recs.map((r) => r.outcome)}`);
     assert.strictEqual(homes.size, 1, `${key} went to ${[...homes]}`);
@@ -168,10 +174,12 @@ const show = (label, t) => console.log(`${label}: ${t.requests} requests; outcom
   }
   assert.ok(key1, 'no affinity key of 46 maps to r1');
   const sessions = async (r) => parseMetrics(await (await fetch(r.base + '/metrics')).text()).value('qwen3d_sessions_active', null, true);
-  const before = await sessions(victim);
+  // r1 idle first: the session of the last request may outlive its stream
+  // by a moment.
+  await until('r1 to be idle', async () => (await sessions(victim)) === 0);
   const whole = post(base, '/v1/completions', { model, prompt: 'A long answer, not streamed.', max_tokens: 4000, temperature: 0 },
     { timeoutMs: TIMEOUT_MS, headers: { 'X-Affinity-Key': key1 } });
-  await until('the non-streaming request to run on r1', async () => (await sessions(victim)) > before, 30000);
+  await until('the non-streaming request to run on r1', async () => (await sessions(victim)) > 0, 30000);
   let tKill = null;
   const killRecs = await phaseWithTrigger('kill', victim, () => {
     process.kill(victim.pid, 'SIGKILL');
