@@ -105,7 +105,7 @@ wait_until "nginx to answer on $NBASE" answers
   cat "$work/driver.txt"
   echo "--- nginx access log, last lines:"
   tail -n 30 "$ngx/access.log"
-  fail "lb-driver.js"
+  fail "lb-driver.js: $(grep '^FAIL' "$work/driver.txt" | head -n 1)"
 }
 cat "$work/driver.txt"
 

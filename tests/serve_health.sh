@@ -24,6 +24,8 @@ serve_model
 hooks="$QD_BUILDDIR/tests/serve/qwen3d-hooks"
 [ -x "$hooks" ] || fail "$hooks is missing (make check builds it)"
 pings() { grep -c 'WATCHDOG=1' "$work/notify.txt" || true; }
+# pings_over N: more than N pings so far (a command, so wait_until re-runs it).
+pings_over() { [ "$(pings)" -gt "$1" ]; }
 status_is() { [ "$(http GET "$1")" = "$2" ]; }
 # expect PATH STATUS [CODE]: PATH answers STATUS, with error code CODE.
 expect() {
@@ -70,7 +72,7 @@ real=$QWEN3D
 QWEN3D=$hooks
 NOTIFY_SOCKET="$NOTIFY_SOCK" WATCHDOG_USEC=2000000 QWEN3D_TEST_STALL="$stall" serve_start
 QWEN3D=$real
-wait_until "2 pings while idle" [ "$(pings)" -ge 2 ]
+wait_until "2 pings while idle" pings_over 1
 expect /health 200
 
 touch "$stall"
@@ -92,7 +94,7 @@ wait "$CURL" || fail "the request whose step hung failed"
 [ "$(json "$work/stalled.json" 'j.usage.completion_tokens')" = 4 ] || fail "the stalled request: $(cat "$work/stalled.json")"
 wait_until "/health 200 once the step went on" status_is /health 200
 for p in /health/live /health/ready; do expect $p 200; done
-wait_until "pings once the step went on" [ "$(pings)" -gt "$before" ]
+wait_until "pings once the step went on" pings_over "$before"
 grep -q 'event=compute_recovered ' "$LOG" || fail "no compute_recovered line in the log"
 serve_stop
 [ "$STATUS" = 0 ] || fail "exit status $STATUS"

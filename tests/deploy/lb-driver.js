@@ -185,7 +185,10 @@ const show = (label, t) => console.log(`${label}: ${t.requests} requests; outcom
     process.kill(victim.pid, 'SIGKILL');
     // Until it is gone, its listening socket still takes connections that
     // then fail after the request was written: "after the kill" starts here.
-    return until('r1 to exit', () => !alive(victim.pid)).then(() => { tKill = performance.now(); });
+    // Its threads outlive the group leader's zombie state by a moment, and
+    // so does the listening socket: gone means refusing connections too.
+    return until('r1 to exit', async () => !alive(victim.pid) && (await refused(victim.port)))
+      .then(() => { tKill = performance.now(); });
   });
   // In flight on r1 at the kill: a stream that had its headers ends
   // truncated; a request r1 had received but not yet answered (still being

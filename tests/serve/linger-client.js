@@ -10,7 +10,8 @@
 //   node linger-client.js flood PORT fast|slow length|chunked LIMIT_S
 //     A raw socket that never stops sending: the body is declared with a
 //     huge Content-Length or is chunked without end; it is written as fast
-//     as the socket takes it (fast) or 1 KiB every 20 ms (slow), and the
+//     as the socket takes it, 64 KiB a turn of the event loop (fast), or
+//     1 KiB every 20 ms (slow), and the
 //     client keeps writing after the server's answer and its end of stream.
 //     Holds when the 413 arrived and the server then ended the connection,
 //     within LIMIT_S seconds; prints what it saw.
@@ -96,7 +97,10 @@ function flood(port, speed, framing, limitS) {
               (framing === 'chunked' ? 'Transfer-Encoding: chunked\r\n' : 'Content-Length: 1000000000000\r\n') +
               '\r\n');
       if (speed === 'fast') {
-        const pump = () => { while (write()); };
+        // One block per turn of the event loop: the answer is read as it
+        // comes, not only once the server has cut the connection (a loop
+        // of writes the kernel keeps taking would never yield to reads).
+        const pump = () => { if (write()) setImmediate(pump); };
         s.on('drain', pump);
         pump();
       } else {
