@@ -155,8 +155,10 @@ int eng_genai_config_load(const char *dir, eng_genai_config *cfg, eng_diag *diag
         copy_str(cfg->present_value_names, sizeof cfg->present_value_names, out, "present_value_names", "present.%d.value");
     }
     read_search(json_object_get(root, "search"), &cfg->search, path, diag);
-    if (cfg->context_length < 0)
-        eng_diag_add(diag, "%s: context_length must not be negative", path);
+    /* Tokens are counted in INT32 by the graph (total_sequence_length). */
+    if (cfg->context_length < 0 || cfg->context_length > INT32_MAX)
+        eng_diag_add(diag, "%s: model.context_length %lld is outside 0..%d", path, (long long)cfg->context_length,
+                     INT32_MAX);
     /* The filename must stay inside the model folder. */
     if (cfg->filename[0] == '/' || strstr(cfg->filename, ".."))
         eng_diag_add(diag, "%s: decoder.filename '%s' must be a plain name inside the model folder", path, cfg->filename);

@@ -23,9 +23,7 @@
 #include <unistd.h>
 
 #include "engine/onnx.pb-c.h"
-
-/* Largest tensor accepted: far above any real model, far below overflow. */
-#define MAX_TENSOR_BYTES (UINT64_C(1) << 44)
+#include "kernels/checked.h"
 /* ai.onnx opsets whose semantics for the supported ops are the ones implemented. */
 #define ONNX_OPSET_MIN 14
 #define ONNX_OPSET_MAX 26
@@ -78,6 +76,34 @@ size_t eng_dtype_size(int32_t dtype)
     case ENG_DT_INT64: case ENG_DT_DOUBLE: case ENG_DT_UINT64: return 8;
     default: return 0;
     }
+}
+
+int eng_shape_size(const int64_t *dims, int rank, size_t esize, uint64_t *n_elems, uint64_t *nbytes)
+{
+    uint64_t n = 1, volume = esize ? esize : 1;
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] < 0)
+            return -1;
+        uint64_t d = (uint64_t)dims[i];
+        if (!ck_mul_u64(volume, d ? d : 1, &volume) || volume > ENG_MAX_TENSOR_BYTES)
+            return -1;
+        n *= d; /* cannot overflow: bounded by volume */
+    }
+    if (n_elems)
+        *n_elems = n;
+    if (nbytes)
+        *nbytes = n * esize;
+    return 0;
+}
+
+const char *eng_shape_str(const int64_t *dims, int rank, char *buf, size_t cap)
+{
+    size_t len = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < rank && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%lld", i ? ", " : "", (long long)dims[i]);
+    if (len < cap)
+        snprintf(buf + len, cap - len, "]");
+    return buf;
 }
 
 const char *eng_dtype_name(int32_t dtype)
@@ -335,27 +361,21 @@ static bool tensor_header(loader *L, const Onnx__TensorProto *tp, const char *wh
         return false;
     }
     t->rank = (int)tp->n_dims;
-    uint64_t n = 1;
     for (size_t i = 0; i < tp->n_dims; i++) {
-        int64_t d = tp->dims[i];
-        t->dims[i] = d;
-        if (d < 0) {
+        t->dims[i] = tp->dims[i];
+        if (tp->dims[i] < 0) {
             eng_diag_add(L->diag, "%s: %s '%s': negative dimension %lld at axis %zu", L->file, what,
-                         t->name, (long long)d, i);
+                         t->name, (long long)tp->dims[i], i);
             ok = false;
-            continue;
-        }
-        if (__builtin_mul_overflow(n, (uint64_t)d, &n) || n > MAX_TENSOR_BYTES) {
-            eng_diag_add(L->diag, "%s: %s '%s': dimensions overflow (element count too large)", L->file,
-                         what, t->name);
-            return false;
         }
     }
     if (!ok)
         return false;
-    t->n_elems = n;
-    if (__builtin_mul_overflow(n, (uint64_t)esize, &t->nbytes) || t->nbytes > MAX_TENSOR_BYTES) {
-        eng_diag_add(L->diag, "%s: %s '%s': byte size overflows", L->file, what, t->name);
+    if (eng_shape_size(t->dims, t->rank, esize, &t->n_elems, &t->nbytes) != 0) {
+        char shape[200];
+        eng_diag_add(L->diag, "%s: %s '%s': shape %s overflows the largest tensor (%llu bytes, zero dims counted as 1)",
+                     L->file, what, t->name, eng_shape_str(t->dims, t->rank, shape, sizeof shape),
+                     (unsigned long long)ENG_MAX_TENSOR_BYTES);
         return false;
     }
     return true;

@@ -44,6 +44,22 @@ enum {
 
 /* Bytes per element of a fixed-width dtype qwen3d can hold; 0 for any other. */
 size_t eng_dtype_size(int32_t dtype);
+
+/* Largest tensor accepted, in the file or computed at run time: far above any
+ * real model, far below the point where sizes and offsets overflow. */
+#define ENG_MAX_TENSOR_BYTES (UINT64_C(1) << 44)
+
+/*
+ * Checks a shape of RANK dims of ESIZE-byte elements: every dim is >= 0 and
+ * the dims' product, with zero dims counted as 1, times ESIZE (1 if 0) is at
+ * most ENG_MAX_TENSOR_BYTES. Zero dims count as 1 so that an empty tensor
+ * cannot carry dims whose partial products (the rows before an axis, the
+ * elements after it) overflow or make loops run for ages. Returns 0 and
+ * sets the element count and byte size (either pointer may be NULL), or -1.
+ */
+int eng_shape_size(const int64_t *dims, int rank, size_t esize, uint64_t *n_elems, uint64_t *nbytes);
+/* Writes "[d0, d1, ...]" into BUF (cut to CAP bytes); returns BUF. */
+const char *eng_shape_str(const int64_t *dims, int rank, char *buf, size_t cap);
 /* "FLOAT", "INT64", ...; "dtype(N)" style names are not returned: unknown -> "UNKNOWN". */
 const char *eng_dtype_name(int32_t dtype);
 

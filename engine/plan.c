@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "kernels/checked.h"
 #include "kernels/krn.h"
 
 #define MAX_IO 16
@@ -52,6 +53,7 @@ typedef struct mmnb_params {
 typedef struct gqa_params {
     int index;            /* ordinal among the plan's attention nodes */
     int64_t heads, kv_heads;
+    int64_t width_heads;  /* heads in the query's width: heads, + 2 * kv_heads when packed */
     float scale;          /* 0: 1/sqrt(head size) at run time */
     bool rotary;
     bool packed;          /* key/value absent: query holds Q, K and V */
@@ -218,13 +220,28 @@ static rt_val *OUT(eng_exec *x, const step *s, int i)
     return i < s->n_out && s->out[i] >= 0 ? &x->vals[s->out[i]] : NULL;
 }
 
-static void set_shape(rt_val *o, int32_t dtype, int rank, const int64_t *dims)
+/* Gives V a shape, or returns -1 when the shape is too large (eng_shape_size). */
+static int set_shape(rt_val *o, int32_t dtype, int rank, const int64_t *dims)
 {
+    if (eng_shape_size(dims, rank, eng_dtype_size(dtype), NULL, &o->nbytes) != 0)
+        return -1;
     o->v.dtype = dtype;
     o->v.rank = rank;
     for (int i = 0; i < rank; i++)
         o->v.dims[i] = dims[i];
-    o->nbytes = dims_numel(dims, rank) * eng_dtype_size(dtype);
+    return 0;
+}
+
+/* Sets the shape of output I of S; a shape too large fails naming the output. */
+static int set_out(eng_exec *x, const step *s, int i, int32_t dtype, int rank, const int64_t *dims)
+{
+    if (set_shape(OUT(x, s, i), dtype, rank, dims) != 0) {
+        char shape[200];
+        STEP_FAIL(x, s, "output '%s' would have shape %s of %s, more than the largest tensor (%llu bytes)",
+                  x->p->g->values[s->out[i]].name, eng_shape_str(dims, rank, shape, sizeof shape),
+                  eng_dtype_name(dtype), (unsigned long long)ENG_MAX_TENSOR_BYTES);
+    }
+    return 0;
 }
 
 /* Reads element i of an integer tensor as int64. */
@@ -423,9 +440,9 @@ static int prep_constant(plan_builder *b, step *s)
         size_t cnt = f ? a->n_floats : a->n_ints;
         void *buf = calloc(cnt + 1, 8);
         p->owned[p->n_owned++] = buf;
-        if (f)
+        if (cnt && f) /* an empty list may have no array at all */
             memcpy(buf, a->floats, cnt * sizeof(float));
-        else
+        else if (cnt)
             memcpy(buf, a->ints, cnt * sizeof(int64_t));
         cv->dtype = f ? ENG_DT_FLOAT : ENG_DT_INT64;
         cv->rank = 1;
@@ -465,8 +482,7 @@ static int infer_shape(eng_exec *x, const step *s)
     int64_t b, e;
     shape_range(s, IN(x, s, 0)->v.rank, &b, &e);
     int64_t d = e - b;
-    set_shape(OUT(x, s, 0), ENG_DT_INT64, 1, &d);
-    return 0;
+    return set_out(x, s, 0, ENG_DT_INT64, 1, &d);
 }
 
 static int run_shape(eng_exec *x, const step *s)
@@ -515,8 +531,7 @@ static int infer_gather(eng_exec *x, const step *s)
         od[k++] = ix->v.dims[i];
     for (int i = (int)axis + 1; i < r; i++)
         od[k++] = d->v.dims[i];
-    set_shape(OUT(x, s, 0), d->v.dtype, orank, od);
-    return 0;
+    return set_out(x, s, 0, d->v.dtype, orank, od);
 }
 
 static int run_gather(eng_exec *x, const step *s)
@@ -610,10 +625,8 @@ static int infer_reduce(eng_exec *x, const step *s)
         return -1;
     if (in->v.dtype != ENG_DT_INT64 && in->v.dtype != ENG_DT_INT32 && in->v.dtype != ENG_DT_FLOAT)
         STEP_FAIL(x, s, "unsupported input type %s", eng_dtype_name(in->v.dtype));
-    if (noop) {
-        set_shape(OUT(x, s, 0), in->v.dtype, in->v.rank, in->v.dims);
-        return 0;
-    }
+    if (noop)
+        return set_out(x, s, 0, in->v.dtype, in->v.rank, in->v.dims);
     int64_t od[ENG_MAX_RANK];
     int k = 0;
     for (int i = 0; i < in->v.rank; i++) {
@@ -622,8 +635,7 @@ static int infer_reduce(eng_exec *x, const step *s)
         else if (s->p.reduce.keepdims)
             od[k++] = 1;
     }
-    set_shape(OUT(x, s, 0), in->v.dtype, k, od);
-    return 0;
+    return set_out(x, s, 0, in->v.dtype, k, od);
 }
 
 static int run_reduce(eng_exec *x, const step *s)
@@ -657,12 +669,14 @@ static int run_reduce(eng_exec *x, const step *s)
         for (int a = 0; a < r; a++)
             if (!red[a])
                 oi = oi * (uint64_t)in->v.dims[a] + (uint64_t)idx[a];
+        /* integer sums wrap as in the binary ops, without signed-overflow UB */
         if (isf)
             ((float *)o->v.data)[oi] += ((const float *)in->v.data)[i];
         else if (in->v.dtype == ENG_DT_INT64)
-            acci[oi] += ((const int64_t *)in->v.data)[i];
+            acci[oi] = (int64_t)((uint64_t)acci[oi] + (uint64_t)((const int64_t *)in->v.data)[i]);
         else
-            ((int32_t *)o->v.data)[oi] += ((const int32_t *)in->v.data)[i];
+            ((int32_t *)o->v.data)[oi] =
+                (int32_t)((uint32_t)((int32_t *)o->v.data)[oi] + (uint32_t)((const int32_t *)in->v.data)[i]);
         for (int a = r - 1; a >= 0; a--) {
             if (++idx[a] < in->v.dims[a])
                 break;
@@ -690,8 +704,7 @@ static int infer_binary(eng_exec *x, const step *s)
 {
     if (s->silu_gate >= 0 && x->fused_now[s - x->p->steps]) {
         const rt_val *gv = &x->vals[s->silu_gate];
-        set_shape(OUT(x, s, 0), gv->v.dtype, gv->v.rank, gv->v.dims);
-        return 0;
+        return set_out(x, s, 0, gv->v.dtype, gv->v.rank, gv->v.dims);
     }
     const rt_val *a = IN(x, s, 0), *b = IN(x, s, 1);
     if (a->v.dtype != b->v.dtype)
@@ -707,8 +720,7 @@ static int infer_binary(eng_exec *x, const step *s)
             STEP_FAIL(x, s, "shapes cannot be broadcast (axis %d: %lld vs %lld)", i, (long long)da, (long long)db);
         od[i] = da == 1 ? db : da;
     }
-    set_shape(OUT(x, s, 0), a->v.dtype, r, od);
-    return 0;
+    return set_out(x, s, 0, a->v.dtype, r, od);
 }
 
 static int run_binary(eng_exec *x, const step *s)
@@ -790,8 +802,7 @@ static int infer_unary_same(eng_exec *x, const step *s)
     const rt_val *a = IN(x, s, 0);
     if (a->v.dtype != ENG_DT_FLOAT)
         STEP_FAIL(x, s, "input must be FLOAT, not %s", eng_dtype_name(a->v.dtype));
-    set_shape(OUT(x, s, 0), a->v.dtype, a->v.rank, a->v.dims);
-    return 0;
+    return set_out(x, s, 0, a->v.dtype, a->v.rank, a->v.dims);
 }
 
 static int run_sigmoid(eng_exec *x, const step *s)
@@ -825,8 +836,7 @@ static int infer_cast(eng_exec *x, const step *s)
     const rt_val *a = IN(x, s, 0);
     if (!cast_supported(a->v.dtype))
         STEP_FAIL(x, s, "input type %s is not supported", eng_dtype_name(a->v.dtype));
-    set_shape(OUT(x, s, 0), s->p.cast.to, a->v.rank, a->v.dims);
-    return 0;
+    return set_out(x, s, 0, s->p.cast.to, a->v.rank, a->v.dims);
 }
 
 static int run_cast(eng_exec *x, const step *s)
@@ -896,7 +906,11 @@ static int infer_reshape(eng_exec *x, const step *s)
             STEP_FAIL(x, s, "invalid target dimension %lld", (long long)d);
         }
         od[i] = d;
-        known *= (uint64_t)d;
+        if (!ck_mul_u64(known, (uint64_t)d, &known)) {
+            char shape[200];
+            STEP_FAIL(x, s, "target shape %s overflows: its element count passes 2^64",
+                      eng_shape_str(sh->v.data, (int)r, shape, sizeof shape));
+        }
     }
     if (infer_at >= 0) {
         if (known == 0 || total % known)
@@ -908,8 +922,7 @@ static int infer_reshape(eng_exec *x, const step *s)
     if (known != total)
         STEP_FAIL(x, s, "target shape holds %llu elements, input has %llu", (unsigned long long)known,
                   (unsigned long long)total);
-    set_shape(OUT(x, s, 0), a->v.dtype, (int)r, od);
-    return 0;
+    return set_out(x, s, 0, a->v.dtype, (int)r, od);
 }
 
 static int run_reshape(eng_exec *x, const step *s)
@@ -950,7 +963,9 @@ static int split_sizes(eng_exec *x, const step *s, int64_t axis, int64_t *sizes)
             sizes[i] = int_at(&sp->v, (uint64_t)i);
             if (sizes[i] < 0)
                 STEP_FAIL(x, s, "negative split size %lld", (long long)sizes[i]);
-            sum += sizes[i];
+            if (!ck_add_i64(sum, sizes[i], &sum))
+                STEP_FAIL(x, s, "split sizes overflow: size %d (%lld) added to the ones before passes %lld", i,
+                          (long long)sizes[i], (long long)INT64_MAX);
         }
         if (sum != dim)
             STEP_FAIL(x, s, "split sizes sum to %lld, axis has %lld", (long long)sum, (long long)dim);
@@ -981,7 +996,8 @@ static int infer_split(eng_exec *x, const step *s)
         int64_t d[ENG_MAX_RANK];
         memcpy(d, a->v.dims, sizeof d);
         d[axis] = sizes[i];
-        set_shape(OUT(x, s, i), a->v.dtype, r, d);
+        if (set_out(x, s, i, a->v.dtype, r, d) != 0)
+            return -1;
     }
     return 0;
 }
@@ -1057,7 +1073,8 @@ static int infer_sln(eng_exec *x, const step *s)
     if (eng_view_numel(&g->v) != n)
         STEP_FAIL(x, s, "scale has %llu elements, normalized size is %llu", (unsigned long long)eng_view_numel(&g->v),
                   (unsigned long long)n);
-    set_shape(OUT(x, s, 0), ENG_DT_FLOAT, r, a->v.dims);
+    if (set_out(x, s, 0, ENG_DT_FLOAT, r, a->v.dims) != 0)
+        return -1;
     reserve_norm_qa(x, s, n ? eng_view_numel(&a->v) / n : 0, n);
     return 0;
 }
@@ -1118,9 +1135,9 @@ static int infer_skip_sln(eng_exec *x, const step *s)
         STEP_FAIL(x, s, "skip shape does not match or broadcast to the input");
     if ((int64_t)eng_view_numel(&g->v) != d || (bias && (int64_t)eng_view_numel(&bias->v) != d))
         STEP_FAIL(x, s, "gamma/bias must have %lld elements", (long long)d);
-    set_shape(OUT(x, s, 0), ENG_DT_FLOAT, r, a->v.dims);
-    if (OUT(x, s, 3))
-        set_shape(OUT(x, s, 3), ENG_DT_FLOAT, r, a->v.dims);
+    if (set_out(x, s, 0, ENG_DT_FLOAT, r, a->v.dims) != 0 ||
+        (OUT(x, s, 3) && set_out(x, s, 3, ENG_DT_FLOAT, r, a->v.dims) != 0))
+        return -1;
     reserve_norm_qa(x, s, na / (uint64_t)d, (uint64_t)d);
     return 0;
 }
@@ -1161,7 +1178,10 @@ static void *alloc_weights(size_t bytes)
 {
     const size_t huge = (size_t)2 << 20;
     size_t align = bytes >= 2 * huge ? huge : ALIGN;
-    size_t sz = (bytes + align - 1) / align * align;
+    uint64_t sz;
+    if (!ck_add_u64(bytes, align - 1, &sz))
+        return NULL;
+    sz = sz / align * align;
     void *p = aligned_alloc(align, sz);
     if (p && align == huge)
         madvise(p, sz, MADV_HUGEPAGE); /* a hint; failure only costs speed */
@@ -1173,15 +1193,41 @@ static void *alloc_weights(size_t bytes)
  * bfloat16: they are an fp32 initializer whose every value fits exactly
  * (krn_q4_scales_fit_bf16; true of exports quantized from a bf16 checkpoint).
  */
-static bool node_scales_bf16(const eng_plan *p, const eng_node *n)
+static bool node_scales_bf16(const eng_tensor *scales)
 {
-    if (n->n_inputs < 3 || n->input_values[2] < 0)
-        return false;
-    const eng_value *v = &p->g->values[n->input_values[2]];
+    return scales->data && krn_q4_scales_fit_bf16(scales->data, (size_t)scales->n_elems);
+}
+
+/* Input I of node N when it is an initializer of DTYPE and N_ELEMS elements, else NULL. */
+static const eng_tensor *node_init(const eng_plan *p, const eng_node *n, size_t i, int32_t dtype, uint64_t n_elems)
+{
+    if (n->n_inputs <= i || n->input_values[i] < 0)
+        return NULL;
+    const eng_value *v = &p->g->values[n->input_values[i]];
     if (v->kind != ENG_VALUE_INITIALIZER)
-        return false;
+        return NULL;
     const eng_tensor *t = &p->inits[v->index];
-    return t->dtype == ENG_DT_FLOAT && t->data && krn_q4_scales_fit_bf16(t->data, (size_t)t->n_elems);
+    return t->dtype == dtype && t->n_elems == n_elems ? t : NULL;
+}
+
+/*
+ * What a MatMulNBits node's attributes K, N and block_size imply for its
+ * inputs, computed without overflow: blocks per row of B, bytes of B,
+ * elements of scales, bytes of packed 4-bit zero points. False when a size
+ * passes the largest tensor (no input could match it then); the attributes
+ * themselves must already be positive, and block_size a power of two.
+ */
+typedef struct mmnb_sizes {
+    uint64_t kb, b_bytes, n_scales, zp_bytes;
+} mmnb_sizes;
+
+static bool mmnb_sizes_of(int64_t K, int64_t N, int64_t bs, mmnb_sizes *z)
+{
+    uint64_t k = (uint64_t)K, b = (uint64_t)bs;
+    z->kb = k / b + (k % b != 0);
+    return ck_mul_u64((uint64_t)N, z->kb, &z->n_scales) && ck_mul_u64(z->n_scales, b / 2, &z->b_bytes) &&
+           ck_mul_u64((uint64_t)N, (z->kb + 1) / 2, &z->zp_bytes) && z->b_bytes <= ENG_MAX_TENSOR_BYTES &&
+           z->n_scales <= ENG_MAX_TENSOR_BYTES;
 }
 
 /*
@@ -1197,9 +1243,13 @@ static size_t node_pack_size(const eng_plan *p, const eng_node *n, bool *bf16)
         (n->n_inputs > 3 && n->input_values[3] >= 0))
         return 0;
     int64_t N = eng_node_attr_int(n, "N", 0), K = eng_node_attr_int(n, "K", 0);
-    if (N <= 0 || K <= 0)
+    mmnb_sizes z;
+    const eng_tensor *scales;
+    /* Only a node prep_mmnb will accept counts, so no size below overflows. */
+    if (N <= 0 || K <= 0 || !mmnb_sizes_of(K, N, 32, &z) || !node_init(p, n, 1, ENG_DT_UINT8, z.b_bytes) ||
+        !(scales = node_init(p, n, 2, ENG_DT_FLOAT, z.n_scales)))
         return 0;
-    *bf16 = node_scales_bf16(p, n);
+    *bf16 = node_scales_bf16(scales);
     krn_q4_weights w = {.n = (size_t)N, .k = (size_t)K, .block_size = 32, .packed_bf16 = *bf16};
     krn_q4_weights_set_blocks(&w);
     return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;
@@ -1218,8 +1268,10 @@ static bool size_packs(plan_builder *b)
     b->scales_bf16 = calloc(g->n_nodes ? g->n_nodes : 1, sizeof *b->scales_bf16);
     if (!b->scales_bf16)
         return false;
+    /* An overflowing total cannot be allocated: packed_slot() then fails the node naming it. */
     for (size_t i = 0; i < g->n_nodes; i++)
-        b->pack_total += node_pack_size(b->p, &g->nodes[i], &b->scales_bf16[i]);
+        if (!ck_add_u64(b->pack_total, node_pack_size(b->p, &g->nodes[i], &b->scales_bf16[i]), &b->pack_total))
+            b->pack_total = UINT64_MAX;
     b->pack_sized = true;
     return true;
 }
@@ -1392,18 +1444,23 @@ static int prep_mmnb(plan_builder *b, step *s)
         PREP_FAIL(b, s, "input 4 (g_idx) is not supported");
     const eng_tensor *B = const_input(b, s, 1), *sc = const_input(b, s, 2), *zp = const_input(b, s, 3);
     const eng_tensor *bias = const_input(b, s, 5);
-    uint64_t kb = (uint64_t)((K + bs - 1) / bs), blob = (uint64_t)bs / 2;
-    if (!B || B->dtype != ENG_DT_UINT8 || B->n_elems != (uint64_t)N * kb * blob)
+    mmnb_sizes z;
+    if (!mmnb_sizes_of(K, N, bs, &z))
+        PREP_FAIL(b, s, "attributes 'N' = %lld, 'K' = %lld and 'block_size' = %lld overflow: input B would pass "
+                  "the largest tensor (%llu bytes)", (long long)N, (long long)K, (long long)bs,
+                  (unsigned long long)ENG_MAX_TENSOR_BYTES);
+    uint64_t kb = z.kb, blob = (uint64_t)bs / 2;
+    if (!B || B->dtype != ENG_DT_UINT8 || B->n_elems != z.b_bytes)
         PREP_FAIL(b, s, "input B must be a UINT8 initializer of %lld x %llu x %llu bytes", (long long)N,
                   (unsigned long long)kb, (unsigned long long)blob);
-    if (!sc || sc->dtype != ENG_DT_FLOAT || sc->n_elems != (uint64_t)N * kb)
-        PREP_FAIL(b, s, "input scales must be a FLOAT initializer of %llu elements", (unsigned long long)((uint64_t)N * kb));
+    if (!sc || sc->dtype != ENG_DT_FLOAT || sc->n_elems != z.n_scales)
+        PREP_FAIL(b, s, "input scales must be a FLOAT initializer of %llu elements", (unsigned long long)z.n_scales);
     if (s->n_in > 3 && s->in[3] >= 0) {
         if (!zp || zp->dtype != ENG_DT_UINT8)
             PREP_FAIL(b, s, "input zero_points must be a UINT8 initializer (other types are not supported)");
-        if (zp->n_elems != (uint64_t)N * ((kb + 1) / 2))
+        if (zp->n_elems != z.zp_bytes)
             PREP_FAIL(b, s, "input zero_points has %llu bytes, packed 4-bit zero points need %llu",
-                      (unsigned long long)zp->n_elems, (unsigned long long)((uint64_t)N * ((kb + 1) / 2)));
+                      (unsigned long long)zp->n_elems, (unsigned long long)z.zp_bytes);
     }
     if (s->n_in > 5 && s->in[5] >= 0 && (!bias || bias->dtype != ENG_DT_FLOAT || bias->n_elems != (uint64_t)N))
         PREP_FAIL(b, s, "input bias must be a FLOAT initializer of %lld elements", (long long)N);
@@ -1451,7 +1508,8 @@ static int infer_mmnb(eng_exec *x, const step *s)
     int64_t d[ENG_MAX_RANK];
     memcpy(d, a->v.dims, sizeof d);
     d[a->v.rank - 1] = (int64_t)w->n;
-    set_shape(OUT(x, s, 0), ENG_DT_FLOAT, a->v.rank, d);
+    if (set_out(x, s, 0, ENG_DT_FLOAT, a->v.rank, d) != 0)
+        return -1;
     if (s->p.mmnb.int8) {
         uint64_t m = eng_view_numel(&a->v) / w->k;
         uint64_t need = krn_quant_a8_size(m, w->k, w->block_size);
@@ -1530,6 +1588,11 @@ static int prep_gqa(plan_builder *b, step *s)
     if (has_k != has_v)
         PREP_FAIL(b, s, "key and value must both be given or both be absent");
     g->packed = !has_k;
+    g->width_heads = g->heads;
+    if (g->packed && (!ck_mul_i64(2, g->kv_heads, &g->width_heads) ||
+                      !ck_add_i64(g->width_heads, g->heads, &g->width_heads)))
+        PREP_FAIL(b, s, "num_heads = %lld + 2 x kv_num_heads = %lld overflows", (long long)g->heads,
+                  (long long)g->kv_heads);
     g->index = b->p->n_gqa++;
     if (s->n_in < 7 || s->in[5] < 0 || s->in[6] < 0)
         PREP_FAIL(b, s, "inputs seqlens_k and total_sequence_length are required");
@@ -1568,12 +1631,14 @@ static int gqa_shapes(eng_exec *x, const step *s, gqa_dims *d)
         STEP_FAIL(x, s, "batch size %lld is not supported (only 1)", (long long)q->v.dims[0]);
     d->S = q->v.dims[1];
     d->W = q->v.dims[2];
-    int64_t heads_total = g->packed ? g->heads + 2 * g->kv_heads : g->heads;
+    int64_t heads_total = g->width_heads;
     if (d->W % heads_total)
         STEP_FAIL(x, s, "query width %lld is not a multiple of %lld heads", (long long)d->W, (long long)heads_total);
     d->H = d->W / heads_total;
-    if (d->H > KRN_MAX_HEAD_DIM || d->H % 8)
-        STEP_FAIL(x, s, "head size %lld must be a multiple of 8 up to %d", (long long)d->H, KRN_MAX_HEAD_DIM);
+    /* H >= 8 also bounds the heads by the query's width, so head counts times H fit */
+    if (d->H < 8 || d->H > KRN_MAX_HEAD_DIM || d->H % 8)
+        STEP_FAIL(x, s, "head size %lld must be a positive multiple of 8 up to %d", (long long)d->H,
+                  KRN_MAX_HEAD_DIM);
     if (!g->packed) {
         const rt_val *v = IN(x, s, 2);
         for (int i = 0; i < 2; i++) {
@@ -1615,11 +1680,11 @@ static int infer_gqa(eng_exec *x, const step *s)
         return -1;
     const gqa_params *g = &s->p.gqa;
     int64_t od[3] = {1, d.S, g->heads * d.H};
-    set_shape(OUT(x, s, 0), ENG_DT_FLOAT, 3, od);
     /* with a session cache bound, the cache is the state and present is empty */
     int64_t pd[4] = {1, g->kv_heads, x->kv[g->index].k ? 0 : d.present, d.H};
-    set_shape(OUT(x, s, 1), ENG_DT_FLOAT, 4, pd);
-    set_shape(OUT(x, s, 2), ENG_DT_FLOAT, 4, pd);
+    if (set_out(x, s, 0, ENG_DT_FLOAT, 3, od) != 0 || set_out(x, s, 1, ENG_DT_FLOAT, 4, pd) != 0 ||
+        set_out(x, s, 2, ENG_DT_FLOAT, 4, pd) != 0)
+        return -1;
     /* scratch: rotated queries, then positions */
     uint64_t need = (uint64_t)(d.S * g->heads * d.H) * sizeof(float) + (uint64_t)d.S * sizeof(int64_t) + ALIGN;
     if (need > x->scratch_need)
@@ -1669,7 +1734,8 @@ static int run_gqa(eng_exec *x, const step *s)
     if (kvb->k && past + S > kvb->capacity)
         STEP_FAIL(x, s, "%lld cached + %lld new tokens exceed the KV cache of %lld", (long long)past, (long long)S,
                   (long long)kvb->capacity);
-    if (kvb->k && kvb->head_stride < kvb->capacity * H)
+    int64_t cap_elems;
+    if (kvb->k && (!ck_mul_i64(kvb->capacity, H, &cap_elems) || kvb->head_stride < cap_elems))
         STEP_FAIL(x, s, "KV cache head stride %lld is below %lld tokens x head size %lld", (long long)kvb->head_stride,
                   (long long)kvb->capacity, (long long)H);
     void *kc = kvb->k ? kvb->k : prk->v.data, *vc = kvb->k ? kvb->v : prv->v.data;
@@ -2162,7 +2228,12 @@ int eng_exec_set_input(eng_exec *x, const char *name, int32_t dtype, int rank, c
             return -1;
         }
     }
-    set_shape(&x->vals[v], dtype, rank, dims);
+    if (set_shape(&x->vals[v], dtype, rank, dims) != 0) {
+        char shape[200];
+        eng_diag_add(diag, "input '%s': shape %s is more than the largest tensor (%llu bytes)", name,
+                     eng_shape_str(dims, rank, shape, sizeof shape), (unsigned long long)ENG_MAX_TENSOR_BYTES);
+        return -1;
+    }
     x->vals[v].v.data = (void *)data;
     x->input_set[v] = true;
     return 0;
@@ -2282,25 +2353,32 @@ static int layout_arena(eng_exec *x)
     for (size_t i = 0; i < n; i++) {
         size_t v = ord[i].v;
         int d0 = p->vals[v].def, l0 = p->vals[v].last < d0 ? d0 : p->vals[v].last;
-        uint64_t off = 0;
-        for (bool moved = true; moved;) {
+        uint64_t off = 0, end = ord[i].cap;
+        bool fits = true;
+        for (bool moved = true; moved && fits;) {
             moved = false;
-            for (size_t j = 0; j < n_placed; j++) {
+            for (size_t j = 0; j < n_placed && fits; j++) {
                 size_t u = placed[j];
                 int d1 = p->vals[u].def, l1 = p->vals[u].last < d1 ? d1 : p->vals[u].last;
                 if (l0 < d1 || l1 < d0)
                     continue; /* never alive together */
-                uint64_t ub = x->slot_off[u], ue = ub + x->slot_cap[u];
-                if (off < ue && ub < off + ord[i].cap) {
+                uint64_t ub = x->slot_off[u], ue = ub + x->slot_cap[u]; /* an end already placed: fits */
+                if (off < ue && ub < end) {
                     off = ue;
                     moved = true;
+                    fits = ck_add_u64(off, ord[i].cap, &end);
                 }
             }
         }
+        if (!fits) { /* past 2^64 bytes: no such arena can exist */
+            free(ord);
+            free(placed);
+            return -1;
+        }
         x->slot_off[v] = off;
         placed[n_placed++] = v;
-        if (off + ord[i].cap > total)
-            total = off + ord[i].cap;
+        if (end > total)
+            total = end;
     }
     free(ord);
     free(placed);
@@ -2315,9 +2393,10 @@ static int layout_arena(eng_exec *x)
     return 0;
 }
 
+/* Storage for an integer value of the shape pass; never NULL for a value that got some, even an empty one. */
 static void *shape_alloc(eng_exec *x, uint64_t n)
 {
-    n = (n + 15) / 16 * 16;
+    n = n ? (n + 15) / 16 * 16 : 16;
     if (x->shape_used + n > x->shape_cap)
         return NULL;
     void *r = x->shape_buf + x->shape_used;
@@ -2339,7 +2418,7 @@ static int place_outputs(eng_exec *x, const step *s)
             o->v.data = NULL;
             if (s->op->shape_op && is_int_dtype(o->v.dtype)) {
                 o->v.data = shape_alloc(x, o->nbytes);
-                if (!o->v.data && o->nbytes) {
+                if (!o->v.data) {
                     /* grow the shape buffer and redo this run's shape pass */
                     return 1;
                 }

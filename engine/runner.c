@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "kernels/checked.h"
 #include "kernels/krn.h"
 
 struct eng_model {
@@ -141,6 +142,11 @@ int eng_model_open(const char *dir, const eng_model_opts *opts, eng_model **out,
         eng_diag_add(diag, "%s: the graph has %zu inputs; a decoder with %lld layers has %lld "
                      "(input_ids, attention_mask, past keys and values)", m->g->dir, m->g->n_inputs,
                      (long long)L, (long long)(2 + 2 * L));
+    int64_t ctx = eng_model_max_context(m);
+    if (eng_model_kv_bytes(m, ctx) == UINT64_MAX)
+        eng_diag_add(diag, "%s: the KV state of the model's context of %lld tokens (%lld layers, %lld kv heads of "
+                     "%lld) overflows", m->g->dir, (long long)ctx, (long long)L, (long long)m->geo.kv_heads,
+                     (long long)m->geo.head_size);
     if (diag->n_total > before)
         goto fail;
     m->pool = eng_pool_new(o.threads > 0 ? o.threads : eng_pool_physical_cores(), 1);
@@ -191,7 +197,8 @@ int64_t eng_model_max_context(const eng_model *m)
     int64_t c = m->cfg.context_length > 0 ? m->cfg.context_length : m->geo.max_positions;
     if (m->geo.max_positions > 0 && c > m->geo.max_positions)
         c = m->geo.max_positions;
-    return c;
+    /* The graph counts tokens in INT32 (total_sequence_length, seqlens_k). */
+    return c < INT32_MAX ? c : INT32_MAX;
 }
 
 bool eng_model_is_eos(const eng_model *m, int64_t id)
@@ -250,6 +257,14 @@ int32_t eng_session_argmax(const eng_session *s)
     return eng_exec_argmax(s->x);
 }
 
+/* Tensor mode: bytes of one past or present tensor [1, kv_heads, capacity, head] (fp32); false on overflow. */
+static bool tensor_kv_bytes(const eng_model *m, int64_t capacity, uint64_t *out)
+{
+    uint64_t n;
+    return ck_mul_u64((uint64_t)m->geo.kv_heads, (uint64_t)capacity, &n) &&
+           ck_mul_u64(n, (uint64_t)m->geo.head_size, &n) && ck_mul_u64(n, sizeof(float), out);
+}
+
 uint64_t eng_model_kv_bytes(const eng_model *m, int64_t capacity)
 {
     if (capacity <= 0)
@@ -257,10 +272,14 @@ uint64_t eng_model_kv_bytes(const eng_model *m, int64_t capacity)
     if (m->opts.kv_mode == ENG_KV_PERSISTENT) {
         kv_geometry kg = {.layers = m->geo.layers, .kv_heads = m->geo.kv_heads, .head_dim = m->geo.head_size,
                           .capacity = capacity, .type = m->opts.kv_type};
-        return kv_bytes_for(&kg);
+        uint64_t b = kv_bytes_for(&kg);
+        return b ? b : UINT64_MAX;
     }
     /* Tensor mode: two alternating buffers each for keys and values, per layer. */
-    return 4 * (uint64_t)(m->geo.kv_heads * capacity * m->geo.head_size) * sizeof(float) * (uint64_t)m->geo.layers;
+    uint64_t one;
+    if (!tensor_kv_bytes(m, capacity, &one))
+        return UINT64_MAX;
+    return ck_mul_sat_u64(ck_mul_sat_u64(one, 4), (uint64_t)m->geo.layers);
 }
 
 eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag)
@@ -297,7 +316,8 @@ eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag)
         }
         return s;
     }
-    s->kv_bytes = (uint64_t)(m->geo.kv_heads * max_ctx * m->geo.head_size) * sizeof(float);
+    if (!tensor_kv_bytes(m, max_ctx, &s->kv_bytes))
+        goto oom; /* eng_model_open() checked the largest context; cannot happen */
     s->k = calloc((size_t)L, sizeof *s->k);
     s->v = calloc((size_t)L, sizeof *s->v);
     s->mask = malloc((size_t)max_ctx * sizeof *s->mask);
@@ -444,7 +464,7 @@ int eng_session_feed(eng_session *s, const int64_t *ids, size_t n, const float *
         eng_diag_add(diag, "no ids to feed");
         return -1;
     }
-    if (s->len + (int64_t)n > s->cap) {
+    if (n > (uint64_t)(s->cap - s->len)) {
         eng_diag_add(diag, "%lld cached + %zu new tokens exceed the session's context of %lld", (long long)s->len, n,
                      (long long)s->cap);
         return -1;

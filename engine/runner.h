@@ -55,7 +55,7 @@ const eng_plan *eng_model_plan(const eng_model *m);
 const eng_geometry *eng_model_geometry(const eng_model *m);
 const eng_genai_config *eng_model_config(const eng_model *m);
 eng_pool *eng_model_pool(eng_model *m);
-/* Maximum sequence length: context_length from genai_config.json, else the rotary cache rows. */
+/* Maximum sequence length: context_length from genai_config.json, else the rotary cache rows; at most INT32_MAX. */
 int64_t eng_model_max_context(const eng_model *m);
 /* True if ID is one of the end-of-sequence ids. */
 bool eng_model_is_eos(const eng_model *m, int64_t id);
@@ -63,7 +63,9 @@ bool eng_model_is_eos(const eng_model *m, int64_t id);
 /*
  * The bytes a session of CAPACITY tokens reserves for its KV state: what
  * eng_session_kv_bytes_reserved() reports for it, known before it exists
- * (the server's KV budget). Any thread.
+ * (the server's KV budget); UINT64_MAX when the size overflows (more than
+ * any budget; eng_model_open() refuses a model whose whole context does).
+ * Any thread.
  */
 uint64_t eng_model_kv_bytes(const eng_model *m, int64_t capacity);
 

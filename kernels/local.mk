@@ -2,7 +2,7 @@
 # its own convenience library so only those files get ISA-specific flags.
 QD_KERNEL_ARCHIVES =
 
-noinst_HEADERS += kernels/krn.h kernels/krn_internal.h
+noinst_HEADERS += kernels/krn.h kernels/krn_internal.h kernels/checked.h
 
 # Dispatch, CPU probe and the scalar reference: portable C, no ISA flags.
 libqwen3d_a_SOURCES += \

@@ -14,6 +14,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "kernels/checked.h"
+
 /* Tokens committed at a time: amortizes mprotect over many decode steps. */
 #define COMMIT_STEP 256
 
@@ -65,25 +67,43 @@ static uint64_t n_runs(const kv_geometry *geo)
     return (uint64_t)geo->kv_heads * 2 * (uint64_t)geo->layers;
 }
 
+/*
+ * One kv head's run (page aligned) and the whole reserved range for GEO, in
+ * bytes; false for a geometry with a field <= 0 or whose sizes overflow (the
+ * geometry comes from the model file and the context from the configuration,
+ * so every product is checked). Once they fit, every smaller product in this
+ * file (a row, a region, a committed prefix) fits too.
+ */
+static bool geo_bytes(const kv_geometry *geo, uint64_t page, uint64_t *head_bytes, uint64_t *total)
+{
+    uint64_t row, run, runs;
+    if (geo->layers <= 0 || geo->kv_heads <= 0 || geo->head_dim <= 0 || geo->capacity <= 0 ||
+        !ck_mul_u64((uint64_t)geo->head_dim, kv_elem_size(geo->type), &row) ||
+        !ck_mul_u64(row, (uint64_t)geo->capacity, &run) || !ck_add_u64(run, page - 1, &run) ||
+        !ck_mul_u64((uint64_t)geo->kv_heads, 2, &runs) || !ck_mul_u64(runs, (uint64_t)geo->layers, &runs))
+        return false;
+    *head_bytes = run / page * page;
+    return ck_mul_u64(*head_bytes, runs, total);
+}
+
 uint64_t kv_bytes_for(const kv_geometry *geo)
 {
-    if (geo->layers <= 0 || geo->kv_heads <= 0 || geo->head_dim <= 0 || geo->capacity <= 0)
-        return 0;
-    return round_up(row_bytes(geo) * (uint64_t)geo->capacity, (uint64_t)sysconf(_SC_PAGESIZE)) * n_runs(geo);
+    uint64_t head, total;
+    return geo_bytes(geo, (uint64_t)sysconf(_SC_PAGESIZE), &head, &total) ? total : 0;
 }
 
 kv_cache *kv_new(const kv_geometry *geo)
 {
-    if (geo->layers <= 0 || geo->kv_heads <= 0 || geo->head_dim <= 0 || geo->capacity <= 0)
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), head, total;
+    if (!geo_bytes(geo, page, &head, &total) || total > SIZE_MAX)
         return NULL;
     kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv)
         return NULL;
     kv->geo = *geo;
-    kv->page = (uint64_t)sysconf(_SC_PAGESIZE);
-    kv->head_bytes = round_up(row_bytes(geo) * (uint64_t)geo->capacity, kv->page);
+    kv->page = page;
+    kv->head_bytes = head;
     kv->region_bytes = kv->head_bytes * (uint64_t)geo->kv_heads;
-    uint64_t total = kv->head_bytes * n_runs(geo);
     void *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         free(kv);

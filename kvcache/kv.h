@@ -33,9 +33,10 @@ typedef struct kv_geometry {
     kv_type type;
 } kv_geometry;
 
-/* Reserves the address range; commits nothing yet. NULL on failure. */
+/* Reserves the address range; commits nothing yet. NULL on failure (see kv_bytes_for). */
 kv_cache *kv_new(const kv_geometry *geo);
-/* The bytes kv_new(GEO) reserves (kv_bytes_reserved of that cache); 0 for an invalid geometry. */
+/* The bytes kv_new(GEO) reserves (kv_bytes_reserved of that cache); 0 for a geometry kv_new()
+ * refuses: a field <= 0, or sizes that overflow. */
 uint64_t kv_bytes_for(const kv_geometry *geo);
 /* Returns every page, committed ones included. */
 void kv_free(kv_cache *kv);

@@ -85,6 +85,22 @@ START_TEST(types_and_bad_geometry)
 }
 END_TEST
 
+/* Sizes from a model file and a configuration: a geometry whose bytes pass 2^64 is refused, not wrapped. */
+START_TEST(overflowing_geometry_refused)
+{
+    kv_geometry g = {.layers = 2048, .kv_heads = 1000, .head_dim = 1000, .capacity = INT32_MAX, .type = KV_F32};
+    ck_assert_uint_eq(kv_bytes_for(&g), 0);
+    ck_assert_ptr_null(kv_new(&g));
+    /* half as many layers fit: 1024 x 2 x 1000 runs of 4000 x (2^31 - 1) bytes, page rounded */
+    g.layers = 1024;
+    ck_assert_uint_gt(kv_bytes_for(&g), UINT64_C(1) << 63);
+    g.layers = 1;
+    g.head_dim = INT64_MAX / 2;
+    ck_assert_uint_eq(kv_bytes_for(&g), 0);
+    ck_assert_ptr_null(kv_new(&g));
+}
+END_TEST
+
 START_TEST(many_sessions_are_independent)
 {
     kv_cache *a[16];
@@ -107,6 +123,7 @@ int main(void)
     TCase *tc = tcase_create("kv");
     tcase_add_test(tc, reserve_commit_and_limits);
     tcase_add_test(tc, types_and_bad_geometry);
+    tcase_add_test(tc, overflowing_geometry_refused);
     tcase_add_test(tc, many_sessions_are_independent);
     suite_add_tcase(s, tc);
     return qd_run_suite(s);

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "engine/genai_config.h"
 #include "engine/geometry.h"
 #include "engine/model.h"
 #include "engine/onnx.pb-c.h"
@@ -241,6 +242,19 @@ static void mut_dims_overflow(Onnx__ModelProto *m)
         t->dims[i] = INT64_C(1) << 40;
 }
 
+/* No elements, but dims whose product (zeros counted as 1) is 2^80: the plan's
+ * row and stride products over them would overflow. */
+static void mut_empty_huge_dims(Onnx__ModelProto *m)
+{
+    Onnx__TensorProto *t = init_named_role(m, "SimplifiedLayerNormalization", 1, 0);
+    free(t->dims);
+    t->dims = malloc(3 * sizeof *t->dims);
+    t->dims[0] = 0;
+    t->dims[1] = t->dims[2] = INT64_C(1) << 40;
+    t->n_dims = 3;
+    set_external(t, "length", "0");
+}
+
 static void mut_cycle(Onnx__ModelProto *m)
 {
     /* Feed the second layer's attention output back into the first layer's QKV projection. */
@@ -400,6 +414,8 @@ static const corrupt_case cases[] = {
     {"unknown-dtype", "unsupported data type 99", mut_unknown_dtype, NULL},
     {"negative-dim", "negative dimension", mut_negative_dim, NULL},
     {"dims-overflow", "overflow", mut_dims_overflow, NULL},
+    {"empty-tensor-huge-dims", "shape [0, 1099511627776, 1099511627776] overflows the largest tensor",
+     mut_empty_huge_dims, NULL},
     {"cyclic-graph", "cycle", mut_cycle, NULL},
     {"unknown-op", "unsupported op ai.onnx::Softplus", mut_unknown_op, NULL},
     {"dangling-input", "'no_such_value' is not produced", mut_dangling_input, NULL},
@@ -498,6 +514,31 @@ START_TEST(missing_folder)
 }
 END_TEST
 
+/* genai_config.json's context_length must fit the graph's INT32 token counts. */
+START_TEST(context_length_range)
+{
+    static const struct { const char *value; int rc; } lengths[] = {
+        {"2147483647", 0}, {"2147483648", -1}, {"9223372036854775807", -1}, {"-1", -1}};
+    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
+        char dir[2048], path[2100], json[256];
+        snprintf(dir, sizeof dir, "%s/genai-context-%zu", cases_dir, i);
+        mkdir(dir, 0755);
+        snprintf(path, sizeof path, "%s/genai_config.json", dir);
+        snprintf(json, sizeof json, "{\"model\": {\"type\": \"qwen3\", \"context_length\": %s}}\n", lengths[i].value);
+        write_all(path, json, strlen(json));
+        eng_diag d;
+        eng_diag_init(&d);
+        eng_genai_config cfg;
+        ck_assert_int_eq(eng_genai_config_load(dir, &cfg, &d), lengths[i].rc);
+        if (lengths[i].rc)
+            ck_assert_msg(d.n_kept == 1 && strstr(d.lines[0], "model.context_length") &&
+                              strstr(d.lines[0], lengths[i].value),
+                          "context_length %s: diag '%s'", lengths[i].value, d.n_kept ? d.lines[0] : "(none)");
+        eng_diag_clear(&d);
+    }
+}
+END_TEST
+
 int main(void)
 {
     setup_base();
@@ -506,6 +547,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, loads_synth_tiny);
     tcase_add_test(tc, missing_folder);
+    tcase_add_test(tc, context_length_range);
     tcase_add_loop_test(tc, corrupt_file_rejected, 0, (int)N_CASES);
     suite_add_tcase(s, tc);
     return qd_run_suite(s);

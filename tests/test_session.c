@@ -186,6 +186,11 @@ START_TEST(context_limit_is_an_error)
     ck_assert_int_eq(eng_session_length(s), 0);
     ck_assert_int_eq(eng_session_feed(s, ids, 4, &logits, &d), 0);
     ck_assert_int_eq(eng_session_feed(s, ids, 1, &logits, &d), -1);
+    /* a count past INT64_MAX is refused before any id is read, not wrapped negative */
+    eng_session_reset(s);
+    eng_diag_clear(&d);
+    ck_assert_int_eq(eng_session_feed(s, ids, SIZE_MAX, &logits, &d), -1);
+    ck_assert_ptr_nonnull(strstr(d.lines[0], "exceed the session's context"));
     const int64_t bad = 151936;
     eng_session_reset(s);
     ck_assert_int_eq(eng_session_feed(s, &bad, 1, &logits, &d), -1);
