@@ -19,6 +19,7 @@
 /* Largest request arrays accepted, far above what a context holds. */
 #define MAX_PROMPT_IDS (1u << 20)
 #define MAX_MESSAGES 4096
+#define MAX_TOKENS INT32_MAX
 
 void api_request_free(api_request *r)
 {
@@ -642,6 +643,11 @@ static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *er
     }
     if (given && mt < 1)
         return api_error_set(err, API_ERANGE, mt_field, "'%s' must be at least 1, not %lld", mt_field, (long long)mt);
+    /* No context holds more (the engine counts tokens in INT32), and the
+     * server adds the prompt's length to it. */
+    if (given && mt > MAX_TOKENS)
+        return api_error_set(err, API_ERANGE, mt_field, "'%s' must be at most %d, not %lld", mt_field, MAX_TOKENS,
+                             (long long)mt);
     r->max_tokens = given ? mt : -1;
 
     if ((rc = parse_sampling(root, r, err)) || (rc = parse_stop(root, r, err)))
