@@ -179,33 +179,53 @@ EXTRA_DIST += tests/kv_f16.sh
 
 # Fuzzing (tests/fuzz/): six libFuzzer targets (request parser, chat
 # template, tokenizer, ONNX loader and plan, SSE stream, JSON Schema
-# compiler with the grammar matcher). `make check`
-# replays their corpus, crash reproducers included, through the targets
-# built with the project's compiler (tests/fuzz_replay.sh). `make
+# compiler with the grammar matcher). `make check` replays their corpus and
+# the reproducers of past findings (tests/fuzz/regress/) through the targets
+# built with the project's compiler against a copy of the library built with
+# ASan and UBSan, so undefined behaviour fails the test
+# (tests/fuzz_replay.sh). `make
 # fuzz-smoke` builds them with clang, ASan, UBSan and libFuzzer under
 # tests/fuzz/build/ and runs each for FUZZ_SECONDS (default 60) seconds.
 FUZZ_TARGETS = parse chat tokenizer onnx sse schema
 FUZZ_CC = clang
-FUZZ_REPLAY_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
+check_LIBRARIES += tests/fuzz/libqwen3d_san.a
+tests_fuzz_libqwen3d_san_a_SOURCES = $(libqwen3d_a_SOURCES)
+tests_fuzz_libqwen3d_san_a_CFLAGS = $(AM_CFLAGS) $(QD_REPLAY_SAN_CFLAGS)
+FUZZ_REPLAY_CC_FLAGS = $(AM_CFLAGS) $(QD_REPLAY_SAN_CFLAGS)
+FUZZ_REPLAY_LD_FLAGS = $(AM_LDFLAGS) $(QD_REPLAY_SAN_CFLAGS)
+FUZZ_REPLAY_LIBS = tests/fuzz/libqwen3d_san.a $(QD_KERNEL_ARCHIVES) $(QD_LIBS)
 check_PROGRAMS += tests/fuzz/replay_parse tests/fuzz/replay_chat tests/fuzz/replay_tokenizer \
 	tests/fuzz/replay_onnx tests/fuzz/replay_sse tests/fuzz/replay_schema tests/fuzz/seed_onnx
 tests_fuzz_replay_parse_SOURCES = tests/fuzz/fuzz_parse.c tests/fuzz/replay.c tests/fuzz/fuzz.h
-tests_fuzz_replay_parse_LDADD = $(FUZZ_REPLAY_LDADD)
+tests_fuzz_replay_parse_CFLAGS = $(FUZZ_REPLAY_CC_FLAGS)
+tests_fuzz_replay_parse_LDFLAGS = $(FUZZ_REPLAY_LD_FLAGS)
+tests_fuzz_replay_parse_LDADD = $(FUZZ_REPLAY_LIBS)
 tests_fuzz_replay_chat_SOURCES = tests/fuzz/fuzz_chat.c tests/fuzz/replay.c tests/fuzz/fuzz.h
-tests_fuzz_replay_chat_LDADD = $(FUZZ_REPLAY_LDADD)
+tests_fuzz_replay_chat_CFLAGS = $(FUZZ_REPLAY_CC_FLAGS)
+tests_fuzz_replay_chat_LDFLAGS = $(FUZZ_REPLAY_LD_FLAGS)
+tests_fuzz_replay_chat_LDADD = $(FUZZ_REPLAY_LIBS)
 tests_fuzz_replay_tokenizer_SOURCES = tests/fuzz/fuzz_tokenizer.c tests/fuzz/replay.c tests/fuzz/fuzz.h
-tests_fuzz_replay_tokenizer_LDADD = $(FUZZ_REPLAY_LDADD)
+tests_fuzz_replay_tokenizer_CFLAGS = $(FUZZ_REPLAY_CC_FLAGS)
+tests_fuzz_replay_tokenizer_LDFLAGS = $(FUZZ_REPLAY_LD_FLAGS)
+tests_fuzz_replay_tokenizer_LDADD = $(FUZZ_REPLAY_LIBS)
 tests_fuzz_replay_onnx_SOURCES = tests/fuzz/fuzz_onnx.c tests/fuzz/replay.c tests/fuzz/fuzz.h
-tests_fuzz_replay_onnx_LDADD = $(FUZZ_REPLAY_LDADD)
+tests_fuzz_replay_onnx_CFLAGS = $(FUZZ_REPLAY_CC_FLAGS)
+tests_fuzz_replay_onnx_LDFLAGS = $(FUZZ_REPLAY_LD_FLAGS)
+tests_fuzz_replay_onnx_LDADD = $(FUZZ_REPLAY_LIBS)
 tests_fuzz_replay_sse_SOURCES = tests/fuzz/fuzz_sse.c tests/fuzz/replay.c tests/fuzz/fuzz.h
-tests_fuzz_replay_sse_LDADD = $(FUZZ_REPLAY_LDADD)
+tests_fuzz_replay_sse_CFLAGS = $(FUZZ_REPLAY_CC_FLAGS)
+tests_fuzz_replay_sse_LDFLAGS = $(FUZZ_REPLAY_LD_FLAGS)
+tests_fuzz_replay_sse_LDADD = $(FUZZ_REPLAY_LIBS)
 tests_fuzz_replay_schema_SOURCES = tests/fuzz/fuzz_schema.c tests/fuzz/replay.c tests/fuzz/fuzz.h
-tests_fuzz_replay_schema_LDADD = $(FUZZ_REPLAY_LDADD)
+tests_fuzz_replay_schema_CFLAGS = $(FUZZ_REPLAY_CC_FLAGS)
+tests_fuzz_replay_schema_LDFLAGS = $(FUZZ_REPLAY_LD_FLAGS)
+tests_fuzz_replay_schema_LDADD = $(FUZZ_REPLAY_LIBS)
 tests_fuzz_seed_onnx_SOURCES = tests/fuzz/seed_onnx.c
-tests_fuzz_seed_onnx_LDADD = $(FUZZ_REPLAY_LDADD)
+tests_fuzz_seed_onnx_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 TESTS += tests/fuzz_replay.sh
-EXTRA_DIST += tests/fuzz_replay.sh tests/fuzz/corpus tests/fuzz/gen-makefile.sh tests/fuzz/smoke.sh \
-	tests/fuzz/parse.dict tests/fuzz/chat.dict tests/fuzz/sse.dict tests/fuzz/onnx.dict tests/fuzz/schema.dict
+EXTRA_DIST += tests/fuzz_replay.sh tests/fuzz/corpus tests/fuzz/regress tests/fuzz/gen-makefile.sh \
+	tests/fuzz/smoke.sh tests/fuzz/lsan.sh tests/fuzz/parse.dict tests/fuzz/chat.dict tests/fuzz/sse.dict \
+	tests/fuzz/onnx.dict tests/fuzz/schema.dict
 
 fuzz-build: $(ONNX_PB) config.h
 	$(AM_V_GEN)FUZZ_CC='$(FUZZ_CC)' \

@@ -7,6 +7,11 @@
  * linked with tests/fuzz/replay.c it replays corpus files, which is how
  * `make check` runs the checked-in corpus and every past crash without clang.
  *
+ * With QD_FUZZ_REPORT set in the environment, a target prints the errors
+ * the code under test reported for each input on stderr, one per line
+ * (tests/fuzz_replay.sh checks the named errors of the regression inputs
+ * that way); libFuzzer runs leave it unset.
+ *
  * FUZZ_CHECK states an invariant of the code under test: when it fails the
  * target prints the condition and aborts, which libFuzzer reports as a crash
  * and the replayer as a failed test. It is not assert(), so NDEBUG never
@@ -30,6 +35,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
             abort();                                                                          \
         }                                                                                     \
     } while (0)
+
+/* Whether errors are to be printed (QD_FUZZ_REPORT), read once. */
+static inline int fuzz_report(void)
+{
+    static int on = -1;
+    if (on < 0)
+        on = getenv("QD_FUZZ_REPORT") != NULL;
+    return on;
+}
 
 /* True when S[0..N) is valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
 static inline int fuzz_utf8_valid(const char *s, size_t n)

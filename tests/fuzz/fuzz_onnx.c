@@ -174,8 +174,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int rc = eng_graph_load(dir, &g, &diag);
     if (rc != 0) {
         FUZZ_CHECK(!g && diag.n_total > 0);
-        eng_diag_clear(&diag);
-        return 0;
+        goto out;
     }
     FUZZ_CHECK(g && diag.n_total == 0);
     check_graph(g);
@@ -193,7 +192,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(!p && diag.n_total > 0);
     }
     eng_plan_free(p);
-    eng_diag_clear(&diag);
     eng_graph_free(g);
+out:
+    if (fuzz_report())
+        eng_diag_print(&diag, stderr, "fuzz_onnx");
+    eng_diag_clear(&diag);
     return 0;
 }

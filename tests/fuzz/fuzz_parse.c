@@ -48,7 +48,8 @@ static void check_error(int rc, const api_error *e)
 static void check_request(const api_request *r, api_kind kind)
 {
     FUZZ_CHECK(r->kind == kind);
-    FUZZ_CHECK(r->max_tokens == -1 || r->max_tokens >= 1);
+    /* At most INT32_MAX: the server adds the prompt's length to it. */
+    FUZZ_CHECK(r->max_tokens == -1 || (r->max_tokens >= 1 && r->max_tokens <= INT32_MAX));
     eng_sampling_error se;
     FUZZ_CHECK(eng_sampling_validate(&r->sampling, &se) == 0);
     for (size_t i = 0; i < r->n_stop; i++)
@@ -96,6 +97,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc != 0) {
         FUZZ_CHECK(!r);
         check_error(rc, &e);
+        if (fuzz_report())
+            fprintf(stderr, "fuzz_parse: %s: %s\n", e.param, e.message);
         return 0;
     }
     FUZZ_CHECK(r);
