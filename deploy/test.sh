@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds qwen3d in build/ and runs the test suite, then `make fuzz-smoke`
-# (each libFuzzer target for FUZZ_SECONDS, default 60 s), then `make distcheck`.
+# (each libFuzzer target for a fixed number of runs from a fixed seed, so the
+# same commit always gets the same verdict), then `make distcheck`.
 # Usage: bash deploy/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

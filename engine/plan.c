@@ -1358,7 +1358,7 @@ static void pack_all(eng_plan *p)
     size_t n = 0;
     for (size_t i = 0; i < p->n_steps; i++)
         n += needs_pack(&p->steps[i]);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long cpus = p->opts.pack_threads > 0 ? p->opts.pack_threads : sysconf(_SC_NPROCESSORS_ONLN);
     size_t nt = cpus < 1 ? 1 : cpus > 8 ? 8 : (size_t)cpus;
     if (nt > n)
         nt = n ? n : 1;

