@@ -1,6 +1,7 @@
 /*
- * krn: CPU probe, level choice, the dispatch tables, and the plan-time
- * argument checks and scratch sizes of the kernel layer.
+ * krn: CPU probe (with the QWEN3D_CPU_HIDE test hook), level choice, the
+ * dispatch tables, and the plan-time argument checks and scratch sizes of the
+ * kernel layer.
  *
  * The active table is the only global mutable state of the kernels. It starts
  * as the ref level (so a forgotten krn_init() is slow, never wrong) and is
@@ -32,6 +33,46 @@ const char *krn_strerror(int err)
 
 /* ------------------------------------------------------------------------- */
 /* CPU features                                                               */
+
+/*
+ * The features krn_describe() prints and QWEN3D_CPU_HIDE may name, by their
+ * /proc/cpuinfo-like names.
+ */
+#define KRN_FEATURES(X)                                                        \
+    X(avx2) X(fma) X(f16c) X(avx512f) X(avx512bw) X(avx512vl) X(avx512vnni)    \
+    X(avxvnni)
+
+/*
+ * QWEN3D_CPU_HIDE (a test hook, like QWEN3D_KERNELS): a comma-separated list
+ * of features the probe reports absent, so one machine runs the tables and the
+ * level choice of a smaller CPU (an AVX-512 CPU without VNNI, an AVX2-only
+ * one). It can only take features away, never claim one the CPU lacks.
+ * Returns false, with the first unknown name in bad, when a name is unknown
+ * (the known ones are still hidden).
+ */
+static bool apply_hide(krn_cpu_features *f, char *bad, size_t bad_len)
+{
+    const char *spec = getenv("QWEN3D_CPU_HIDE");
+    bool ok = true;
+    if (bad_len)
+        bad[0] = '\0';
+    while (spec && *spec) {
+        size_t len = strcspn(spec, ", ");
+        bool known = len == 0;
+#define KRN_HIDE(feat)                                                         \
+        if (len == sizeof #feat - 1 && strncmp(spec, #feat, len) == 0)         \
+            f->feat = false, known = true;
+        KRN_FEATURES(KRN_HIDE)
+#undef KRN_HIDE
+        if (!known && ok) {
+            ok = false;
+            snprintf(bad, bad_len, "%.*s", (int)(len < 20 ? len : 20), spec);
+        }
+        spec += len + (spec[len] != '\0');
+    }
+    f->avx512vnni = f->avx512vnni && f->avx512f; /* EVEX VNNI needs the AVX-512 foundation */
+    return ok;
+}
 
 #if KRN_X86
 static uint64_t read_xcr0(void)
@@ -79,6 +120,12 @@ krn_cpu_features krn_cpu_detect(void)
         f.avxvnni = a & (1u << 4);
     }
 #endif
+#ifdef KRN_EMULATED_AVX512
+    /* A test build whose avx512 kernels run over an emulation compiled for AVX2. */
+    if (f.avx2 && f.fma && f.f16c)
+        f.avx512f = f.avx512bw = f.avx512vl = f.avx512vnni = true;
+#endif
+    apply_hide(&f, NULL, 0);
     return f;
 }
 
@@ -215,7 +262,7 @@ int krn_table_for_level(krn_level level, krn_table *out)
 /* The active table                                                            */
 
 static krn_table active = REF_TABLE_INIT;
-static char active_note[96];
+static char active_note[160];
 
 const krn_table *krn_active(void)
 {
@@ -241,6 +288,20 @@ int krn_init(void)
             snprintf(active_note, sizeof active_note, "QWEN3D_KERNELS=%s", krn_level_name(want));
         }
     }
+    const char *hide = getenv("QWEN3D_CPU_HIDE");
+    if (hide && *hide) {
+        krn_cpu_features f = krn_cpu_detect();
+        char bad[24];
+        size_t used = strlen(active_note);
+        if (!apply_hide(&f, bad, sizeof bad)) {
+            rc = KRN_EENV;
+            snprintf(active_note + used, sizeof active_note - used, "%sQWEN3D_CPU_HIDE: unknown %s ignored",
+                     used ? ", " : "", bad);
+        } else {
+            snprintf(active_note + used, sizeof active_note - used, "%sQWEN3D_CPU_HIDE=%.40s", used ? ", " : "",
+                     hide);
+        }
+    }
     krn_table_for_level(chosen, &active); /* chosen <= best, so it is supported */
     return rc;
 }
@@ -252,15 +313,20 @@ int krn_describe(char *buf, size_t len)
     char cpu[128] = "";
     size_t used = 0;
     struct { bool on; const char *name; } feats[] = {
-        {f.avx2, "avx2"}, {f.fma, "fma"}, {f.f16c, "f16c"}, {f.avx512f, "avx512f"},
-        {f.avx512bw, "avx512bw"}, {f.avx512vl, "avx512vl"}, {f.avx512vnni, "avx512vnni"},
-        {f.avxvnni, "avxvnni"},
+#define KRN_FEAT_ENTRY(feat) {f.feat, #feat},
+        KRN_FEATURES(KRN_FEAT_ENTRY)
+#undef KRN_FEAT_ENTRY
     };
     for (size_t i = 0; i < sizeof feats / sizeof feats[0]; i++)
         if (feats[i].on && used < sizeof cpu)
             used += (size_t)snprintf(cpu + used, sizeof cpu - used, "%s%s", used ? " " : "",
                                      feats[i].name);
-    return snprintf(buf, len, "kernels %s (cpu: %s%s%s)", t->level_name, used ? cpu : "no simd",
+#ifdef KRN_EMULATED_AVX512
+    const char *emulated = ", avx512 emulated";
+#else
+    const char *emulated = "";
+#endif
+    return snprintf(buf, len, "kernels %s (cpu: %s%s%s%s)", t->level_name, used ? cpu : "no simd", emulated,
                     active_note[0] ? "; " : "", active_note);
 }
 

@@ -18,8 +18,11 @@
  * Levels: ref (portable scalar C, the numerical reference), avx2 (AVX2 + FMA +
  * F16C), avx512 (AVX-512 F/BW/VL, using VNNI when present). A level is only ever
  * selected when the CPU and OS support it; QWEN3D_KERNELS=ref|avx2|avx512 lowers
- * the choice (it is capped at what the CPU has). Ops a level does not speed up
- * reuse the next lower level's kernel, and the kernel's name says which one runs.
+ * the choice (it is capped at what the CPU has). QWEN3D_CPU_HIDE=avx512vnni,...
+ * makes the probe report the named features absent, so tests run the tables
+ * and the choice of a smaller CPU on a bigger one (it never adds a feature).
+ * Ops a level does not speed up reuse the next lower level's kernel, and the
+ * kernel's name says which one runs.
  */
 #ifndef QWEN3D_KERNELS_KRN_H
 #define QWEN3D_KERNELS_KRN_H
@@ -37,7 +40,7 @@
     X(KRN_EINVAL, -1, "invalid kernel arguments")                             \
     X(KRN_ERANGE, -2, "index out of range")                                   \
     X(KRN_ENOTSUP, -3, "kernel level not supported by this CPU or build")     \
-    X(KRN_EENV, -4, "QWEN3D_KERNELS must be one of ref, avx2, avx512")
+    X(KRN_EENV, -4, "QWEN3D_KERNELS must be one of ref, avx2, avx512; QWEN3D_CPU_HIDE a list of cpu features")
 
 enum krn_error {
 #define KRN_ERR_ENUM(name, value, msg) name = value,
@@ -66,7 +69,7 @@ typedef struct krn_cpu_features {
     bool avxvnni;                    /* VPDPBUSD on YMM (VEX), no AVX-512 needed */
 } krn_cpu_features;
 
-/* Probes the running CPU. Pure; cheap enough to call more than once. */
+/* Probes the running CPU, less what QWEN3D_CPU_HIDE names. Cheap enough to call more than once. */
 krn_cpu_features krn_cpu_detect(void);
 
 /* The highest level this CPU and this build can run. */
@@ -377,8 +380,9 @@ typedef struct krn_table {
 
 /*
  * Probes the CPU, applies QWEN3D_KERNELS and fills the active table. Call once
- * before starting workers. Returns KRN_OK, or KRN_EENV when the variable holds
- * an unknown name (the table is then filled for the best level anyway).
+ * before starting workers. Returns KRN_OK, or KRN_EENV when QWEN3D_KERNELS or
+ * QWEN3D_CPU_HIDE holds an unknown name (the table is then filled for the best
+ * level the probe allows anyway).
  */
 int krn_init(void);
 
