@@ -6,6 +6,17 @@
 # teacher-forced decode steps: 33 logits rows per run. The tolerance comes
 # from ONNX Runtime itself (accuracy_level 4 against 0), see compare-logits.js.
 # Greedy output must also be identical for 1 and 2 threads and across runs.
+#
+# Every kernel table runs here: each one this CPU runs natively (ref, avx2,
+# avx512 without VNNI, avx512 with VNNI, as /proc/cpuinfo lists the features,
+# independently of the probe under test), selected with QWEN3D_KERNELS and
+# the QWEN3D_CPU_HIDE hook, and both avx512 tables once more through the
+# build whose avx512 kernels run over SIMDe's emulation
+# (tests/qwen3d-emu512), which runs wherever AVX2 does. Each run must use the
+# table asked for (the plan names its kernels), agree with ONNX Runtime, and
+# the SIMD tables must give the same logits bit for bit: their packed int8
+# matmuls do the AVX2 kernel's operations per column (test_kernels checks
+# that per kernel) and they share every other kernel.
 . "$QD_SRCDIR/tests/ort/common.sh"
 ort_init engine_vs_ort
 
@@ -13,10 +24,27 @@ PROMPT=9707,11,1879,0,151643,3555,30
 # 32 teacher ids spread over the vocabulary, both ends included
 TEACHER=$("$NODE" -e 'const a=[];let x=12345;for(let i=0;i<32;i++){x=(x*1103515245+12345)%2147483648;a.push(i==0?0:i==1?151935:x%151936);}console.log(a.join(","))')
 
-compare() { # NAME MODEL_DIR ORT_DIR
-  name=$1 model=$2 ortm=$3
+EMU=$QD_BUILDDIR/tests/qwen3d-emu512
+
+# ours TABLE ARGS...: qwen3d with one kernel table: default (what the probe
+# picks), ref, avx2, avx512, avx512vnni, or emu-avx512 / emu-avx512vnni.
+ours() {
+  kt=$1 bin=$QWEN3D
+  shift
+  case $kt in emu-*) bin=$EMU kt=${kt#emu-} ;; esac
+  case $kt in
+  default) "$bin" "$@" ;;
+  ref | avx2) QWEN3D_KERNELS=$kt "$bin" "$@" ;;
+  avx512) QWEN3D_KERNELS=avx512 QWEN3D_CPU_HIDE=avx512vnni "$bin" "$@" ;;
+  avx512vnni) QWEN3D_KERNELS=avx512 QWEN3D_CPU_HIDE= "$bin" "$@" ;;
+  *) ort_fail "unknown kernel table $kt" ;;
+  esac
+}
+
+compare() { # NAME MODEL_DIR ORT_DIR [TABLE]
+  name=$1 model=$2 ortm=$3 table=${4:-default}
   vocab=$(ort_json "$ortm/genai_config.json" j.model.vocab_size)
-  "$QWEN3D" generate --model "$model" --prompt-ids "$PROMPT" --teacher-ids "$TEACHER" --max-tokens 33 \
+  ours "$table" generate --model "$model" --prompt-ids "$PROMPT" --teacher-ids "$TEACHER" --max-tokens 33 \
     --dump-logits "$work/$name.ours.bin" --json >"$work/$name.ours.json" ||
     ort_fail "qwen3d generate failed on $name"
   if [ ! -f "$work/$(basename "$ortm").ort.bin" ]; then
@@ -26,6 +54,7 @@ compare() { # NAME MODEL_DIR ORT_DIR
       --dump-logits "$work/$(basename "$ortm").ort.bin" >/dev/null || ort_fail "ONNX Runtime failed on $ortm"
     ort_node run-ort.js --model "$ortm-acc0" --prompt-ids "$PROMPT" --teacher-ids "$TEACHER" \
       --dump-logits "$work/$(basename "$ortm").ort0.bin" >/dev/null || ort_fail "ONNX Runtime failed on $ortm-acc0"
+    rm -rf "$ortm-acc0"
   fi
   ort_node compare-logits.js --label "$name" --ours "$work/$name.ours.bin" \
     --ort "$work/$(basename "$ortm").ort.bin" --ort-fp32 "$work/$(basename "$ortm").ort0.bin" --vocab "$vocab" ||
@@ -37,11 +66,10 @@ ort_synth_tiny "$work/tiny"
   ort_fail "qwen3d synth --preset 0.6b --layers 4: $(tail -n 3 "$work/synth06.log")"
 
 for m in tiny w06l4; do
-  compare "$m" "$work/$m" "$work/$m"
   ort_node rewrite-model.js --in "$work/$m" --out "$work/$m-rewritten" --seed 11 ||
     ort_fail "rewrite-model.js failed on $m"
   compare "$m-rewritten" "$work/$m-rewritten" "$work/$m"
-  rm -rf "$work/$m-rewritten" "$work/$m-acc0"
+  rm -rf "$work/$m-rewritten"
 done
 
 # Weights quantized from a bfloat16 checkpoint (synth's default, like Qwen3's)
@@ -54,7 +82,58 @@ done
   ort_fail "inspect shows no projection with bf16 scales on the tiny model"
 "$QWEN3D" inspect --model "$work/tiny-f32" | grep -q "packed, bf16 scales" &&
   ort_fail "inspect shows bf16 scales on the fp32-weight tiny model"
-compare tiny-f32 "$work/tiny-f32" "$work/tiny-f32"
+
+# The kernel tables, natively as far as the CPU goes, then emulated.
+flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+has() {
+  for f; do
+    case " $flags " in *" $f "*) ;; *) return 1 ;; esac
+  done
+}
+tables=ref
+if has avx2 fma f16c; then
+  tables="$tables avx2"
+  if has avx512f avx512bw avx512vl; then
+    tables="$tables avx512"
+    if has avx512_vnni; then tables="$tables avx512vnni"; fi
+  fi
+  if [ -x "$EMU" ]; then
+    tables="$tables emu-avx512 emu-avx512vnni"
+  else
+    echo "emulated avx512 tables skipped: built without libsimde-dev"
+  fi
+fi
+echo "kernel tables: $tables"
+for t in $tables; do
+  # The plan names the matmul kernel of every projection: all must be the table's.
+  used=$(ours "$t" inspect --model "$work/tiny" | grep -o 'mmnb_i8\.[a-z0-9]*' | sort -u | tr '\n' ' ')
+  [ "$used" = "mmnb_i8.${t#emu-} " ] || ort_fail "table $t: the plan runs ${used:-no int8 matmul}"
+  case $t in
+  emu-*)
+    ours "$t" inspect --model "$work/tiny" | grep -q '^kernels avx512 (.*avx512 emulated' ||
+      ort_fail "table $t: the emulated build does not say it runs emulated avx512"
+    ;;
+  esac
+  # On w06l4 the scalar reference takes a minute and the emulated VNNI
+  # matmul ten times the native one's time; test_kernels holds both to the
+  # definitions on every shape of the real models.
+  case $t in
+  ref) models=tiny ;;
+  emu-*) models="tiny tiny-f32" ;;
+  *) models="tiny w06l4 tiny-f32" ;;
+  esac
+  for m in $models; do
+    compare "$m.$t" "$work/$m" "$work/$m" "$t"
+    [ "$t" = ref ] && continue
+    if [ -f "$work/$m.simd.bin" ]; then
+      cmp -s "$work/$m.simd.bin" "$work/$m.$t.ours.bin" ||
+        ort_fail "$m: table $t's logits differ from table $(cat "$work/$m.simd.name")'s"
+    else
+      cp "$work/$m.$t.ours.bin" "$work/$m.simd.bin"
+      echo "$t" >"$work/$m.simd.name"
+    fi
+  done
+done
 
 # The fused plan (plan rewrites: SiLU(gate)*up in one step, RMSNorm that
 # quantizes the activations of the int8 projections reading it) must give the

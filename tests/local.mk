@@ -81,6 +81,17 @@ tests_libemu512_a_CPPFLAGS = -isystem $(srcdir)/tests/emu512 $(AM_CPPFLAGS) -DKR
 tests_libemu512_a_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -ffp-contract=off
 tests_test_kernels_CFLAGS += -DQD_EMU_AVX512
 tests_test_kernels_LDADD += tests/libemu512.a
+# The whole qwen3d once more, its avx512 kernels compiled over the same
+# emulation (under their usual names) and its probe built to offer the avx512
+# level, VNNI included, wherever AVX2 runs (KRN_EMULATED_AVX512), so
+# tests/engine_vs_ort.sh compares the avx512 tables' logits with ONNX Runtime
+# on CPUs without AVX-512 too. Its own krn.o and avx512 objects are linked
+# before the archives, so the archives' are never pulled in.
+check_PROGRAMS += tests/qwen3d-emu512
+tests_qwen3d_emu512_SOURCES = server/main.c kernels/krn.c kernels/avx512/mmnb.c kernels/avx512/mmnb_vnni.c
+tests_qwen3d_emu512_CPPFLAGS = -isystem $(srcdir)/tests/emu512 $(AM_CPPFLAGS) -DKRN_TGT= -DKRN_EMULATED_AVX512
+tests_qwen3d_emu512_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -ffp-contract=off
+tests_qwen3d_emu512_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 endif
 
 # Model level: teacher-forced logits against ONNX Runtime (tiny and a 0.6b-width

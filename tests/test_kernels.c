@@ -71,35 +71,63 @@ void krn_emu512_mmnb_i8_vnni(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_emu512_mmnb_f32(const krn_mmnb_args *a, size_t b, size_t e);
 #endif
 
-/* Room for every table simd_levels() may give. */
-#define MAX_TABS (KRN_LEVEL_COUNT + 2)
-
 /*
- * The SIMD levels this CPU has, for loops that compare them with ref; with
- * emulated_matmuls, where it lacks AVX-512, also the avx512 tables (with and
- * without VNNI) built from the emulated kernels, when the tests were built
- * with them. Those tables differ from AVX2's only in the matmul kernels, so
- * only the matmul tests ask for them.
+ * The kernel tables krn.c builds: the reference, AVX2, and AVX-512 with the
+ * plain int8 matmul and with the VNNI one. The tests run each one on every
+ * machine that can: natively where the CPU, as the probe reports it
+ * (QWEN3D_CPU_HIDE included), runs it; else the avx512 tables from the
+ * SIMDe-emulated objects, when the tests were built with them and the CPU
+ * runs AVX2, which those objects are compiled for.
  */
-static int simd_levels(krn_table *tabs, bool emulated_matmuls)
+typedef enum tab_id { TAB_REF, TAB_AVX2, TAB_AVX512, TAB_AVX512VNNI, TAB_COUNT } tab_id;
+typedef enum tab_how { TAB_NONE, TAB_NATIVE, TAB_EMULATED } tab_how;
+static const char *const tab_names[TAB_COUNT] = {"ref", "avx2", "avx512", "avx512vnni"};
+static const char *const how_names[] = {"not run", "native", "emulated"};
+
+static tab_how table_get(tab_id id, krn_table *out)
 {
-    int n = 0;
-    for (int l = KRN_LEVEL_REF + 1; l < KRN_LEVEL_COUNT; l++) {
-        if (krn_table_for_level((krn_level)l, &tabs[n]) == KRN_OK)
-            n++;
+    krn_table t;
+    if (id == TAB_REF || id == TAB_AVX2)
+        return krn_table_for_level(id == TAB_REF ? KRN_LEVEL_REF : KRN_LEVEL_AVX2, out) == KRN_OK ? TAB_NATIVE
+                                                                                                  : TAB_NONE;
+    bool vnni = id == TAB_AVX512VNNI, cpu_vnni = krn_cpu_detect().avx512vnni;
+    if (krn_table_for_level(KRN_LEVEL_AVX512, &t) == KRN_OK && (cpu_vnni || !vnni)) {
+        if (vnni == cpu_vnni)
+            *out = t; /* the one krn.c picks for this CPU */
+        else          /* a VNNI CPU runs the plain kernel too, which krn.c never picks there */
+            krn_table_avx512(out, krn_avx512_mmnb_f32, krn_avx512_mmnb_i8, false);
+        return TAB_NATIVE;
     }
 #ifdef QD_EMU_AVX512
-    krn_table probe; /* the emulated objects are compiled for AVX2 */
-    if (emulated_matmuls && krn_table_for_level(KRN_LEVEL_AVX512, &probe) != KRN_OK &&
-        krn_table_for_level(KRN_LEVEL_AVX2, &probe) == KRN_OK)
-        for (int vnni = 0; vnni < 2; vnni++) {
-            krn_table *t = &tabs[n++];
-            krn_table_avx512(t, krn_emu512_mmnb_f32, vnni ? krn_emu512_mmnb_i8_vnni : krn_emu512_mmnb_i8, vnni);
-            t->level_name = vnni ? "avx512vnni (emulated)" : "avx512 (emulated)";
-            t->mmnb_f32.name = "mmnb_f32.avx512 (emulated)";
-            t->mmnb_i8.name = vnni ? "mmnb_i8.avx512vnni (emulated)" : "mmnb_i8.avx512 (emulated)";
-        }
+    if (krn_table_for_level(KRN_LEVEL_AVX2, &t) == KRN_OK) {
+        krn_table_avx512(out, krn_emu512_mmnb_f32, vnni ? krn_emu512_mmnb_i8_vnni : krn_emu512_mmnb_i8, vnni);
+        out->level_name = vnni ? "avx512vnni (emulated)" : "avx512 (emulated)";
+        out->mmnb_f32.name = "mmnb_f32.avx512 (emulated)";
+        out->mmnb_i8.name = vnni ? "mmnb_i8.avx512vnni (emulated)" : "mmnb_i8.avx512 (emulated)";
+        return TAB_EMULATED;
+    }
 #endif
+    return TAB_NONE;
+}
+
+/* Room for every table simd_tables() may give. */
+#define MAX_TABS TAB_COUNT
+
+/*
+ * The SIMD tables to compare with ref. The matmul tests take all of them,
+ * natively or emulated; the others one per level the CPU has natively, since
+ * the avx512 tables differ from AVX2's only in the matmul kernels.
+ */
+static int simd_tables(krn_table *tabs, bool matmuls)
+{
+    int n = 0;
+    for (int id = TAB_AVX2; id < TAB_COUNT; id++) {
+        tab_how how = table_get((tab_id)id, &tabs[n]);
+        if (how == TAB_NATIVE && !matmuls && id == TAB_AVX512 && krn_cpu_detect().avx512vnni)
+            continue; /* the level's own table is the VNNI one */
+        if (how == TAB_NATIVE || (how == TAB_EMULATED && matmuls))
+            n++;
+    }
     return n;
 }
 
@@ -181,12 +209,12 @@ START_TEST(levels_and_names)
     krn_describe(line, sizeof line);
     ck_assert_ptr_nonnull(strstr(line, krn_level_name(best)));
     fprintf(stderr, "test_kernels: %s\n", line);
-    krn_table tabs[MAX_TABS];
-    int nl = simd_levels(tabs, true);
-    for (int i = 0; i < nl; i++)
-        if (strstr(tabs[i].level_name, "emulated"))
-            fprintf(stderr, "test_kernels: also %s: %s, %s\n", tabs[i].level_name, tabs[i].mmnb_i8.name,
-                    tabs[i].mmnb_f32.name);
+    for (int id = 0; id < TAB_COUNT; id++) {
+        krn_table tab;
+        tab_how how = table_get((tab_id)id, &tab);
+        fprintf(stderr, "test_kernels: table %s %s%s%s\n", tab_names[id], how_names[how], how ? ": " : "",
+                how ? tab.mmnb_i8.name : "");
+    }
 }
 END_TEST
 
@@ -419,8 +447,8 @@ START_TEST(quant_a8_definition)
             ck_assert_int_eq(krn_qa_qs8(qa, 0, kb, bs)[8 * p + l], b < kb ? qs[b] : 0);
         }
 
-    krn_table tabs[KRN_LEVEL_COUNT];
-    int nl = simd_levels(tabs, false);
+    krn_table tabs[MAX_TABS];
+    int nl = simd_tables(tabs, false);
     for (int l = 0; l < nl; l++) {
         void *q2 = qa_alloc(1, k, bs);
         quantize(&tabs[l], a, 1, k, bs, q2);
@@ -538,7 +566,8 @@ static void mmnb_bf16_case(const krn_table *lv, const qweights *q, size_t m, con
 }
 
 /*
- * One shape, every level against the reference in both modes.
+ * One shape, every table of tabs against the reference (evaluated once) in
+ * both modes.
  * fp32 mode: both sides form identical W_k and differ only in summation order
  * (vector lanes, block partial sums): |diff| <= 2 (K + 16) u (sum|a_k W_k| + |bias|).
  * int8 mode: per-block int32 dots are exact on both sides; the fp32 part sums
@@ -551,10 +580,11 @@ static void mmnb_bf16_case(const krn_table *lv, const qweights *q, size_t m, con
  * reference's own rounding of d_b times the block's integer sums).
  * Columns outside the range must stay untouched.
  */
-static void mmnb_case(const krn_table *lv, size_t m, size_t n, size_t k, size_t bs, bool zp,
+static void mmnb_case(const krn_table *tabs, int nt, size_t m, size_t n, size_t k, size_t bs, bool zp,
                       bool bias, float amag, float smag, rng *r)
 {
-    krn_table ref = ref_tab();
+    krn_table ref = ref_tab(), avx2;
+    bool have_avx2 = krn_table_for_level(KRN_LEVEL_AVX2, &avx2) == KRN_OK;
     qweights q;
     qw_make(&q, n, k, bs, zp, bias, smag, r);
     size_t lda = k + 3, ldy = n + 2, kb = q.w.k_blocks;
@@ -562,23 +592,29 @@ static void mmnb_case(const krn_table *lv, size_t m, size_t n, size_t k, size_t 
     if (m > 1) /* an all-zero activation block */
         memset(a + lda, 0, (k < bs ? k : bs) * sizeof(float));
     float *yr = xmalloc(m * ldy * sizeof(float)), *yl = xmalloc(m * ldy * sizeof(float));
+    float *ya = xmalloc(m * ldy * sizeof(float));
+    double *tols = xmalloc(m * n * sizeof(double));
     void *qa = qa_alloc(m, k, bs);
     krn_quant_args qargs = {.a = a, .a_ld = lda, .m = m, .k = k, .block_size = bs, .qa = qa};
     ref.quant_a8.fn(&qargs, 0, m);
-    /* The level's quantizer must write the same bytes (values, scales, sums) for every row. */
+    /* Each table's quantizer must write the same bytes (values, scales, sums) for every row. */
     void *qal = qa_alloc(m, k, bs);
-    qargs.qa = qal;
-    lv->quant_a8.fn(&qargs, 0, m / 2);
-    lv->quant_a8.fn(&qargs, m / 2, m);
-    for (size_t i = 0; i < m; i++)
-        ck_assert_msg(memcmp(krn_qa_q(qa, i, kb, bs), krn_qa_q(qal, i, kb, bs), krn_qa_used_bytes(kb, bs)) == 0,
-                      "%s m=%zu k=%zu bs=%zu row %zu", lv->quant_a8.name, m, k, bs, i);
+    bool any_packed = false;
+    for (int t = 0; t < nt; t++) {
+        qargs.qa = qal;
+        tabs[t].quant_a8.fn(&qargs, 0, m / 2);
+        tabs[t].quant_a8.fn(&qargs, m / 2, m);
+        for (size_t i = 0; i < m; i++)
+            ck_assert_msg(memcmp(krn_qa_q(qa, i, kb, bs), krn_qa_q(qal, i, kb, bs), krn_qa_used_bytes(kb, bs)) == 0,
+                          "%s m=%zu k=%zu bs=%zu row %zu", tabs[t].quant_a8.name, m, k, bs, i);
+        any_packed |= tabs[t].q4_packed;
+    }
     free(qal);
 
-    /* Levels that read repacked weights run the int8 mode a second time from them. */
+    /* Tables that read repacked weights run the int8 mode a second time from them. */
     void *packed = NULL;
     size_t psize = krn_q4_pack_size(&q.w);
-    if (lv->q4_packed && psize) {
+    if (any_packed && psize) {
         packed = aligned_alloc(64, (psize + 63) & ~(size_t)63);
         ck_assert_ptr_nonnull(packed);
         ck_assert_int_eq(krn_q4_pack(&q.w, packed), KRN_OK);
@@ -586,20 +622,11 @@ static void mmnb_case(const krn_table *lv, size_t m, size_t n, size_t k, size_t 
     for (int mode = 0; mode < 3; mode++) {
         if (mode == 2 && !packed)
             break;
+        /* The reference and the bound once per mode; then every table against them. */
         krn_mmnb_args args = {.w = q.w, .m = m, .a = a, .a_ld = lda, .qa = qa, .y = yr, .y_ld = ldy};
         ck_assert_int_eq(krn_mmnb_check(&args, mode >= 1), KRN_OK);
         (mode ? ref.mmnb_i8.fn : ref.mmnb_f32.fn)(&args, 0, n);
-        for (size_t i = 0; i < m * ldy; i++)
-            yl[i] = -12345.0f;
-        args.y = yl;
-        if (mode == 2)
-            args.w.packed = packed;
-        krn_mmnb_fn fn = mode ? lv->mmnb_i8.fn : lv->mmnb_f32.fn;
-        /* Split the columns unevenly, as a thread pool would. */
-        size_t cut = n / 3 + (n > 1);
-        fn(&args, 0, cut);
-        fn(&args, cut, n);
-        for (size_t i = 0; i < m; i++) {
+        for (size_t i = 0; i < m; i++)
             for (size_t j = 0; j < n; j++) {
                 double mag = bias ? fabs(q.bias[j]) : 0;
                 double tol;
@@ -635,38 +662,162 @@ static void mmnb_case(const krn_table *lv, size_t m, size_t n, size_t k, size_t 
                  * Products in the subnormal range round with an absolute error of up to
                  * 2^-150 instead of a relative one; at most k + kb + 16 of them per side.
                  */
-                tol += 2.0 * (k + kb + 16) * 0x1p-150;
-                CHECK_CLOSE(yl[i * ldy + j], yr[i * ldy + j], tol,
-                            "%s%s m=%zu n=%zu k=%zu bs=%zu zp=%d at (%zu,%zu)",
-                            mode ? lv->mmnb_i8.name : lv->mmnb_f32.name, mode == 2 ? " (packed)" : "",
-                            m, n, k, bs, zp, i, j);
+                tols[i * n + j] = tol + 2.0 * (k + kb + 16) * 0x1p-150;
             }
-            for (size_t j = n; j < ldy; j++)
-                ck_assert(yl[i * ldy + j] == -12345.0f);
-        }
-        /* Every level's packed int8 kernel does the AVX2 kernel's operations per column: the same bits. */
-        krn_table avx2;
-        if (mode == 2 && lv->level != KRN_LEVEL_AVX2 && krn_table_for_level(KRN_LEVEL_AVX2, &avx2) == KRN_OK) {
-            float *ya = xmalloc(m * ldy * sizeof(float));
+        /* Every table's packed int8 kernel does the AVX2 kernel's operations per column: the same bits. */
+        if (mode == 2 && have_avx2) {
+            args.w.packed = packed;
             args.y = ya;
             avx2.mmnb_i8.fn(&args, 0, n);
-            for (size_t i = 0; i < m; i++)
-                for (size_t j = 0; j < n; j++)
-                    ck_assert_msg(memcmp(&yl[i * ldy + j], &ya[i * ldy + j], sizeof(float)) == 0,
-                                  "%s (packed) m=%zu n=%zu k=%zu at (%zu,%zu): %a, %s gives %a", lv->mmnb_i8.name,
-                                  m, n, k, i, j, (double)yl[i * ldy + j], avx2.mmnb_i8.name, (double)ya[i * ldy + j]);
-            free(ya);
+        }
+        for (int t = 0; t < nt; t++) {
+            const krn_table *lv = &tabs[t];
+            if (mode == 2 && !lv->q4_packed)
+                continue;
+            for (size_t i = 0; i < m * ldy; i++)
+                yl[i] = -12345.0f;
+            args.y = yl;
+            args.w.packed = mode == 2 ? packed : NULL;
+            krn_mmnb_fn fn = mode ? lv->mmnb_i8.fn : lv->mmnb_f32.fn;
+            /* Split the columns unevenly, as a thread pool would. */
+            size_t cut = n / 3 + (n > 1);
+            fn(&args, 0, cut);
+            fn(&args, cut, n);
+            for (size_t i = 0; i < m; i++) {
+                for (size_t j = 0; j < n; j++) {
+                    CHECK_CLOSE(yl[i * ldy + j], yr[i * ldy + j], tols[i * n + j],
+                                "%s%s m=%zu n=%zu k=%zu bs=%zu zp=%d at (%zu,%zu)",
+                                mode ? lv->mmnb_i8.name : lv->mmnb_f32.name, mode == 2 ? " (packed)" : "", m, n,
+                                k, bs, zp, i, j);
+                    if (mode == 2 && have_avx2 && lv->level != KRN_LEVEL_AVX2)
+                        ck_assert_msg(memcmp(&yl[i * ldy + j], &ya[i * ldy + j], sizeof(float)) == 0,
+                                      "%s (packed) m=%zu n=%zu k=%zu at (%zu,%zu): %a, %s gives %a",
+                                      lv->mmnb_i8.name, m, n, k, i, j, (double)yl[i * ldy + j], avx2.mmnb_i8.name,
+                                      (double)ya[i * ldy + j]);
+                }
+                for (size_t j = n; j < ldy; j++)
+                    ck_assert(yl[i * ldy + j] == -12345.0f);
+            }
         }
     }
-    if (packed)
-        mmnb_bf16_case(lv, &q, m, a, lda, qa, ldy);
+    for (int t = 0; t < nt && packed; t++)
+        if (tabs[t].q4_packed)
+            mmnb_bf16_case(&tabs[t], &q, m, a, lda, qa, ldy);
     free(packed);
     free(a);
     free(yr);
     free(yl);
+    free(ya);
+    free(tols);
     free(qa);
     qw_free(&q);
 }
+
+/*
+ * Which tables run natively and which emulated, on this CPU and on the
+ * smaller ones QWEN3D_CPU_HIDE makes of it: natively exactly where the
+ * features left allow, and every table one way or the other wherever AVX2
+ * runs and the tests have the emulation. Also which avx512 matmul krn.c
+ * picks and which level krn_init() chooses under the hook, and that the
+ * emulated tables a hidden feature calls for really run here.
+ */
+START_TEST(table_selection)
+{
+    unsetenv("QWEN3D_CPU_HIDE");
+    unsetenv("QWEN3D_KERNELS");
+    krn_cpu_features cpu = krn_cpu_detect();
+    bool avx2 = cpu.avx2 && cpu.fma && cpu.f16c;
+    bool avx512 = avx2 && cpu.avx512f && cpu.avx512bw && cpu.avx512vl, vnni = avx512 && cpu.avx512vnni;
+#ifdef QD_EMU_AVX512
+    const bool emu = true;
+#else
+    const bool emu = false;
+#endif
+    /* Each list, and what of the real CPU it leaves: AVX2, AVX-512 F/BW/VL, VNNI. */
+    static const struct {
+        const char *hide;
+        bool avx2, avx512, vnni;
+    } cases[] = {
+        {"", true, true, true},
+        {"avx512vnni", true, true, false},
+        {"avx512f", true, false, false},
+        {"avx512vl,avx512vnni", true, false, false},
+        {"avxvnni", true, true, true},
+        {"f16c", false, false, true},
+        {"avx2", false, false, true},
+    };
+    rng r = {99};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const char *hd = cases[c].hide;
+        setenv("QWEN3D_CPU_HIDE", hd, 1);
+        bool has2 = avx2 && cases[c].avx2, has512 = avx512 && cases[c].avx512;
+        bool hasvnni = has512 && vnni && cases[c].vnni;
+        krn_cpu_features f = krn_cpu_detect();
+        ck_assert_msg(f.avx512f == (cpu.avx512f && !strstr(hd, "avx512f")), "hide '%s': avx512f", hd);
+        ck_assert_msg(f.avx512vnni == (cpu.avx512vnni && f.avx512f && !strstr(hd, "avx512vnni")),
+                      "hide '%s': avx512vnni", hd);
+        ck_assert_msg(f.avxvnni == (cpu.avxvnni && !strstr(hd, "avxvnni")), "hide '%s': avxvnni", hd);
+        ck_assert_msg(f.avx512bw == cpu.avx512bw, "hide '%s' hid avx512bw", hd);
+        krn_level want = has512 ? KRN_LEVEL_AVX512 : has2 ? KRN_LEVEL_AVX2 : KRN_LEVEL_REF;
+        ck_assert_msg(krn_cpu_best_level() == want, "hide '%s': best level %s, want %s", hd,
+                      krn_level_name(krn_cpu_best_level()), krn_level_name(want));
+
+        /* The avx512 table krn.c builds for this CPU has the VNNI matmul exactly when VNNI is left. */
+        krn_table t;
+        ck_assert_int_eq(krn_table_for_level(KRN_LEVEL_AVX512, &t), has512 ? KRN_OK : KRN_ENOTSUP);
+        if (has512) {
+            ck_assert_msg(t.mmnb_i8.fn == (hasvnni ? krn_avx512_mmnb_i8_vnni : krn_avx512_mmnb_i8),
+                          "hide '%s': krn.c picks %s", hd, t.mmnb_i8.name);
+            ck_assert_str_eq(t.mmnb_i8.name, hasvnni ? "mmnb_i8.avx512vnni" : "mmnb_i8.avx512");
+        }
+
+        /* Native where the features allow, else emulated where AVX2 runs; never neither. */
+        bool native[TAB_COUNT] = {true, has2, has512, hasvnni};
+        krn_table emu_tabs[TAB_COUNT];
+        int n_emu = 0;
+        for (int id = 0; id < TAB_COUNT; id++) {
+            tab_how how = table_get((tab_id)id, &t);
+            tab_how expect = native[id] ? TAB_NATIVE : (id >= TAB_AVX512 && has2 && emu) ? TAB_EMULATED : TAB_NONE;
+            ck_assert_msg(how == expect, "hide '%s': table %s %s, want %s", hd, tab_names[id], how_names[how],
+                          how_names[expect]);
+            if (how == TAB_NATIVE && id >= TAB_AVX512)
+                ck_assert(t.mmnb_i8.fn == (id == TAB_AVX512VNNI ? krn_avx512_mmnb_i8_vnni : krn_avx512_mmnb_i8));
+            if (how == TAB_EMULATED) {
+                ck_assert_ptr_nonnull(strstr(t.mmnb_i8.name, "emulated"));
+                emu_tabs[n_emu++] = t;
+            }
+            if (has2 && emu)
+                ck_assert_msg(how != TAB_NONE, "hide '%s': table %s is tested nowhere", hd, tab_names[id]);
+        }
+        if (n_emu) {
+            mmnb_case(emu_tabs, n_emu, 3, 33, 100, 32, false, true, 2.0f, 0.1f, &r);
+            mmnb_case(emu_tabs, n_emu, 1, 17, 256, 32, true, false, 2.0f, 0.1f, &r);
+        }
+
+        /* krn_init() chooses the best level left, and says what was hidden. */
+        setenv("QWEN3D_KERNELS", "avx512", 1);
+        ck_assert_int_eq(krn_init(), KRN_OK);
+        ck_assert_int_eq(krn_active()->level, want);
+        if (has512)
+            ck_assert_str_eq(krn_active()->mmnb_i8.name, hasvnni ? "mmnb_i8.avx512vnni" : "mmnb_i8.avx512");
+        char line[256], note[64];
+        krn_describe(line, sizeof line);
+        snprintf(note, sizeof note, "QWEN3D_CPU_HIDE=%s", hd);
+        ck_assert_msg(!*hd || strstr(line, note), "hide '%s': %s", hd, line);
+        unsetenv("QWEN3D_KERNELS");
+    }
+
+    /* An unknown name is refused and named; the known ones are still hidden. */
+    setenv("QWEN3D_CPU_HIDE", "avx512vnni,sse9", 1);
+    ck_assert_int_eq(krn_init(), KRN_EENV);
+    char line[256];
+    krn_describe(line, sizeof line);
+    ck_assert_msg(strstr(line, "QWEN3D_CPU_HIDE: unknown sse9 ignored"), "%s", line);
+    ck_assert(!krn_cpu_detect().avx512vnni);
+    unsetenv("QWEN3D_CPU_HIDE");
+    ck_assert_int_eq(krn_init(), KRN_OK);
+}
+END_TEST
 
 START_TEST(mmnb_levels_grid)
 {
@@ -674,33 +825,30 @@ START_TEST(mmnb_levels_grid)
     static const size_t ns[] = {1, 7, 31, 33, 127, 129};
     static const size_t ks[] = {32, 64, 96, 1024, 40, 100};
     krn_table tabs[MAX_TABS];
-    int nl = simd_levels(tabs, true);
+    int nl = simd_tables(tabs, true);
     if (nl == 0)
         fprintf(stderr, "test_kernels: no SIMD level on this CPU, grid skipped\n");
     rng r = {2024};
-    for (int l = 0; l < nl; l++)
-        for (size_t im = 0; im < 6; im++)
-            for (size_t in = 0; in < 6; in++)
-                for (size_t ik = 0; ik < 6; ik++) {
-                    /* Keep the largest products out to bound the run time. */
-                    if (ms[im] * ns[in] * ks[ik] > 33 * 129 * 100)
-                        continue;
-                    mmnb_case(&tabs[l], ms[im], ns[in], ks[ik], 32, (im + in + ik) & 1, ik & 1, 2.0f,
-                              0.1f, &r);
-                }
+    for (size_t im = 0; im < 6; im++)
+        for (size_t in = 0; in < 6; in++)
+            for (size_t ik = 0; ik < 6; ik++) {
+                /* Keep the largest products out to bound the run time. */
+                if (ms[im] * ns[in] * ks[ik] > 33 * 129 * 100)
+                    continue;
+                mmnb_case(tabs, nl, ms[im], ns[in], ks[ik], 32, (im + in + ik) & 1, ik & 1, 2.0f, 0.1f, &r);
+            }
     /* The large-K cases at a few sizes each. */
-    for (int l = 0; l < nl; l++)
-        for (int zp = 0; zp < 2; zp++) {
-            mmnb_case(&tabs[l], 1, 129, 1024, 32, zp, true, 2.0f, 0.1f, &r);
-            mmnb_case(&tabs[l], 7, 33, 1024, 32, zp, false, 2.0f, 0.1f, &r);
-            mmnb_case(&tabs[l], 33, 7, 1024, 32, zp, true, 2.0f, 0.1f, &r);
-            /* K beyond one unpacked GEMM segment (32 block pairs), even and odd block counts. */
-            mmnb_case(&tabs[l], 6, 9, 4160, 32, zp, true, 2.0f, 0.1f, &r);
-            mmnb_case(&tabs[l], 5, 6, 4120, 32, zp, false, 2.0f, 0.1f, &r);
-            mmnb_case(&tabs[l], 1, 6, 4120, 32, zp, false, 2.0f, 0.1f, &r);
-            /* More rows than one row block (64). */
-            mmnb_case(&tabs[l], 70, 5, 96, 32, zp, true, 2.0f, 0.1f, &r);
-        }
+    for (int zp = 0; zp < 2; zp++) {
+        mmnb_case(tabs, nl, 1, 129, 1024, 32, zp, true, 2.0f, 0.1f, &r);
+        mmnb_case(tabs, nl, 7, 33, 1024, 32, zp, false, 2.0f, 0.1f, &r);
+        mmnb_case(tabs, nl, 33, 7, 1024, 32, zp, true, 2.0f, 0.1f, &r);
+        /* K beyond one unpacked GEMM segment (32 block pairs), even and odd block counts. */
+        mmnb_case(tabs, nl, 6, 9, 4160, 32, zp, true, 2.0f, 0.1f, &r);
+        mmnb_case(tabs, nl, 5, 6, 4120, 32, zp, false, 2.0f, 0.1f, &r);
+        mmnb_case(tabs, nl, 1, 6, 4120, 32, zp, false, 2.0f, 0.1f, &r);
+        /* More rows than one row block (64). */
+        mmnb_case(tabs, nl, 70, 5, 96, 32, zp, true, 2.0f, 0.1f, &r);
+    }
 }
 END_TEST
 
@@ -716,38 +864,35 @@ START_TEST(mmnb_levels_projection_shapes)
         {2560, 6144}, {4096, 2560}, {2560, 9728}, {9728, 2560}, {2560, 151936},  /* 4B */
     };
     krn_table tabs[MAX_TABS];
-    int nl = simd_levels(tabs, true);
+    int nl = simd_tables(tabs, true);
     rng r = {1717};
-    for (int l = 0; l < nl; l++)
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-            size_t k = shapes[i][0], n = shapes[i][1];
-            mmnb_case(&tabs[l], 1, n, k, 32, false, false, 2.0f, 0.1f, &r);
-            if (n < 100000) /* the LM head runs on one row: the prompt's last */
-                mmnb_case(&tabs[l], 5, n, k, 32, false, false, 2.0f, 0.1f, &r);
-        }
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        size_t k = shapes[i][0], n = shapes[i][1];
+        mmnb_case(tabs, nl, 1, n, k, 32, false, false, 2.0f, 0.1f, &r);
+        if (n < 100000) /* the LM head runs on one row: the prompt's last */
+            mmnb_case(tabs, nl, 5, n, k, 32, false, false, 2.0f, 0.1f, &r);
+    }
 }
 END_TEST
 
 START_TEST(mmnb_levels_block_sizes_and_edges)
 {
     krn_table tabs[MAX_TABS];
-    int nl = simd_levels(tabs, true);
+    int nl = simd_tables(tabs, true);
     rng r = {31337};
     static const size_t bss[] = {16, 64, 128, 256};
-    for (int l = 0; l < nl; l++) {
-        for (size_t ib = 0; ib < 4; ib++)
-            for (int zp = 0; zp < 2; zp++) {
-                size_t bs = bss[ib];
-                mmnb_case(&tabs[l], 1, 9, bs * 3, bs, zp, true, 2.0f, 0.1f, &r);
-                mmnb_case(&tabs[l], 5, 7, bs * 2 + 8, bs, zp, false, 2.0f, 0.1f, &r);
-                mmnb_case(&tabs[l], 2, 33, 24, bs, zp, true, 2.0f, 0.1f, &r); /* k < one block */
-            }
-        /* Huge and tiny magnitudes, both in activations and in scales. */
-        mmnb_case(&tabs[l], 3, 31, 100, 32, false, false, 1e30f, 1e-3f, &r);
-        mmnb_case(&tabs[l], 3, 31, 100, 32, true, false, 1e-30f, 1e3f, &r);
-        mmnb_case(&tabs[l], 2, 7, 64, 32, false, false, 1e-39f, 1.0f, &r); /* subnormal A */
-        mmnb_case(&tabs[l], 2, 7, 64, 32, false, true, 1.0f, 1e-20f, &r);
-    }
+    for (size_t ib = 0; ib < 4; ib++)
+        for (int zp = 0; zp < 2; zp++) {
+            size_t bs = bss[ib];
+            mmnb_case(tabs, nl, 1, 9, bs * 3, bs, zp, true, 2.0f, 0.1f, &r);
+            mmnb_case(tabs, nl, 5, 7, bs * 2 + 8, bs, zp, false, 2.0f, 0.1f, &r);
+            mmnb_case(tabs, nl, 2, 33, 24, bs, zp, true, 2.0f, 0.1f, &r); /* k < one block */
+        }
+    /* Huge and tiny magnitudes, both in activations and in scales. */
+    mmnb_case(tabs, nl, 3, 31, 100, 32, false, false, 1e30f, 1e-3f, &r);
+    mmnb_case(tabs, nl, 3, 31, 100, 32, true, false, 1e-30f, 1e3f, &r);
+    mmnb_case(tabs, nl, 2, 7, 64, 32, false, false, 1e-39f, 1.0f, &r); /* subnormal A */
+    mmnb_case(tabs, nl, 2, 7, 64, 32, false, true, 1.0f, 1e-20f, &r);
 }
 END_TEST
 
@@ -947,9 +1092,9 @@ static void norm_case(const krn_table *lv, size_t rows, size_t n, size_t group, 
 START_TEST(norms)
 {
     static const size_t ns[] = {1, 7, 8, 31, 128, 1000, 1024};
-    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
-    int nl = 1 + simd_levels(tabs + 1, false);
+    int nl = 1 + simd_tables(tabs + 1, false);
     rng r = {5};
     for (int l = 0; l < nl; l++)
         for (size_t i = 0; i < 7; i++) {
@@ -972,9 +1117,9 @@ END_TEST
 START_TEST(norm_quant_fused)
 {
     static const size_t ns[] = {32, 100, 1024};
-    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
-    int nl = 1 + simd_levels(tabs + 1, false);
+    int nl = 1 + simd_tables(tabs + 1, false);
     rng r = {55};
     for (int l = 0; l < nl; l++)
         for (size_t in = 0; in < 3; in++)
@@ -1026,9 +1171,9 @@ END_TEST
  */
 START_TEST(rotary)
 {
-    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
-    int nl = 1 + simd_levels(tabs + 1, false);
+    int nl = 1 + simd_tables(tabs + 1, false);
     rng r = {8};
     const size_t rows = 50, cache_ld = 70;
     float *cs = xmalloc(rows * cache_ld * sizeof(float)), *sn = xmalloc(rows * cache_ld * sizeof(float));
@@ -1215,9 +1360,9 @@ END_TEST
 /* Row stores into a strided cache: fp32 copies, fp16 as the portable conversion, every level. */
 START_TEST(kv_store)
 {
-    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
-    int nl = 1 + simd_levels(tabs + 1, false);
+    int nl = 1 + simd_tables(tabs + 1, false);
     rng r = {21};
     const size_t nt = 3, nh = 4, n = 37, xt = nh * 40, yt = 2 * nh * 40;
     float *x = frand(nt * xt, &r, -70000, 70000);
@@ -1412,9 +1557,9 @@ START_TEST(gqa)
         {70, 1, 16, 8, 128, -1, 0, true, true}, {300, 1, 4, 1, 128, -1, 0, false, true},
         {0, 37, 4, 2, 128, -1, 0, true, true},  {12, 9, 6, 3, 36, 5, 0, true, true},
     };
-    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
-    int nl = 1 + simd_levels(tabs + 1, false);
+    int nl = 1 + simd_tables(tabs + 1, false);
     rng r = {4242};
     for (int l = 0; l < nl; l++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -1442,9 +1587,9 @@ START_TEST(elementwise)
     for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
         a[i * 7] = specials[i];
     float *yr = xmalloc(n * sizeof(float)), *yl = xmalloc(n * sizeof(float));
-    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
-    int nl = 1 + simd_levels(tabs + 1, false);
+    int nl = 1 + simd_tables(tabs + 1, false);
 
     krn_ew_args ar = {.a = a, .b = b, .y = yr, .n = n};
     tabs[0].sigmoid.fn(&ar, 0, n);
@@ -1523,9 +1668,9 @@ START_TEST(gather)
         y[i] = -1;
     krn_gather_args a = {.table = table, .table_ld = ld, .n_rows = rows, .n_cols = cols, .idx = idx,
                          .n_idx = 5, .y = y, .y_ld = 7};
-    krn_table tabs[KRN_LEVEL_COUNT + 1];
+    krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
-    int nl = 1 + simd_levels(tabs + 1, false);
+    int nl = 1 + simd_tables(tabs + 1, false);
     for (int l = 0; l < nl; l++) {
         ck_assert_int_eq(tabs[l].gather.fn(&a, 0, 2), KRN_OK);
         ck_assert_int_eq(tabs[l].gather.fn(&a, 2, 5), KRN_OK);
@@ -1555,6 +1700,7 @@ int main(void)
      * (the LM heads' exact tolerances), several times that under sanitizers. */
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, levels_and_names);
+    tcase_add_test(tc, table_selection);
     tcase_add_test(tc, plan_checks);
     tcase_add_test(tc, quant_a8_definition);
     tcase_add_test(tc, mmnb_f32_ref_vs_double);

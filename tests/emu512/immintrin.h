@@ -4,8 +4,9 @@
  * real header, then SIMDe's portable AVX-512 (the Debian package
  * libsimde-dev), whose native aliases turn every _mm512_ call into its
  * emulation. The few intrinsics SIMDe 0.7.4 lacks or aliases wrongly are
- * defined below from their Intel definitions. Only test_kernels links the
- * objects built this way (under other names); an intrinsic that neither
+ * defined below from their Intel definitions. Only test programs link the
+ * objects built this way (test_kernels under other names, and
+ * tests/qwen3d-emu512); an intrinsic that neither
  * provides falls through to GCC's own and fails to compile (target
  * mismatch), so nothing can silently run real AVX-512 code.
  */
