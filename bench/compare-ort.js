@@ -6,16 +6,21 @@
 //
 // Usage: compare-ort.js --qwen3d BIN --model DIR [--runs N] [--threads N]
 //                       [--prompt-len 32] [--gen 128] [--contexts 1024,4096]
-//                       [--context-steps N] [--repeat R] [--kv-mode M] [--kv-type T] [--json]
+//                       [--context-steps N] [--repeat R] [--kv-mode M] [--kv-type T]
+//                       [--ort-kv contract|share] [--ort-logits all|last] [--json]
 // Each run is one process per runtime that loads the model once and measures
 // every prompt case R times (default 3), reporting its median: the steady
 // state of a server that keeps the model loaded (the first request after a
 // load also pays for first-touch page faults in both runtimes).
+// --ort-kv and --ort-logits choose ONNX Runtime's configuration (ort-bench.js
+// --kv, --logits); the text output states under the table what work each
+// runtime does, and --json rows carry ort_kv and ort_logits.
 // NODE_PATH must reach onnxruntime-node (tests/npm/node_modules of a build tree).
 'use strict';
 
 const { spawnSync } = require('child_process');
 const path = require('path');
+const { ortConditions } = require('./ort-notes.js');
 
 function fail(msg) {
   process.stderr.write(`compare-ort: ${msg}\n`);
@@ -23,7 +28,7 @@ function fail(msg) {
 }
 
 const o = { runs: 5, repeat: '3', threads: '1', prompt: '32', gen: '128', contexts: '1024,4096', steps: '16',
-  kvMode: 'persistent', kvType: 'f32', json: false };
+  kvMode: 'persistent', kvType: 'f32', ortKv: 'contract', ortLogits: 'all', json: false };
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i++) {
   const v = () => (i + 1 < argv.length ? argv[++i] : fail(`${argv[i]} needs a value`));
@@ -39,6 +44,8 @@ for (let i = 0; i < argv.length; i++) {
     case '--context-steps': o.steps = v(); break;
     case '--kv-mode': o.kvMode = v(); break;
     case '--kv-type': o.kvType = v(); break;
+    case '--ort-kv': o.ortKv = v(); break;
+    case '--ort-logits': o.ortLogits = v(); break;
     case '--json': o.json = true; break;
     default: fail(`unknown argument "${argv[i]}"`);
   }
@@ -69,14 +76,16 @@ function add(runtime, cases) {
 for (let r = 0; r < o.runs; r++) {
   // alternate which runtime goes first
   const q = () => add('qwen3d', run(o.bin, ['bench', '--json', '--kv-mode', o.kvMode, '--kv-type', o.kvType, ...common]));
-  const x = () => add('onnxruntime', run(process.execPath, [path.join(__dirname, 'ort-bench.js'), ...common]));
+  const x = () => add('onnxruntime', run(process.execPath, [path.join(__dirname, 'ort-bench.js'), '--kv', o.ortKv,
+    '--logits', o.ortLogits, ...common]));
   if (r % 2) { x(); q(); } else { q(); x(); }
 }
 
 const med = (a) => { if (!a || !a.length) return null; const s = [...a].sort((p, q) => p - q); return s[Math.floor(s.length / 2)]; };
 const rows = [];
 for (const [k, v] of Object.entries(samples)) {
-  const row = { case: k, threads: Number(o.threads), runs: o.runs, kv_mode: o.kvMode, kv_type: o.kvType };
+  const row = { case: k, threads: Number(o.threads), runs: o.runs, kv_mode: o.kvMode, kv_type: o.kvType, ort_kv: o.ortKv,
+    ort_logits: o.ortLogits };
   for (const m of ['decode_tokens_per_s', 'prefill_tokens_per_s', 'ttft_ms', 'decode_ms_median', 'rss_bytes', 'load_ms']) {
     const a = med(v.qwen3d[m]), b = med(v.onnxruntime[m]);
     if (a === null || b === null) continue;
@@ -99,4 +108,5 @@ if (o.json) {
     console.log(`${r.case.padEnd(15)} ${f(r.qwen3d_decode_tokens_per_s).padStart(8)} / ${f(r.onnxruntime_decode_tokens_per_s).padStart(8)} = ${f(r.decode_speedup, 2).padStart(5)}x` +
       `     ${f(r.qwen3d_prefill_tokens_per_s).padStart(8)} / ${f(r.onnxruntime_prefill_tokens_per_s).padStart(8)} = ${f(r.prefill_speedup, 2).padStart(5)}x` +
       `     ${f(r.qwen3d_ttft_ms).padStart(8)} / ${f(r.onnxruntime_ttft_ms).padStart(8)} = ${f(r.ttft_speedup, 2).padStart(5)}x`);
+  console.log(ortConditions(o.ortKv, o.ortLogits).join('\n'));
 }

@@ -9,7 +9,7 @@ bench_krn_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 
 # Side by side with ONNX Runtime (onnxruntime-node from tests/npm of a build tree):
 #   NODE_PATH=tests/npm/node_modules node $(srcdir)/bench/compare-ort.js --qwen3d ./qwen3d --model DIR
-EXTRA_DIST += bench/ort-bench.js bench/compare-ort.js
+EXTRA_DIST += bench/ort-bench.js bench/compare-ort.js bench/ort-notes.js
 
 # The kernel figures against ONNX Runtime as one markdown table (decode,
 # time to first token, bandwidth share, load), from a build tree:

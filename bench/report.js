@@ -10,8 +10,12 @@
 //   node ../bench/report.js --qwen3d ./qwen3d --bw-probe bench/bw_probe \
 //       --case m06:1 --case m06:2 --case m4b:2 [--runs 3] [--repeat 3] \
 //       [--pairs 5] [--serve-model DIR] [--serve-runs 5]
+//       [--ort-kv contract|share] [--ort-logits all|last]
 // A case is MODEL_DIR:THREADS. --serve-model (a folder with a tokenizer)
 // adds load-to-ready: `qwen3d serve` started and /health polled until 200.
+// --ort-kv and --ort-logits choose ONNX Runtime's configuration (see
+// ort-bench.js); the sentences under the table say what work each runtime
+// does in the figures above it.
 //
 // Bandwidth efficiency = prepared weight bytes per decoded token / median
 // decode step / bw_probe's sequential read rate at the same thread count
@@ -28,13 +32,14 @@
 const { spawn, spawnSync } = require('child_process');
 const http = require('http');
 const path = require('path');
+const { ortConditions } = require('./ort-notes.js');
 
 function fail(msg) {
   process.stderr.write(`report: ${msg}\n`);
   process.exit(1);
 }
 
-const o = { cases: [], runs: '3', repeat: '3', pairs: 5, serveRuns: 5 };
+const o = { cases: [], runs: '3', repeat: '3', pairs: 5, serveRuns: 5, ortKv: 'contract', ortLogits: 'all' };
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i++) {
   const v = () => (i + 1 < argv.length ? argv[++i] : fail(`${argv[i]} needs a value`));
@@ -52,6 +57,8 @@ for (let i = 0; i < argv.length; i++) {
     case '--pairs': o.pairs = Number(v()); break;
     case '--serve-model': o.serveModel = v(); break;
     case '--serve-runs': o.serveRuns = Number(v()); break;
+    case '--ort-kv': o.ortKv = v(); break;
+    case '--ort-logits': o.ortLogits = v(); break;
     default: fail(`unknown argument "${argv[i]}"`);
   }
 }
@@ -86,7 +93,7 @@ function probe(threads) {
 function compare(model, threads, prompt, gen) {
   const out = run(process.execPath, [path.join(__dirname, 'compare-ort.js'), '--qwen3d', o.bin, '--model', model,
     '--threads', threads, '--runs', o.runs, '--repeat', o.repeat, '--prompt-len', String(prompt), '--gen', String(gen),
-    '--contexts', 'none', '--json']);
+    '--contexts', 'none', '--ort-kv', o.ortKv, '--ort-logits', o.ortLogits, '--json']);
   const rows = out.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l));
   const row = rows.find((r) => r.case === `prompt ${prompt}`);
   if (!row) fail(`compare-ort.js gave no "prompt ${prompt}" row for ${model}`);
@@ -169,6 +176,8 @@ async function main() {
       ` | ${bytes && ser ? (bytes / ser).toFixed(3) : '-'} (${bytes || '-'} / ${ser || '-'}) |`);
     detail.push(`${path.basename(c.model)} at ${c.threads} thread(s), share per round: ${e.all.map(pct).join(', ')}`);
   }
+  lines.push('');
+  lines.push(...ortConditions(o.ortKv, o.ortLogits));
   lines.push('');
   lines.push(...detail);
   if (o.serveModel) {
