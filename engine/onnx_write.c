@@ -52,6 +52,9 @@ struct eng_ow {
     size_t job_len;
     bool stop;
     int io_errno;               /* first write error of the thread, 0 if none */
+    eng_ow_progress_fn progress; /* told the bytes handed to the data file, or NULL */
+    void *progress_ctx;
+    uint64_t progress_total;
     Onnx__TensorProto *cur;     /* external initializer being streamed, or NULL */
     uint64_t cur_expect, cur_written;
     bool failed;
@@ -611,6 +614,8 @@ static int data_flush(eng_ow *w)
     w->buf_len = 0;
     if (!n)
         return 0;
+    if (w->progress)
+        w->progress(w->progress_ctx, w->data_off, w->progress_total);
     if (!w->thread_on) {
         int e = write_all(w->fd, w->buf, n);
         return e ? eng_ow_fail(w, "%s: write failed: %s", w->data_path, strerror(e)) : 0;
@@ -626,6 +631,13 @@ static int data_flush(eng_ow *w)
     w->buf = w->spare;
     w->spare = t;
     return 0;
+}
+
+void eng_ow_set_progress(eng_ow *w, eng_ow_progress_fn fn, void *ctx, uint64_t total)
+{
+    w->progress = fn;
+    w->progress_ctx = ctx;
+    w->progress_total = total;
 }
 
 /* Appends N bytes (zeros when P is NULL) to the data file. */

@@ -93,6 +93,15 @@ int eng_ow_constant(eng_ow *w, const char *node_name, const char *output, int32_
  */
 int eng_ow_data_open(eng_ow *w, const char *path, const char *location);
 
+/*
+ * Progress of the data file: FN(CTX, bytes, TOTAL) each time a buffer of
+ * gathered bytes (a few MiB) goes to the file, on the thread making the
+ * eng_ow calls; TOTAL is passed through (a dry run of the same model gives
+ * it). NULL stops the calls.
+ */
+typedef void (*eng_ow_progress_fn)(void *ctx, uint64_t written, uint64_t total);
+void eng_ow_set_progress(eng_ow *w, eng_ow_progress_fn fn, void *ctx, uint64_t total);
+
 /* An initializer stored inline (raw_data) in model.onnx. */
 int eng_ow_init_inline(eng_ow *w, const char *name, int32_t dtype, size_t rank, const int64_t *dims,
                        const void *data, size_t nbytes);

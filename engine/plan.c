@@ -1320,7 +1320,13 @@ static void *packed_slot(plan_builder *b, const step *s, size_t bytes, uint64_t 
  * buffer, so the matrices are spread over one thread per online CPU (largest
  * first to the least loaded thread; up to 8), created for this and joined.
  */
-typedef struct pack_job { step **steps; size_t n; } pack_job;
+typedef struct pack_job {
+    step **steps;
+    size_t n;
+    _Atomic uint64_t *done;   /* packed bytes of all jobs */
+    const eng_plan_opts *report; /* set for the caller's own job: it tells opts->progress */
+    uint64_t total;
+} pack_job;
 
 static void release_mapped(const eng_tensor *t);
 
@@ -1337,8 +1343,13 @@ static void pack_one(step *s)
 static void *pack_thread(void *arg)
 {
     pack_job *j = arg;
-    for (size_t i = 0; i < j->n; i++)
+    for (size_t i = 0; i < j->n; i++) {
         pack_one(j->steps[i]);
+        uint64_t bytes = krn_q4_pack_size(&j->steps[i]->p.mmnb.w);
+        uint64_t d = atomic_fetch_add(j->done, bytes) + bytes;
+        if (j->report && j->report->progress)
+            j->report->progress(j->report->progress_ctx, d, j->total);
+    }
     return NULL;
 }
 
@@ -1379,8 +1390,12 @@ static void pack_all(eng_plan *p)
     qsort(all, n, sizeof *all, cmp_pack_size);
     pack_job jobs[8];
     size_t load[8] = {0};
+    _Atomic uint64_t done = 0;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += krn_q4_pack_size(&all[i]->p.mmnb.w);
     for (size_t t = 0; t < nt; t++)
-        jobs[t] = (pack_job){slots + t * n, 0};
+        jobs[t] = (pack_job){slots + t * n, 0, &done, t == 0 ? &p->opts : NULL, total};
     for (size_t i = 0; i < n; i++) {
         size_t t = 0;
         for (size_t u = 1; u < nt; u++)
@@ -1400,6 +1415,8 @@ static void pack_all(eng_plan *p)
         else
             pack_thread(&jobs[t]); /* could not start it: do its share here */
     }
+    if (p->opts.progress && total)
+        p->opts.progress(p->opts.progress_ctx, total, total);
     free(all);
     free(slots);
 }

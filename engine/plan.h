@@ -32,6 +32,9 @@
 typedef struct eng_plan eng_plan;
 typedef struct eng_exec eng_exec;
 
+/* Progress of long work: DONE of TOTAL bytes, on the thread that started the work. */
+typedef void (*eng_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
 typedef struct eng_plan_opts {
     /* Compute MatMulNBits with fp32 activations even where accuracy_level
      * asks for int8 (the accuracy_level 0 numerics). */
@@ -44,6 +47,9 @@ typedef struct eng_plan_opts {
     bool describe_only;
     /* Threads that repack the weights; 0: one per online CPU, up to 8. */
     int pack_threads;
+    /* Told the packed bytes as the weights are repacked (NULL: nothing). */
+    eng_progress_fn progress;
+    void *progress_ctx;
 } eng_plan_opts;
 
 int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, eng_diag *diag);

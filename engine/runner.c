@@ -106,7 +106,8 @@ int eng_model_open(const char *dir, const eng_model_opts *opts, eng_model **out,
         goto fail;
     if (eng_graph_geometry(m->g, &m->geo, diag) != 0)
         goto fail;
-    eng_plan_opts po = {.matmul_fp32 = o.matmul_fp32, .no_fusion = o.no_fusion};
+    eng_plan_opts po = {.matmul_fp32 = o.matmul_fp32, .no_fusion = o.no_fusion, .progress = o.progress,
+                        .progress_ctx = o.progress_ctx};
     if (eng_plan_new(m->g, &po, &m->plan, diag) != 0)
         goto fail;
 

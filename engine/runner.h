@@ -42,6 +42,10 @@ typedef struct eng_model_opts {
     bool no_fusion;        /* run the graph's steps unfused (the reference for fused plans) */
     eng_kv_mode kv_mode;
     kv_type kv_type;       /* persistent mode only */
+    /* Told, on the opening thread, the bytes of weights repacked as the
+     * model loads (eng_plan_opts.progress); NULL for nothing. */
+    eng_progress_fn progress;
+    void *progress_ctx;
 } eng_model_opts;
 
 const char *eng_kv_mode_name(eng_kv_mode m);

@@ -663,8 +663,9 @@ static void layer(synth *s, int64_t i, char *residual, char *sub)
     matmul_nbits(s, i, ENG_SYNTH_DOWN, mul, sub);
 }
 
-eng_ow *eng_synth_build(const eng_synth_geom *g, uint64_t seed, const char *data_path, const char *location,
-                        char *err, size_t errlen)
+/* eng_synth_build, telling PROGRESS (when set) how much of TOTAL data bytes went out. */
+static eng_ow *build(const eng_synth_geom *g, uint64_t seed, const char *data_path, const char *location,
+                     const eng_synth_progress *progress, uint64_t total, char *err, size_t errlen)
 {
     if (check_geom(g, err, errlen))
         return NULL;
@@ -685,6 +686,8 @@ eng_ow *eng_synth_build(const eng_synth_geom *g, uint64_t seed, const char *data
     }
     if (data_path)
         eng_ow_data_open(s.w, data_path, location ? location : "model.onnx.data");
+    if (progress && progress->fn)
+        eng_ow_set_progress(s.w, progress->fn, progress->ctx, total);
     eng_ow_opset(s.w, "", 21);
     eng_ow_opset(s.w, "com.microsoft", 1);
     graph_io(&s);
@@ -715,6 +718,12 @@ fail:
     free(s.blob);
     eng_ow_free(s.w);
     return NULL;
+}
+
+eng_ow *eng_synth_build(const eng_synth_geom *g, uint64_t seed, const char *data_path, const char *location,
+                        char *err, size_t errlen)
+{
+    return build(g, seed, data_path, location, NULL, 0, err, errlen);
 }
 
 /* ---- the model folder ---- */
@@ -885,6 +894,12 @@ static int find_tokenizer(const char *dir, char *found, size_t cap, char *err, s
 int eng_synth_write(const char *dir, const eng_synth_geom *g, uint64_t seed, const char *tokenizer_dir,
                     eng_synth_result *res, char *err, size_t errlen)
 {
+    return eng_synth_write_progress(dir, g, seed, tokenizer_dir, NULL, res, err, errlen);
+}
+
+int eng_synth_write_progress(const char *dir, const eng_synth_geom *g, uint64_t seed, const char *tokenizer_dir,
+                             const eng_synth_progress *progress, eng_synth_result *res, char *err, size_t errlen)
+{
     char tok[4096], path[4096], data_path[4096];
     memset(res, 0, sizeof *res);
     if (!dir || !*dir) {
@@ -908,7 +923,16 @@ int eng_synth_write(const char *dir, const eng_synth_geom *g, uint64_t seed, con
         return -1;
     }
     snprintf(data_path, sizeof data_path, "%s/model.onnx.data", dir);
-    eng_ow *w = eng_synth_build(g, seed, data_path, "model.onnx.data", err, errlen);
+    uint64_t total = 0;
+    if (progress && progress->fn) {
+        /* The dry run lays out the same bytes without generating any: the total, in milliseconds. */
+        eng_ow *dry = eng_synth_build(g, seed, NULL, NULL, err, errlen);
+        if (!dry)
+            return -1;
+        total = eng_ow_data_bytes(dry);
+        eng_ow_free(dry);
+    }
+    eng_ow *w = build(g, seed, data_path, "model.onnx.data", progress, total, err, errlen);
     if (!w)
         return -1;
     int rc = -1;

@@ -98,6 +98,16 @@ typedef struct eng_synth_result {
 int eng_synth_write(const char *dir, const eng_synth_geom *g, uint64_t seed, const char *tokenizer_dir,
                     eng_synth_result *res, char *err, size_t errlen);
 
+/* Told, on the calling thread, the bytes of model.onnx.data written so far and their total. */
+typedef struct eng_synth_progress {
+    eng_ow_progress_fn fn;
+    void *ctx;
+} eng_synth_progress;
+
+/* eng_synth_write, reporting to PROGRESS (NULL for none) as the data file grows. */
+int eng_synth_write_progress(const char *dir, const eng_synth_geom *g, uint64_t seed, const char *tokenizer_dir,
+                             const eng_synth_progress *progress, eng_synth_result *res, char *err, size_t errlen);
+
 /* Writes genai_config.json for G to PATH. */
 int eng_synth_genai_config(const eng_synth_geom *g, const char *path, char *err, size_t errlen);
 

@@ -1,6 +1,7 @@
 /*
- * cli: shared argument parsing for the subcommands (see cli.h). Runs on the
- * main thread before any other thread exists.
+ * cli: shared argument parsing and the progress line of the subcommands (see
+ * cli.h). Runs on the main thread; argument parsing before any other thread
+ * exists.
  */
 #include "server/cli.h"
 
@@ -9,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "engine/pool.h"
 
@@ -125,4 +128,90 @@ int cli_place(const char *cmd, const cli_placement *p)
     if (eng_pool_place(p->cpus, (int)p->numa_node, err, sizeof err) != 0)
         return cli_fail(cmd, "%s", err);
     return 0;
+}
+
+/* ---- progress line ---- */
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void cli_progress_init(cli_progress *p, bool json)
+{
+    *p = (cli_progress){.on = !json && isatty(STDERR_FILENO), .t0 = mono_s(), .last = -1};
+}
+
+double cli_progress_elapsed(const cli_progress *p)
+{
+    return mono_s() - p->t0;
+}
+
+void cli_progress_text(cli_progress *p, bool final, const char *fmt, ...)
+{
+    if (!p->on)
+        return;
+    double t = mono_s();
+    if (!final && p->drawn && t - p->last < 0.1)
+        return;
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    /* Carriage return and erase-to-end-of-line: the line replaces the previous one. */
+    fprintf(stderr, "\r\033[K%s", line);
+    fflush(stderr);
+    p->drawn = true;
+    p->last = t;
+}
+
+void cli_progress_bytes(cli_progress *p, const char *what, uint64_t done, uint64_t total)
+{
+    if (!p->on)
+        return;
+    double gib = 1024.0 * 1024 * 1024, mib = 1024.0 * 1024;
+    double unit = total >= gib ? gib : mib, el = cli_progress_elapsed(p);
+    char left[48] = "";
+    /* The rate so far; only once there is one to speak of. */
+    double secs = done ? el * (double)(total - done) / (double)done : 0;
+    if (done && done < total && el >= 0.5 && secs >= 1)
+        snprintf(left, sizeof left, ", about %.0f s left", secs);
+    cli_progress_text(p, done == 0 || done >= total, "%s: %.1f of %.1f %s (%.0f%%)%s", what, (double)done / unit,
+                      (double)total / unit, unit == gib ? "GiB" : "MiB",
+                      total ? 100.0 * (double)done / (double)total : 100.0, left);
+}
+
+void cli_progress_cb(void *ctx, uint64_t done, uint64_t total)
+{
+    cli_progress *p = ctx;
+    cli_progress_bytes(p, p->what, done, total);
+}
+
+void cli_progress_clear(cli_progress *p)
+{
+    if (p->on && p->drawn) {
+        fputs("\r\033[K", stderr);
+        fflush(stderr);
+    }
+    p->drawn = false;
+}
+
+int cli_model_open(cli_progress *p, const char *dir, const eng_model_opts *opts, eng_model **out, eng_diag *diag)
+{
+    char what[320];
+    eng_model_opts o = *opts;
+    if (p->on) {
+        snprintf(what, sizeof what, "loading %s", dir);
+        p->what = what;
+        o.progress = cli_progress_cb;
+        o.progress_ctx = p;
+        cli_progress_text(p, true, "%s", what);
+    }
+    int rc = eng_model_open(dir, &o, out, diag);
+    cli_progress_clear(p);
+    p->what = NULL;
+    return rc;
 }

@@ -55,6 +55,34 @@ typedef struct cli_placement {
 int cli_placement_opt(const char *cmd, int argc, char **argv, int *i, cli_placement *p);
 int cli_place(const char *cmd, const cli_placement *p);
 #define CLI_PLACEMENT_USAGE "[--cpus LIST] [--numa-node N]"
+/*
+ * Progress of long work (a model load, synth writing weights, a bench run) on
+ * stderr: one line redrawn in place, at most ten times a second besides its
+ * first and last state, erased before other output and at the end. Drawn only
+ * when stderr is a terminal and the command prints no JSON, so what a pipe,
+ * a file or a JSON reader receives is exactly what it was without it.
+ */
+typedef struct cli_progress {
+    bool on;
+    const char *what;   /* the line's label: "loading DIR", "writing DIR/model.onnx.data" */
+    double t0, last;    /* seconds (monotonic) at the start and at the last draw */
+    bool drawn;         /* a line is on screen */
+} cli_progress;
+
+void cli_progress_init(cli_progress *p, bool json);
+/* Bytes of byte-counted work: "WHAT: 1.2 of 2.5 GiB (48%), about 6 s left". */
+void cli_progress_bytes(cli_progress *p, const char *what, uint64_t done, uint64_t total);
+/* The same as a callback for the engine (eng_progress_fn, eng_ow_progress_fn); CTX is the cli_progress. */
+void cli_progress_cb(void *ctx, uint64_t done, uint64_t total);
+/* Free text; FINAL forces the draw (the throttle skips the others). */
+void cli_progress_text(cli_progress *p, bool final, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Erases the line, if any (before printing elsewhere, and when the work ends). */
+void cli_progress_clear(cli_progress *p);
+/* Seconds since cli_progress_init. */
+double cli_progress_elapsed(const cli_progress *p);
+
+/* eng_model_open, with the load drawn on P (see cli_progress_init) and erased when it ends. */
+int cli_model_open(cli_progress *p, const char *dir, const eng_model_opts *opts, eng_model **out, eng_diag *diag);
 
 #define CLI_ENGINE_USAGE "[--threads N] [--kv-mode persistent|tensor] [--kv-type f32|f16] [--matmul-fp32] [--no-fusion]"
 

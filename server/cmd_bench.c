@@ -108,8 +108,44 @@ typedef struct case_result {
     uint64_t kv_committed;
 } case_result;
 
+/*
+ * The run's progress line (a terminal only, see cli_progress): the case, its
+ * place in the run, and the time left at the rates measured so far, per
+ * prompt token of prefill and per decode step.
+ */
+typedef struct bench_progress {
+    cli_progress line;
+    char where[96];                   /* "prompt 512 (case 1 of 5), run 2 of 3" */
+    double prefill_ms, decode_ms;     /* measured so far */
+    int64_t prefill_toks, decode_steps;
+    int64_t toks_left, steps_left;    /* still to run */
+} bench_progress;
+
+static void progress_draw(bench_progress *b, bool final, const char *doing)
+{
+    if (!b->line.on)
+        return;
+    char left[48] = "";
+    bool rates = (!b->toks_left || b->prefill_toks) && (!b->steps_left || b->decode_steps);
+    if (rates && (b->toks_left || b->steps_left)) {
+        double ms = (b->toks_left ? (double)b->toks_left * b->prefill_ms / (double)b->prefill_toks : 0) +
+                    (b->steps_left ? (double)b->steps_left * b->decode_ms / (double)b->decode_steps : 0);
+        if (ms >= 1000)
+            snprintf(left, sizeof left, ", about %.0f s left", ms / 1000.0);
+    }
+    cli_progress_text(&b->line, final, "bench: %s: %s%s", b->where, doing, left);
+}
+
+static void progress_prefill(bench_progress *b, int64_t tokens, double ms)
+{
+    b->prefill_ms += ms;
+    b->prefill_toks += tokens;
+    b->toks_left -= tokens;
+}
+
 /* Decodes `steps` tokens (greedy) after the current state; times each step. */
-static int decode_steps(eng_session *s, int64_t first, int64_t steps, int64_t vocab, double *times, eng_diag *d)
+static int decode_steps(eng_session *s, int64_t first, int64_t steps, int64_t vocab, double *times,
+                        bench_progress *b, eng_diag *d)
 {
     int64_t next = first;
     for (int64_t i = 0; i < steps; i++) {
@@ -119,6 +155,12 @@ static int decode_steps(eng_session *s, int64_t first, int64_t steps, int64_t vo
             return -1;
         next = argmax(s, logits, vocab);
         times[i] = now_ms() - t0;
+        b->decode_ms += times[i];
+        b->decode_steps++;
+        b->steps_left--;
+        char doing[64];
+        snprintf(doing, sizeof doing, "decode %lld of %lld", (long long)i + 1, (long long)steps);
+        progress_draw(b, false, doing);
     }
     return 0;
 }
@@ -221,15 +263,24 @@ int cmd_bench(int argc, char **argv)
     eng_session *s = NULL;
     double *times = NULL;
     int64_t *ids = NULL;
+    bench_progress bp = {0};
 
     if (cli_place(CMD, &o.place)) { /* before the model and the pool's threads */
         rc = 2;
         goto out;
     }
+    cli_progress_init(&bp.line, o.json);
     double t0 = now_ms();
-    if (eng_model_open(o.model, &o.engine, &m, &d) != 0)
+    if (cli_model_open(&bp.line, o.model, &o.engine, &m, &d) != 0)
         goto out;
     double load_ms = now_ms() - t0;
+    int n_cases = (int)o.n_prompts + (o.engine.kv_type == KV_F32 ? (int)o.n_contexts : 0), case_no = 0;
+    for (size_t i = 0; i < o.n_prompts; i++) {
+        bp.toks_left += o.prompts[i] * o.repeat;
+        bp.steps_left += (o.gen - 1) * o.repeat;
+    }
+    if (o.engine.kv_type == KV_F32)
+        bp.steps_left += (int64_t)o.n_contexts * o.context_steps;
     int64_t V = eng_model_geometry(m)->vocab, limit = eng_model_max_context(m);
     uint64_t prepared = eng_plan_prepared_bytes(eng_model_plan(m));
     size_t max_steps = (size_t)(o.gen * o.repeat > o.context_steps ? o.gen * o.repeat : o.context_steps);
@@ -267,7 +318,11 @@ int cmd_bench(int argc, char **argv)
         size_t n_times = 0;
         uint64_t moved = 0, committed = 0;
         json_t *row = json_object();
+        case_no++;
         for (int64_t r = 0; r < o.repeat; r++) {
+            snprintf(bp.where, sizeof bp.where, "prompt %lld (case %d of %d), run %lld of %lld", (long long)P, case_no,
+                     n_cases, (long long)r + 1, (long long)o.repeat);
+            progress_draw(&bp, true, "prefill");
             s = eng_session_new(m, P + o.gen, &d);
             if (!s)
                 goto out;
@@ -280,10 +335,11 @@ int cmd_bench(int argc, char **argv)
             prefill[r] = now_ms() - a;
             int64_t first = argmax(s, logits, V);
             ttft[r] = now_ms() - a;
+            progress_prefill(&bp, P, prefill[r]);
             eng_prof_entry at_prefill[32];
             size_t n_at_prefill = eng_exec_profile(eng_session_exec(s), at_prefill, 32);
             uint64_t before = eng_session_kv_bytes_moved(s);
-            if (decode_steps(s, first, o.gen - 1 > 0 ? o.gen - 1 : 0, V, times + n_times, &d) != 0)
+            if (decode_steps(s, first, o.gen - 1 > 0 ? o.gen - 1 : 0, V, times + n_times, &bp, &d) != 0)
                 goto out;
             n_times += (size_t)(o.gen - 1);
             moved += eng_session_kv_bytes_moved(s) - before;
@@ -306,6 +362,7 @@ int cmd_bench(int argc, char **argv)
         double med = pct(times, n_times, 0.5), p90 = pct(times, n_times, 0.9);
         double ttft_med = pct(ttft, (size_t)o.repeat, 0.5), pre_med = pct(prefill, (size_t)o.repeat, 0.5);
         double per_token = n_times ? (double)moved / (double)n_times : 0;
+        cli_progress_clear(&bp.line);
         if (o.json) {
             json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:f, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I}",
                                     "case", "prompt", "prompt_len", (json_int_t)P, "gen", (json_int_t)o.gen,
@@ -344,12 +401,14 @@ int cmd_bench(int argc, char **argv)
                 printf("context %5lld: skipped (synthetic fill needs the f32 cache)\n", (long long)C);
             continue;
         }
+        snprintf(bp.where, sizeof bp.where, "context %lld (case %d of %d)", (long long)C, ++case_no, n_cases);
+        progress_draw(&bp, true, "filling the cache");
         s = eng_session_new(m, C + o.context_steps + 1, &d);
         if (!s || eng_session_fill_synthetic(s, C, &d) != 0)
             goto out;
         eng_session_set_greedy(s, true);
         uint64_t before = eng_session_kv_bytes_moved(s);
-        if (decode_steps(s, ids[0], o.context_steps, V, times, &d) != 0)
+        if (decode_steps(s, ids[0], o.context_steps, V, times, &bp, &d) != 0)
             goto out;
         uint64_t moved = eng_session_kv_bytes_moved(s) - before;
         uint64_t committed = eng_session_kv_bytes_committed(s);
@@ -358,6 +417,7 @@ int cmd_bench(int argc, char **argv)
         qsort(times, (size_t)o.context_steps, sizeof *times, cmp_double);
         double med = pct(times, (size_t)o.context_steps, 0.5), p90 = pct(times, (size_t)o.context_steps, 0.9);
         double per_token = (double)moved / (double)o.context_steps;
+        cli_progress_clear(&bp.line);
         if (o.json) {
             json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:f, s:f, s:f, s:f, s:I, s:I}", "case", "context",
                                     "context", (json_int_t)C, "steps", (json_int_t)o.context_steps, "threads",
@@ -378,6 +438,7 @@ int cmd_bench(int argc, char **argv)
     }
     rc = 0;
 out:
+    cli_progress_clear(&bp.line);
     eng_diag_print(&d, stderr, "qwen3d: " CMD);
     eng_diag_clear(&d);
     eng_session_free(s);

@@ -242,8 +242,10 @@ int cmd_generate(int argc, char **argv)
         rc = 2;
         goto out;
     }
+    cli_progress progress;
+    cli_progress_init(&progress, o.json);
     double t0 = now_ms();
-    if (eng_model_open(o.model, &o.engine, &m, &diag) != 0)
+    if (cli_model_open(&progress, o.model, &o.engine, &m, &diag) != 0)
         goto out;
     /* The tokenizer is optional for id prompts: text is then left empty. */
     char tok_path[4096];

@@ -93,8 +93,16 @@ int cmd_synth(int argc, char **argv)
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     eng_synth_result res;
-    char err[1024];
-    if (eng_synth_write(out, &g, (uint64_t)seed, tokenizer, &res, err, sizeof err)) {
+    char err[1024], what[320];
+    cli_progress progress;
+    cli_progress_init(&progress, false);
+    snprintf(what, sizeof what, "writing %s/model.onnx.data", out);
+    progress.what = what;
+    eng_synth_progress report = {cli_progress_cb, &progress};
+    int failed = eng_synth_write_progress(out, &g, (uint64_t)seed, tokenizer, progress.on ? &report : NULL, &res, err,
+                                          sizeof err);
+    cli_progress_clear(&progress);
+    if (failed) {
         fprintf(stderr, "qwen3d: synth: %s\n", err);
         return 1;
     }

@@ -150,6 +150,11 @@ tests_test_pool_CFLAGS = $(TEST_CFLAGS)
 tests_test_pool_LDADD = $(TEST_LDADD)
 TESTS += tests/test_pool
 
+# Progress lines of synth, model loads and bench on a terminal (a pty from
+# util-linux's script), and nothing of them in pipes or with --json.
+TESTS += tests/progress.sh
+EXTRA_DIST += tests/progress.sh
+
 # Persistent KV sessions against the tensor contract, and KV bytes per token.
 TESTS += tests/kv_modes.sh
 EXTRA_DIST += tests/kv_modes.sh
