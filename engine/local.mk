@@ -27,7 +27,7 @@ libqwen3d_a_SOURCES += engine/tokenizer.c engine/tokenizer.h
 # and model sessions.
 libqwen3d_a_SOURCES += \
 	engine/pool.c engine/pool.h \
-	engine/plan.c engine/plan.h engine/plan_internal.h \
+	engine/plan.c engine/plan.h engine/plan_internal.h engine/op_registry.h \
 	engine/fuse.c engine/pack.c \
 	engine/op_shape.c engine/op_math.c engine/op_norm.c engine/op_matmul.c engine/op_attention.c \
 	engine/exec.c \

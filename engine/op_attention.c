@@ -328,6 +328,19 @@ static int run_gqa(eng_exec *x, const step *s)
     return 0;
 }
 
-/* ---- registry rows ---- */
+/* ---- registry rows (op_registry.h) ---- */
 
-const op_def op_gqa = {"com.microsoft", "GroupQueryAttention", prep_gqa, infer_gqa, run_gqa, false, false};
+/* key and value are absent with packed QKV, the past on a first call */
+#define GQA_OPTIONAL ((1u << 1) | (1u << 2) | (1u << 3) | (1u << 4))
+
+const op_def op_gqa = {
+    .domain = OP_MS, .op = "GroupQueryAttention",
+    .min_in = 7, .max_in = 16, .min_out = 3, .max_out = 4, .may_be_empty = GQA_OPTIONAL,
+    .attrs = {{"num_heads", ENG_ATTR_INT, true}, {"kv_num_heads", ENG_ATTR_INT, true},
+              {"scale", ENG_ATTR_FLOAT, false}, {"softcap", ENG_ATTR_FLOAT, false},
+              {"local_window_size", ENG_ATTR_INT, false}, {"do_rotary", ENG_ATTR_INT, false},
+              {"rotary_interleaved", ENG_ATTR_INT, false}, {"smooth_softmax", ENG_ATTR_INT, false},
+              {"qk_output", ENG_ATTR_INT, false}, {"k_quant_type", ENG_ATTR_STRING, false},
+              {"v_quant_type", ENG_ATTR_STRING, false}, {"kv_cache_bit_width", ENG_ATTR_INT, false}},
+    .prepare = prep_gqa, .infer = infer_gqa, .run = run_gqa,
+};

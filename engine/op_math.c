@@ -260,10 +260,31 @@ static int run_sigmoid(eng_exec *x, const step *s)
     return 0;
 }
 
-/* ---- registry rows ---- */
+/* ---- registry rows (op_registry.h) ---- */
 
-const op_def op_reduce_sum = {"", "ReduceSum", prep_reduce, infer_reduce, run_reduce, true, false};
-const op_def op_sub = {"", "Sub", prep_binary, infer_binary, run_binary, true, false};
-const op_def op_add = {"", "Add", prep_binary, infer_binary, run_binary, true, false};
-const op_def op_mul = {"", "Mul", prep_binary, infer_binary, run_binary, true, false};
-const op_def op_sigmoid = {"", "Sigmoid", prep_sigmoid, infer_unary_same, run_sigmoid, false, false};
+const op_def op_reduce_sum = {
+    .domain = "", .op = "ReduceSum",
+    .min_in = 1, .max_in = 2, .min_out = 1, .max_out = 1,
+    .attrs = {{"keepdims", ENG_ATTR_INT, false}, {"noop_with_empty_axes", ENG_ATTR_INT, false}},
+    .prepare = prep_reduce, .infer = infer_reduce, .run = run_reduce, .shape_op = true,
+};
+const op_def op_sub = {
+    .domain = "", .op = "Sub",
+    .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
+    .prepare = prep_binary, .infer = infer_binary, .run = run_binary, .shape_op = true,
+};
+const op_def op_add = {
+    .domain = "", .op = "Add",
+    .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
+    .prepare = prep_binary, .infer = infer_binary, .run = run_binary, .shape_op = true,
+};
+const op_def op_mul = {
+    .domain = "", .op = "Mul",
+    .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
+    .prepare = prep_binary, .infer = infer_binary, .run = run_binary, .shape_op = true,
+};
+const op_def op_sigmoid = {
+    .domain = "", .op = "Sigmoid",
+    .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+    .prepare = prep_sigmoid, .infer = infer_unary_same, .run = run_sigmoid,
+};

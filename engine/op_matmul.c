@@ -170,6 +170,12 @@ static int run_mmnb(eng_exec *x, const step *s)
     return 0;
 }
 
-/* ---- registry rows ---- */
+/* ---- registry rows (op_registry.h) ---- */
 
-const op_def op_matmulnbits = {"com.microsoft", "MatMulNBits", prep_mmnb, infer_mmnb, run_mmnb, false, false};
+const op_def op_matmulnbits = {
+    .domain = OP_MS, .op = "MatMulNBits",
+    .min_in = 3, .max_in = 6, .min_out = 1, .max_out = 1,
+    .attrs = {{"K", ENG_ATTR_INT, true}, {"N", ENG_ATTR_INT, true}, {"bits", ENG_ATTR_INT, false},
+              {"block_size", ENG_ATTR_INT, false}, {"accuracy_level", ENG_ATTR_INT, false}},
+    .prepare = prep_mmnb, .infer = infer_mmnb, .run = run_mmnb,
+};

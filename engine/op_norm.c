@@ -149,7 +149,18 @@ static int run_skip_sln(eng_exec *x, const step *s)
     return 0;
 }
 
-/* ---- registry rows ---- */
+/* ---- registry rows (op_registry.h) ---- */
 
-const op_def op_sln = {"", "SimplifiedLayerNormalization", prep_sln, infer_sln, run_sln, false, false};
-const op_def op_skip_sln = {"com.microsoft", "SkipSimplifiedLayerNormalization", prep_skip_sln, infer_skip_sln, run_skip_sln, false, false};
+const op_def op_sln = {
+    .domain = "", .op = "SimplifiedLayerNormalization",
+    .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 2,
+    .attrs = {{"axis", ENG_ATTR_INT, false}, {"epsilon", ENG_ATTR_FLOAT, false},
+              {"stash_type", ENG_ATTR_INT, false}},
+    .prepare = prep_sln, .infer = infer_sln, .run = run_sln,
+};
+const op_def op_skip_sln = {
+    .domain = OP_MS, .op = "SkipSimplifiedLayerNormalization",
+    .min_in = 3, .max_in = 4, .min_out = 1, .max_out = 4,
+    .attrs = {{"epsilon", ENG_ATTR_FLOAT, false}},
+    .prepare = prep_skip_sln, .infer = infer_skip_sln, .run = run_skip_sln,
+};

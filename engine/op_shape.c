@@ -394,11 +394,43 @@ static int run_split(eng_exec *x, const step *s)
     return 0;
 }
 
-/* ---- registry rows ---- */
+/* ---- registry rows (op_registry.h) ---- */
 
-const op_def op_constant = {"", "Constant", prep_constant, NULL, NULL, false, false};
-const op_def op_shape = {"", "Shape", prep_shape, infer_shape, run_shape, true, false};
-const op_def op_gather = {"", "Gather", prep_gather, infer_gather, run_gather, true, false};
-const op_def op_cast = {"", "Cast", prep_cast, infer_cast, run_cast, true, false};
-const op_def op_reshape = {"", "Reshape", prep_reshape, infer_reshape, run_reshape, false, true};
-const op_def op_split = {"", "Split", prep_split, infer_split, run_split, true, true};
+const op_def op_constant = {
+    .domain = "", .op = "Constant",
+    .min_in = 0, .max_in = 0, .min_out = 1, .max_out = 1,
+    .attrs = {{"value", ENG_ATTR_TENSOR, false}, {"value_float", ENG_ATTR_FLOAT, false},
+              {"value_floats", ENG_ATTR_FLOATS, false}, {"value_int", ENG_ATTR_INT, false},
+              {"value_ints", ENG_ATTR_INTS, false}},
+    .prepare = prep_constant, .infer = NULL, .run = NULL,
+};
+const op_def op_shape = {
+    .domain = "", .op = "Shape",
+    .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+    .attrs = {{"start", ENG_ATTR_INT, false}, {"end", ENG_ATTR_INT, false}},
+    .prepare = prep_shape, .infer = infer_shape, .run = run_shape, .shape_op = true,
+};
+const op_def op_gather = {
+    .domain = "", .op = "Gather",
+    .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
+    .attrs = {{"axis", ENG_ATTR_INT, false}},
+    .prepare = prep_gather, .infer = infer_gather, .run = run_gather, .shape_op = true,
+};
+const op_def op_cast = {
+    .domain = "", .op = "Cast",
+    .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+    .attrs = {{"to", ENG_ATTR_INT, true}, {"saturate", ENG_ATTR_INT, false}},
+    .prepare = prep_cast, .infer = infer_cast, .run = run_cast, .shape_op = true,
+};
+const op_def op_reshape = {
+    .domain = "", .op = "Reshape",
+    .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
+    .attrs = {{"allowzero", ENG_ATTR_INT, false}},
+    .prepare = prep_reshape, .infer = infer_reshape, .run = run_reshape, .places_outputs = true,
+};
+const op_def op_split = {
+    .domain = "", .op = "Split",
+    .min_in = 1, .max_in = 2, .min_out = 1, .max_out = 64,
+    .attrs = {{"axis", ENG_ATTR_INT, false}, {"num_outputs", ENG_ATTR_INT, false}},
+    .prepare = prep_split, .infer = infer_split, .run = run_split, .shape_op = true, .places_outputs = true,
+};

@@ -28,10 +28,12 @@ size_t plan_op_index(const op_def *op)
     return k;
 }
 
-static const op_def *find_def(const eng_node *n)
+const op_def *plan_op_find(const char *domain, const char *op)
 {
+    if (!strcmp(domain, "ai.onnx"))
+        domain = "";
     for (size_t i = 0; i < plan_n_ops; i++)
-        if (!strcmp(plan_ops[i]->domain, n->domain) && !strcmp(plan_ops[i]->op, n->op_type))
+        if (!strcmp(plan_ops[i]->domain, domain) && !strcmp(plan_ops[i]->op, op))
             return plan_ops[i];
     return NULL;
 }
@@ -119,7 +121,7 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
         step *s = &p->steps[i];
         const eng_node *n = &g->nodes[i];
         s->node = n;
-        s->op = find_def(n);
+        s->op = plan_op_find(n->domain, n->op_type);
         if (n->n_inputs > MAX_IO || n->n_outputs > MAX_IO) {
             eng_diag_add(diag, "%s: node '%s' (%s): too many inputs or outputs", g->dir, node_label(n), n->op_type);
             continue;

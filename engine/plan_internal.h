@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/op_registry.h"
 #include "engine/plan.h"
 #include "kernels/krn.h"
 
@@ -30,16 +31,6 @@
 typedef struct step step;
 
 typedef struct plan_builder plan_builder;
-
-typedef struct op_def {
-    const char *domain;
-    const char *op;
-    int (*prepare)(plan_builder *b, step *s);
-    int (*infer)(eng_exec *x, const step *s);
-    int (*run)(eng_exec *x, const step *s);
-    bool shape_op;        /* integer op run in the shape pass too */
-    bool places_outputs;  /* the op sets its outputs' storage itself (views) */
-} op_def;
 
 typedef struct mmnb_params {
     krn_q4_weights w;
@@ -157,7 +148,7 @@ struct eng_exec {
     uint64_t kv_bytes_moved;
     eng_kv_binding *kv;   /* per attention node; k == NULL when unbound */
     bool profiling;
-    uint64_t prof_ns[32], prof_calls[32]; /* per op_defs entry */
+    uint64_t prof_ns[32], prof_calls[32]; /* per plan_ops entry */
     bool *fused_now;      /* per step: its SiLU fusion applies to this run's shapes */
     bool *last_row;       /* per step: compute its output for the last input row only */
     int argmax_step;      /* step whose last output row also gets its argmax, -1: none */
