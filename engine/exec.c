@@ -489,6 +489,11 @@ int eng_exec_value(const eng_exec *x, const char *name, eng_view *out)
     return 0;
 }
 
+void eng_exec_set_prompt_rows(eng_exec *x, bool on)
+{
+    x->prompt_rows = on;
+}
+
 void eng_exec_set_profiling(eng_exec *x, bool on)
 {
     x->profiling = on;

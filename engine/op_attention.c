@@ -280,7 +280,7 @@ static int run_gqa(eng_exec *x, const step *s)
      * attention run (do_gqa_decode), each participant for its own kv heads.
      */
     const krn_table *kt = &x->p->krn;
-    bool decode = S == 1;
+    bool decode = S == 1 && !x->prompt_rows;
     rows_call vs = {kt, {.x = vd, .x_tok_stride = (size_t)kv_ld, .x_head_stride = (size_t)H, .y = vc_new,
                          .y_tok_stride = tok_stride, .y_head_stride = head_stride, .n_tok = (size_t)S,
                          .n_heads = (size_t)Nkv, .n = (size_t)H, .y_type = kvt}};
@@ -308,7 +308,8 @@ static int run_gqa(eng_exec *x, const step *s)
                         .past = (size_t)past, .n_heads = (size_t)Nq, .n_kv_heads = (size_t)Nkv,
                         .head_dim = (size_t)H,
                         .scale = g->scale != 0.0f ? g->scale : 1.0f / sqrtf((float)H),
-                        .local_window = -1, .softcap = 0.0f, .kv_type = kvt}};
+                        .local_window = -1, .softcap = 0.0f, .kv_type = kvt,
+                        .prompt = x->prompt_rows}};
     if (decode) {
         gqa_decode_call dc = {ga, vs.a, ks.a, rk.a, rq.a, g->rotary, qd};
         plan_run_par(x, (size_t)Nq, (size_t)(Nq / Nkv), do_gqa_decode, &dc);

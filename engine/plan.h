@@ -112,6 +112,14 @@ int eng_exec_set_argmax(eng_exec *x, const char *name, bool on, eng_diag *diag);
 /* eng_argmax() of that row after the last run, or -1 when the run did not compute it. */
 int32_t eng_exec_argmax(const eng_exec *x);
 
+/*
+ * Whether the new rows of the following runs are prompt tokens. Attention
+ * then takes the prompt's arithmetic whatever the row count, so a prompt
+ * cut into chunks (one token each, even) gives the bits of the whole prompt
+ * fed at once. Off by default: a one-row run takes the decode path.
+ */
+void eng_exec_set_prompt_rows(eng_exec *x, bool on);
+
 /* Runs the graph once. On failure the diag names the node. */
 int eng_exec_run(eng_exec *x, eng_diag *diag);
 

@@ -154,6 +154,7 @@ struct eng_exec {
     int argmax_step;      /* step whose last output row also gets its argmax, -1: none */
     _Atomic uint64_t argmax_key; /* eng_argmax_key of that row, merged over the workers */
     bool argmax_valid;    /* set by the last run */
+    bool prompt_rows;     /* the runs' new rows are prompt tokens (eng_exec_set_prompt_rows) */
     eng_diag *diag;       /* of the current run */
 };
 

@@ -437,6 +437,14 @@ static int finish_feed(eng_session *s, size_t n, int64_t total, const float **lo
     return 0;
 }
 
+int eng_session_feed_prompt(eng_session *s, const int64_t *ids, size_t n, const float **logits, eng_diag *diag)
+{
+    eng_exec_set_prompt_rows(s->x, true);
+    int rc = eng_session_feed(s, ids, n, logits, diag);
+    eng_exec_set_prompt_rows(s->x, false);
+    return rc;
+}
+
 int eng_session_feed(eng_session *s, const int64_t *ids, size_t n, const float **logits, eng_diag *diag)
 {
     eng_model *m = s->m;

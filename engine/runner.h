@@ -81,6 +81,13 @@ int64_t eng_session_capacity(const eng_session *s);
  * the session's capacity fails without changing the session.
  */
 int eng_session_feed(eng_session *s, const int64_t *ids, size_t n, const float **logits, eng_diag *diag);
+/*
+ * eng_session_feed() for ids of the prompt: their attention takes the
+ * prompt's arithmetic whatever N is, so feeding a prompt in chunks gives
+ * the bits of feeding it at once (a one-id eng_session_feed() is a decode
+ * step, whose arithmetic differs).
+ */
+int eng_session_feed_prompt(eng_session *s, const int64_t *ids, size_t n, const float **logits, eng_diag *diag);
 
 /*
  * Greedy decoding: with ON, later feeds also compute the argmax of the
