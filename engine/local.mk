@@ -42,3 +42,7 @@ libqwen3d_a_SOURCES += \
 libqwen3d_a_SOURCES += \
 	engine/grammar.c engine/grammar.h engine/grammar_int.h \
 	engine/grammar_match.c
+
+# Generations: a session with its sampler, stop strings and detokenizer,
+# and the step that advances many of them.
+libqwen3d_a_SOURCES += engine/gen.c engine/gen.h

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/gen.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "server/cli.h"
@@ -82,13 +83,6 @@ typedef struct bench_opts {
     cli_placement place;   /* --cpus, --numa-node */
 } bench_opts;
 
-/* The greedy choice, as the daemon makes it: fused into the LM head where the plan allows. */
-static int64_t argmax(const eng_session *s, const float *x, int64_t n)
-{
-    int32_t id = eng_session_argmax(s);
-    return id >= 0 ? id : eng_argmax(x, (size_t)n);
-}
-
 static void prompt_ids(int64_t *ids, int64_t n, int64_t vocab)
 {
     /* deterministic ids spread over the ordinary vocabulary */
@@ -108,16 +102,27 @@ typedef struct case_result {
     uint64_t kv_committed;
 } case_result;
 
-/* Decodes `steps` tokens (greedy) after the current state; times each step. */
-static int decode_steps(eng_session *s, int64_t first, int64_t steps, int64_t vocab, double *times, eng_diag *d)
+/*
+ * A greedy generation of PROMPT, as the daemon makes it (the argmax taken
+ * inside the LM head), that never stops before max_tokens: speed, not text.
+ */
+static eng_gen *bench_gen(eng_model *m, const int64_t *prompt, size_t n, int64_t max_tokens, int64_t capacity,
+                          eng_diag *d)
 {
-    int64_t next = first;
+    eng_gen_params p = {.prompt = prompt, .n_prompt = n, .max_tokens = max_tokens, .capacity = capacity,
+                        .ignore_eos = true};
+    eng_sampling_default(&p.sampling);
+    p.sampling.temperature = 0.0f;
+    return eng_gen_new(m, &p, d);
+}
+
+/* Runs STEPS steps of G, timing each into TIMES. */
+static int timed_steps(eng_gen *g, int64_t steps, double *times, eng_diag *d)
+{
     for (int64_t i = 0; i < steps; i++) {
-        const float *logits;
         double t0 = now_ms();
-        if (eng_session_feed(s, &next, 1, &logits, d) != 0)
+        if (eng_gen_step(&g, 1, NULL, d) != 0)
             return -1;
-        next = argmax(s, logits, vocab);
         times[i] = now_ms() - t0;
     }
     return 0;
@@ -218,7 +223,7 @@ int cmd_bench(int argc, char **argv)
     eng_diag d;
     eng_diag_init(&d);
     eng_model *m = NULL;
-    eng_session *s = NULL;
+    eng_gen *g = NULL;
     double *times = NULL;
     int64_t *ids = NULL;
 
@@ -268,37 +273,36 @@ int cmd_bench(int argc, char **argv)
         uint64_t moved = 0, committed = 0;
         json_t *row = json_object();
         for (int64_t r = 0; r < o.repeat; r++) {
-            s = eng_session_new(m, P + o.gen, &d);
-            if (!s)
+            g = bench_gen(m, ids, (size_t)P, o.gen, P + o.gen, &d);
+            if (!g)
                 goto out;
-            eng_session_set_greedy(s, true);
-            eng_exec_set_profiling(eng_session_exec(s), o.profile && r == o.repeat - 1);
-            const float *logits;
+            eng_exec *x = eng_session_exec(eng_gen_session(g));
+            eng_exec_set_profiling(x, o.profile && r == o.repeat - 1);
+            /* The prefill step ends with the first token: its time is the time to first token. */
             double a = now_ms();
-            if (eng_session_feed(s, ids, (size_t)P, &logits, &d) != 0)
+            if (eng_gen_step(&g, 1, NULL, &d) != 0)
                 goto out;
-            prefill[r] = now_ms() - a;
-            int64_t first = argmax(s, logits, V);
             ttft[r] = now_ms() - a;
+            prefill[r] = ttft[r];
             eng_prof_entry at_prefill[32];
-            size_t n_at_prefill = eng_exec_profile(eng_session_exec(s), at_prefill, 32);
-            uint64_t before = eng_session_kv_bytes_moved(s);
-            if (decode_steps(s, first, o.gen - 1 > 0 ? o.gen - 1 : 0, V, times + n_times, &d) != 0)
+            size_t n_at_prefill = eng_exec_profile(x, at_prefill, 32);
+            uint64_t before = eng_session_kv_bytes_moved(eng_gen_session(g));
+            if (timed_steps(g, o.gen - 1 > 0 ? o.gen - 1 : 0, times + n_times, &d) != 0)
                 goto out;
             n_times += (size_t)(o.gen - 1);
-            moved += eng_session_kv_bytes_moved(s) - before;
-            committed = eng_session_kv_bytes_committed(s);
+            moved += eng_session_kv_bytes_moved(eng_gen_session(g)) - before;
+            committed = eng_session_kv_bytes_committed(eng_gen_session(g));
             if (o.profile && r == o.repeat - 1) {
                 eng_prof_entry at_end[32];
-                size_t n_end = eng_exec_profile(eng_session_exec(s), at_end, 32);
+                size_t n_end = eng_exec_profile(x, at_end, 32);
                 print_profile(row, "profile_prefill_ms", "prefill profile (ms for the prompt, share)", at_prefill,
                               n_at_prefill, NULL, 0, 1, o.json);
                 if (o.gen > 1)
                     print_profile(row, "profile_decode_ms_per_token", "decode profile (ms per token, share)", at_end,
                                   n_end, at_prefill, n_at_prefill, (double)(o.gen - 1), o.json);
             }
-            eng_session_free(s);
-            s = NULL;
+            eng_gen_free(g);
+            g = NULL;
         }
         qsort(times, n_times, sizeof *times, cmp_double);
         qsort(ttft, (size_t)o.repeat, sizeof(double), cmp_double);
@@ -344,17 +348,18 @@ int cmd_bench(int argc, char **argv)
                 printf("context %5lld: skipped (synthetic fill needs the f32 cache)\n", (long long)C);
             continue;
         }
-        s = eng_session_new(m, C + o.context_steps + 1, &d);
-        if (!s || eng_session_fill_synthetic(s, C, &d) != 0)
+        /* The first step feeds one id after the synthetic context, every later one its sampled id. */
+        g = bench_gen(m, ids, 1, o.context_steps, C + o.context_steps + 1, &d);
+        if (!g || eng_session_fill_synthetic(eng_gen_session(g), C, &d) != 0)
             goto out;
-        eng_session_set_greedy(s, true);
-        uint64_t before = eng_session_kv_bytes_moved(s);
-        if (decode_steps(s, ids[0], o.context_steps, V, times, &d) != 0)
+        eng_session *cs = eng_gen_session(g);
+        uint64_t before = eng_session_kv_bytes_moved(cs);
+        if (timed_steps(g, o.context_steps, times, &d) != 0)
             goto out;
-        uint64_t moved = eng_session_kv_bytes_moved(s) - before;
-        uint64_t committed = eng_session_kv_bytes_committed(s);
-        eng_session_free(s);
-        s = NULL;
+        uint64_t moved = eng_session_kv_bytes_moved(cs) - before;
+        uint64_t committed = eng_session_kv_bytes_committed(cs);
+        eng_gen_free(g);
+        g = NULL;
         qsort(times, (size_t)o.context_steps, sizeof *times, cmp_double);
         double med = pct(times, (size_t)o.context_steps, 0.5), p90 = pct(times, (size_t)o.context_steps, 0.9);
         double per_token = (double)moved / (double)o.context_steps;
@@ -380,7 +385,7 @@ int cmd_bench(int argc, char **argv)
 out:
     eng_diag_print(&d, stderr, "qwen3d: " CMD);
     eng_diag_clear(&d);
-    eng_session_free(s);
+    eng_gen_free(g);
     eng_model_free(m);
     free(times);
     free(ids);

@@ -8,9 +8,9 @@
  *    srv_job_cancel and srv_job_take, and runs the job callbacks and the
  *    loaded callback from the async handle.
  *  - The compute thread loads the model and the tokenizer, owns every
- *    eng_session, eng_sampler, eng_stop and eng_tok_stream (the `slot`s),
- *    and is the only caller of eng_session_feed, so one session runs on the
- *    pool at a time. It touches no socket and no uv handle except through
+ *    eng_gen (the `slot`s: session, sampler, stop strings, detokenizer) and
+ *    is the only caller of eng_gen_step, so one step runs on the pool at a
+ *    time. It touches no socket and no uv handle except through
  *    uv_async_send.
  *  - The compute pool's workers run only the slices of plan steps the
  *    compute thread hands them.
@@ -39,8 +39,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/gen.h"
 #include "engine/runner.h"
-#include "engine/stop.h"
 #include "server/error.h"
 #include "server/log.h"
 
@@ -143,17 +143,10 @@ struct srv_sched {
     bool stuck_logged;                   /* loop thread only */
 };
 
-/* One running job and the engine objects that generate it (compute thread only). */
+/* One running job and the generation that produces it (compute thread only). */
 typedef struct slot {
     srv_job *job;
-    eng_session *sess;
-    eng_sampler *samp;
-    eng_stop *stop;
-    eng_tok_stream *ts;
-    size_t fed;                  /* prompt ids fed so far */
-    bool prefilled, stopped;
-    int64_t last;                /* the last sampled id, fed by the next step */
-    int64_t n_gen;
+    eng_gen *gen;                /* NULL until set up */
     double t_admit, t_first, t_prev;
 } slot;
 
@@ -642,31 +635,25 @@ out:
 
 static void slot_free(slot *sl)
 {
-    eng_session_free(sl->sess);
-    eng_sampler_free(sl->samp);
-    eng_stop_free(sl->stop);
-    eng_tok_stream_free(sl->ts);
+    eng_gen_free(sl->gen);
     memset(sl, 0, sizeof *sl);
 }
 
-/* Creates the engine objects of a newly admitted job; returns a message on failure. */
-static const char *slot_setup(srv_sched *s, slot *sl)
+/* Creates the generation of a newly admitted job; false with MSG on failure. */
+static bool slot_setup(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
 {
     srv_job *j = sl->job;
     eng_diag diag;
     eng_diag_init(&diag);
-    sl->sess = eng_session_new(s->model, job_capacity(s, (int64_t)j->n_prompt + j->max_tokens), &diag);
+    eng_gen_params p = {.prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
+                        .capacity = job_capacity(s, (int64_t)j->n_prompt + j->max_tokens), .sampling = j->sampling,
+                        .stop = (const char *const *)j->stop, .n_stop = j->n_stop, .tok = s->tok,
+                        .prefill_chunk = s->opts.prefill_chunk > 0 ? (size_t)s->opts.prefill_chunk : 0};
+    sl->gen = eng_gen_new(s->model, &p, &diag);
+    if (!sl->gen)
+        snprintf(msg, msg_cap, "%s", diag.n_kept ? diag.lines[0] : "out of memory for a session");
     eng_diag_clear(&diag);
-    sl->samp = eng_sampler_new(&j->sampling, (size_t)s->info.vocab);
-    if (sl->sess && sl->samp)
-        eng_session_set_greedy(sl->sess, eng_sampler_is_greedy(sl->samp));
-    sl->stop = eng_stop_new((const char *const *)j->stop, j->n_stop);
-    sl->ts = eng_tok_stream_new(s->tok, true);
-    if (!sl->sess || !sl->samp || !sl->stop || !sl->ts)
-        return "out of memory for a session";
-    if (eng_sampler_accept_prompt(sl->samp, j->prompt32, j->n_prompt) != 0)
-        return "prompt token id outside the vocabulary";
-    return NULL;
+    return sl->gen != NULL;
 }
 
 /* Publishes new text (and the token count) to the loop. */
@@ -675,7 +662,7 @@ static void publish(srv_sched *s, slot *sl, const char *text, size_t len)
     srv_job *j = sl->job;
     pthread_mutex_lock(&s->mu);
     bool ok = append_text(j, text, len);
-    j->n_generated = sl->n_gen;
+    j->n_generated = sl->gen ? eng_gen_generated(sl->gen) : 0;
     j->t_first = sl->t_first;
     j->t_last = sl->t_prev;
     if (len && ok)
@@ -685,36 +672,14 @@ static void publish(srv_sched *s, slot *sl, const char *text, size_t len)
         wake_loop(s);
 }
 
-/* Passes a detokenized piece through the stop strings; returns true when one matched. */
-static bool emit_piece(srv_sched *s, slot *sl, const char *piece, size_t len)
-{
-    if (sl->stopped)
-        return true;
-    const char *out = NULL;
-    size_t out_len = 0;
-    int r = eng_stop_feed(sl->stop, piece, len, &out, &out_len);
-    if (r < 0)
-        return false;
-    publish(s, sl, out, out_len);
-    if (r == 1)
-        sl->stopped = true;
-    return sl->stopped;
-}
-
-/* Ends the job of SL: flushes held-back text when the generation ended on its own. */
+/* Ends the job of SL. A deadline still releases the text held back for stop strings. */
 static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *message)
 {
     srv_job *j = sl->job;
-    bool flush = why == SRV_FINISH_STOP || why == SRV_FINISH_LENGTH || why == SRV_FINISH_DEADLINE;
-    if (flush && sl->ts && sl->stop && !sl->stopped) {
-        const char *t = NULL;
-        size_t n = 0;
-        if (eng_tok_stream_finish(sl->ts, &t, &n) == 0 && n)
-            emit_piece(s, sl, t, n);
-        if (!sl->stopped) {
-            eng_stop_finish(sl->stop, &t, &n);
-            publish(s, sl, t, n);
-        }
+    if (why == SRV_FINISH_DEADLINE && sl->gen) {
+        eng_gen_end(sl->gen);
+        const eng_gen_event *ev = eng_gen_last(sl->gen);
+        publish(s, sl, ev->text, ev->len);
     }
     pthread_mutex_lock(&s->mu);
     list_remove(&s->running, j);
@@ -722,7 +687,7 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *mess
     j->finish = why;
     if (message)
         snprintf(j->message, sizeof j->message, "%s", message);
-    j->n_generated = sl->n_gen;
+    j->n_generated = sl->gen ? eng_gen_generated(sl->gen) : 0;
     j->t_admit = sl->t_admit;
     j->t_first = sl->t_first;
     j->t_last = sl->t_prev;
@@ -739,93 +704,59 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *mess
 /* The ids the next step of SL feeds: a prefill chunk, or the last sampled id. */
 static size_t step_tokens(const srv_sched *s, const slot *sl)
 {
-    if (sl->prefilled)
+    if (eng_gen_prefilled(sl->gen))
         return 1;
-    size_t n = sl->job->n_prompt - sl->fed;
+    size_t n = sl->job->n_prompt - eng_gen_prompt_fed(sl->gen);
     if (s->opts.prefill_chunk > 0 && n > (size_t)s->opts.prefill_chunk)
         n = (size_t)s->opts.prefill_chunk;
     return n;
 }
 
 /*
- * One step of SL: a prefill chunk, or the feed of the last sampled id;
- * after the last prefill chunk and after each decode feed, one id is
- * sampled. Returns the reason the job ended, or SRV_FINISH_NONE.
+ * One step of SL's generation (a prefill chunk, or one decoded id), then
+ * the metrics and the delivery of what it produced. Returns the reason the
+ * job ended, or SRV_FINISH_NONE.
  */
 static srv_finish step(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
 {
     srv_job *j = sl->job;
-    const float *logits = NULL;
     eng_diag diag;
     eng_diag_init(&diag);
-    int rc;
-    if (!sl->prefilled) {
-        size_t n = step_tokens(s, sl);
-        rc = eng_session_feed(sl->sess, j->prompt + sl->fed, n, &logits, &diag);
-        sl->fed += n;
-        if (rc == 0 && sl->fed < j->n_prompt) {
-            eng_diag_clear(&diag);
-            return SRV_FINISH_NONE;
-        }
-        if (rc == 0) {
-            sl->prefilled = true;
-            srv_metrics_prompt_tokens(s->metrics, j->n_prompt);
-        }
-    } else {
-        if (eng_session_length(sl->sess) >= eng_session_capacity(sl->sess)) {
-            eng_diag_clear(&diag);
-            return SRV_FINISH_LENGTH;
-        }
-        rc = eng_session_feed(sl->sess, &sl->last, 1, &logits, &diag);
-    }
-    if (rc != 0) {
-        snprintf(msg, msg_cap, "%s", diag.n_kept ? diag.lines[0] : "the engine failed");
-        eng_diag_clear(&diag);
-        return SRV_FINISH_ERROR;
-    }
+    eng_gen_step(&sl->gen, 1, NULL, &diag);
     eng_diag_clear(&diag);
-
-    int32_t id = eng_sampler_sample_known(sl->samp, logits, eng_session_argmax(sl->sess));
-    eng_sampler_accept(sl->samp, id);
+    const eng_gen_event *ev = eng_gen_last(sl->gen);
     double now = srv_now();
-    sl->n_gen++;
-    if (sl->n_gen == 1) {
-        sl->t_first = now;
-        srv_metrics_ttft(s->metrics, now - j->t_received);
-        srv_metrics_prefill(s->metrics, now - sl->t_admit);
-    } else {
-        srv_metrics_inter_token(s->metrics, now - sl->t_prev);
+    if (ev->prefilled)
+        srv_metrics_prompt_tokens(s->metrics, j->n_prompt);
+    if (ev->token >= 0) {
+        if (eng_gen_generated(sl->gen) == 1) {
+            sl->t_first = now;
+            srv_metrics_ttft(s->metrics, now - j->t_received);
+            srv_metrics_prefill(s->metrics, now - sl->t_admit);
+        } else {
+            srv_metrics_inter_token(s->metrics, now - sl->t_prev);
+        }
+        sl->t_prev = now;
+        srv_metrics_generation_tokens(s->metrics, 1);
     }
-    sl->t_prev = now;
-    srv_metrics_generation_tokens(s->metrics, 1);
-    sl->last = id;
-    if (eng_model_is_eos(s->model, id)) {
-        publish(s, sl, NULL, 0);
-        return SRV_FINISH_STOP;
+    publish(s, sl, ev->text, ev->len);
+    switch (ev->finish) {
+    case ENG_GEN_RUNNING: return SRV_FINISH_NONE;
+    case ENG_GEN_STOP: return SRV_FINISH_STOP;
+    case ENG_GEN_LENGTH: return SRV_FINISH_LENGTH;
+    case ENG_GEN_ERROR:
+    case ENG_GEN_ENDED: break;
     }
-    const char *piece = NULL;
-    size_t len = 0;
-    if (eng_tok_stream_put(sl->ts, id, &piece, &len) != 0) {
-        /* An id the tokenizer does not know (the model's vocabulary is
-         * padded past the tokenizer's): it decodes to nothing. */
-        piece = "";
-        len = 0;
-    }
-    if (emit_piece(s, sl, piece, len))
-        return SRV_FINISH_STOP;
-    if (!len)
-        publish(s, sl, NULL, 0);
-    if (sl->n_gen >= j->max_tokens)
-        return SRV_FINISH_LENGTH;
-    return SRV_FINISH_NONE;
+    snprintf(msg, msg_cap, "%s", *eng_gen_error(sl->gen) ? eng_gen_error(sl->gen) : "the engine failed");
+    return SRV_FINISH_ERROR;
 }
 
 static void update_gauges(srv_sched *s, const slot *slots, int n)
 {
     uint64_t bytes = 0;
     for (int i = 0; i < n; i++)
-        if (slots[i].sess)
-            bytes += eng_session_kv_bytes_committed(slots[i].sess);
+        if (slots[i].gen)
+            bytes += eng_session_kv_bytes_committed(eng_gen_session(slots[i].gen));
     srv_metrics_set_sessions(s->metrics, n, bytes);
 }
 
@@ -897,12 +828,12 @@ static void *compute_main(void *arg)
             slot *sl = &slots[i];
             srv_job *j = sl->job;
             srv_finish why = (srv_finish)atomic_load(&j->cancel);
-            const char *msg = NULL;
+            char msg[160] = "";
             if (!why && j->deadline > 0 && now >= j->deadline)
                 why = SRV_FINISH_DEADLINE;
-            if (!why && !sl->sess) {
+            if (!why && !sl->gen) {
                 srv_metrics_queue_wait(s->metrics, sl->t_admit - j->t_submit);
-                if ((msg = slot_setup(s, sl)))
+                if (!slot_setup(s, sl, msg, sizeof msg))
                     why = SRV_FINISH_ERROR;
             }
             if (!why) {
@@ -910,7 +841,7 @@ static void *compute_main(void *arg)
                 continue;
             }
             kv_used -= j->kv_need;
-            slot_finish(s, sl, why, msg);
+            slot_finish(s, sl, why, why == SRV_FINISH_ERROR ? msg : NULL);
             memmove(&slots[i], &slots[i + 1], (size_t)(n - i - 1) * sizeof *slots);
             n--;
             if (i < rr)

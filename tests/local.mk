@@ -165,6 +165,14 @@ clean-serve:
 	-rm -rf $(builddir)/tests/serve-model $(builddir)/tests/serve_api-work $(builddir)/tests/serve_ops-work
 .PHONY: clean-serve
 
+# Generations (engine/gen.h): the step loop against plain session feeds,
+# prefill chunks, stop strings and the limits.
+check_PROGRAMS += tests/test_gen
+tests_test_gen_SOURCES = tests/test_gen.c
+tests_test_gen_CFLAGS = $(TEST_CFLAGS)
+tests_test_gen_LDADD = $(TEST_LDADD)
+TESTS += tests/test_gen
+
 # Sessions of one model are isolated; freed sessions return their memory.
 check_PROGRAMS += tests/test_session
 tests_test_session_SOURCES = tests/test_session.c
