@@ -108,6 +108,10 @@ void eng_exec_free(eng_exec *x)
     free(x->kv);
     free(x->fused_now);
     free(x->last_row);
+    free(x->argmax_keys);
+    free(x->batch);
+    free(x->sel);
+    unmap_bytes(x->sel_buf, x->sel_cap);
     unmap_bytes(x->arena, x->arena_bytes);
     unmap_bytes(x->scratch, x->scratch_cap);
     unmap_bytes(x->norm_qa, x->norm_qa_cap);
@@ -172,7 +176,46 @@ int eng_exec_set_argmax(eng_exec *x, const char *name, bool on, eng_diag *diag)
 
 int32_t eng_exec_argmax(const eng_exec *x)
 {
-    return x->argmax_valid ? eng_argmax_key_id(atomic_load(&x->argmax_key)) : -1;
+    return x->argmax_rows ? eng_exec_argmax_row(x, x->argmax_rows - 1) : -1;
+}
+
+int32_t eng_exec_argmax_row(const eng_exec *x, size_t i)
+{
+    return i < x->argmax_rows ? eng_argmax_key_id(atomic_load(&x->argmax_keys[i])) : -1;
+}
+
+int eng_exec_set_batch(eng_exec *x, const eng_batch_seq *seqs, size_t n, eng_diag *diag)
+{
+    x->n_batch = x->n_sel = 0;
+    if (!n)
+        return 0;
+    if (n > x->batch_cap) {
+        eng_batch_seq *b = realloc(x->batch, n * sizeof *b);
+        int64_t *sel = b ? realloc(x->sel, n * sizeof *sel) : NULL;
+        if (b)
+            x->batch = b;
+        if (sel)
+            x->sel = sel;
+        if (!b || !sel) {
+            eng_diag_add(diag, "out of memory for a batch of %zu sequences", n);
+            return -1;
+        }
+        x->batch_cap = n;
+    }
+    int64_t row = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (seqs[i].n < 1 || seqs[i].past < 0 || !seqs[i].kv) {
+            eng_diag_add(diag, "batch sequence %zu: %lld rows after %lld cached tokens, %s", i, (long long)seqs[i].n,
+                         (long long)seqs[i].past, seqs[i].kv ? "bound" : "no KV cache bound");
+            return -1;
+        }
+        x->batch[i] = seqs[i];
+        row += seqs[i].n;
+        if (seqs[i].logits)
+            x->sel[x->n_sel++] = row - 1;
+    }
+    x->n_batch = n;
+    return 0;
 }
 
 int eng_exec_last_row_only(eng_exec *x, const char *name, bool on, eng_diag *diag)
@@ -350,17 +393,42 @@ static bool outputs_are_int(const eng_exec *x, const step *s)
 static int exec_step(eng_exec *x, const step *s, bool shape_pass)
 {
     if (x->last_row[s - x->p->steps]) {
-        /* Present the input as its last row alone for this step. */
+        /* Present the input as its selected rows alone for this step: the
+         * last row, or in a batched run the last row of each sequence
+         * whose logits are wanted (gathered into sel_buf). */
         rt_val *in = &x->vals[s->in[0]];
         rt_val saved = *in;
         if (in->v.rank >= 1 && eng_view_numel(&in->v) > 0) {
-            uint64_t row = (uint64_t)in->v.dims[in->v.rank - 1];
+            uint64_t row = (uint64_t)in->v.dims[in->v.rank - 1], esz = eng_dtype_size(in->v.dtype);
             uint64_t rows = eng_view_numel(&in->v) / (row ? row : 1);
             for (int k = 0; k + 1 < in->v.rank; k++)
                 in->v.dims[k] = 1;
-            if (in->v.data)
-                in->v.data = (char *)in->v.data + (rows - 1) * row * eng_dtype_size(in->v.dtype);
-            in->nbytes = row * eng_dtype_size(in->v.dtype);
+            if (x->n_batch) {
+                if (in->v.rank < 2)
+                    STEP_FAIL(x, s, "a batched run selects rows of a tensor of rank >= 2");
+                in->v.dims[in->v.rank - 2] = (int64_t)x->n_sel;
+                in->nbytes = x->n_sel * row * esz;
+                if (in->v.data && x->n_sel) {
+                    if (x->n_sel * row * esz > x->sel_cap) {
+                        unmap_bytes(x->sel_buf, x->sel_cap);
+                        x->sel_cap = (x->n_sel * row * esz + ALIGN - 1) / ALIGN * ALIGN;
+                        x->sel_buf = map_bytes(x->sel_cap);
+                        if (!x->sel_buf) {
+                            x->sel_cap = 0;
+                            *in = saved;
+                            STEP_FAIL(x, s, "out of memory gathering %zu rows", x->n_sel);
+                        }
+                    }
+                    for (size_t i = 0; i < x->n_sel; i++)
+                        memcpy((char *)x->sel_buf + i * row * esz,
+                               (const char *)in->v.data + (uint64_t)x->sel[i] * row * esz, row * esz);
+                    in->v.data = x->sel_buf;
+                }
+            } else {
+                if (in->v.data)
+                    in->v.data = (char *)in->v.data + (rows - 1) * row * esz;
+                in->nbytes = row * esz;
+            }
         }
         x->last_row[s - x->p->steps] = false;
         int r = exec_step(x, s, shape_pass);
@@ -447,7 +515,17 @@ int eng_exec_run(eng_exec *x, eng_diag *diag)
     x->scratch_need = 0;
     x->norm_qa_need = 0;
     x->norm_qa_value = -1;
-    x->argmax_valid = false;
+    x->argmax_rows = 0;
+    size_t keys = x->n_batch ? (x->n_sel ? x->n_sel : 1) : 1;
+    if (keys > x->argmax_cap) {
+        _Atomic uint64_t *k = realloc(x->argmax_keys, keys * sizeof *k);
+        if (!k) {
+            eng_diag_add(diag, "out of memory for %zu argmax rows", keys);
+            return -1;
+        }
+        x->argmax_keys = k;
+        x->argmax_cap = keys;
+    }
     int r;
     while ((r = pass(x, true)) == 1) {
         uint64_t cap = x->shape_cap ? x->shape_cap * 2 : 4096;

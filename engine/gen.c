@@ -283,6 +283,13 @@ int eng_gen_step(eng_gen *const *gens, size_t n, const eng_gen_budget *budget, e
 {
     size_t left = budget ? budget->prefill_tokens : 0;
     bool limited = budget && budget->prefill_tokens > 0;
+    eng_feed stack[16], *feeds = n <= 16 ? stack : calloc(n, sizeof *feeds);
+    if (!feeds) {
+        eng_diag_add(diag, "out of memory for a step of %zu generations", n);
+        return -1;
+    }
+    size_t k = 0;
+    eng_model *m = n ? gens[0]->m : NULL;
     for (size_t i = 0; i < n; i++) {
         eng_gen *g = gens[i];
         g->ev = (eng_gen_event){.token = -1};
@@ -291,43 +298,46 @@ int eng_gen_step(eng_gen *const *gens, size_t n, const eng_gen_budget *budget, e
         g->feed_n = 0;
         if (g->finish == ENG_GEN_RUNNING)
             plan_feed(g, &left, limited);
+        if (!g->feed_n)
+            continue;
+        bool prefill = !eng_gen_prefilled(g);
+        /* A prompt chunk that does not finish the prompt samples nothing: no logits row. */
+        feeds[k++] = (eng_feed){.s = g->sess, .ids = prefill ? g->prompt + g->fed : &g->next, .n = g->feed_n,
+                                .prompt = prefill, .logits = !prefill || g->fed + g->feed_n == g->n_prompt};
     }
+    int rc = k ? eng_model_feed(m, feeds, k, diag) : 0;
     int failures = 0;
+    k = 0;
     for (size_t i = 0; i < n; i++) {
         eng_gen *g = gens[i];
         if (!g->feed_n)
             continue;
-        bool prefill = !eng_gen_prefilled(g);
-        const int64_t *ids = prefill ? g->prompt + g->fed : &g->next;
-        const float *logits = NULL;
-        eng_diag d;
-        eng_diag_init(&d);
-        int rc = prefill ? eng_session_feed_prompt(g->sess, ids, g->feed_n, &logits, &d)
-                         : eng_session_feed(g->sess, ids, g->feed_n, &logits, &d);
-        if (rc != 0) {
-            fail(g, d.n_kept ? d.lines[0] : "the engine failed");
-            eng_diag_add(diag, "%s", g->error);
-            eng_diag_clear(&d);
+        eng_feed *f = &feeds[k++];
+        if (rc < 0 || f->error[0]) {
+            fail(g, rc < 0 ? "the engine failed" : f->error);
+            if (rc >= 0)
+                eng_diag_add(diag, "%s", f->error);
             failures++;
             continue;
         }
-        eng_diag_clear(&d);
-        if (prefill) {
+        if (!eng_gen_prefilled(g)) {
             g->fed += g->feed_n;
             g->ev.prompt_fed = g->feed_n;
             if (g->fed < g->n_prompt)
                 continue;
             g->ev.prefilled = true;
         }
-        take_token(g, logits);
+        take_token(g, f->row);
     }
+    if (feeds != stack)
+        free(feeds);
     for (size_t i = 0; i < n; i++) {
         eng_gen *g = gens[i];
         g->ev.text = g->text;
         g->ev.len = g->text_len;
         g->ev.finish = g->finish;
     }
-    return failures;
+    return rc < 0 ? -1 : failures;
 }
 
 int eng_gen_prefill(eng_gen *g, size_t max_tokens, eng_diag *diag)

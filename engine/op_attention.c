@@ -181,6 +181,12 @@ static int gqa_shapes(eng_exec *x, const step *s, gqa_dims *d)
     return 0;
 }
 
+/* Bytes of scratch before the positions (rotated queries), and before the decode calls (positions). */
+static uint64_t aligned(uint64_t n)
+{
+    return (n + ALIGN - 1) / ALIGN * ALIGN;
+}
+
 static int infer_gqa(eng_exec *x, const step *s)
 {
     gqa_dims d;
@@ -189,14 +195,210 @@ static int infer_gqa(eng_exec *x, const step *s)
     const gqa_params *g = &s->p.gqa;
     int64_t od[3] = {1, d.S, g->heads * d.H};
     set_shape(OUT(x, s, 0), ENG_DT_FLOAT, 3, od);
-    /* with a session cache bound, the cache is the state and present is empty */
-    int64_t pd[4] = {1, g->kv_heads, x->kv[g->index].k ? 0 : d.present, d.H};
+    /* with a session cache bound (or a batch of them), the cache is the state and present is empty */
+    bool cached = x->n_batch || x->kv[g->index].k;
+    int64_t pd[4] = {1, g->kv_heads, cached ? 0 : d.present, d.H};
     set_shape(OUT(x, s, 1), ENG_DT_FLOAT, 4, pd);
     set_shape(OUT(x, s, 2), ENG_DT_FLOAT, 4, pd);
-    /* scratch: rotated queries, then positions */
-    uint64_t need = (uint64_t)(d.S * g->heads * d.H) * sizeof(float) + (uint64_t)d.S * sizeof(int64_t) + ALIGN;
+    /* scratch: rotated queries, positions, then a batch's decode calls */
+    uint64_t need = aligned((uint64_t)(d.S * g->heads * d.H) * sizeof(float)) +
+                    aligned((uint64_t)d.S * sizeof(int64_t)) + (uint64_t)x->n_batch * sizeof(gqa_decode_call) + ALIGN;
     if (need > x->scratch_need)
         x->scratch_need = need;
+    return 0;
+}
+
+/* What one sequence's rows of an attention step read and write. */
+typedef struct gqa_seq {
+    void *kc, *vc;          /* its cache (or the present tensors) */
+    size_t head_stride;     /* elements between kv heads' first rows */
+    krn_kv_type kvt;
+    int64_t past, S;        /* cached tokens, new rows */
+    const float *qd, *kd, *vd; /* its first row of queries, keys, values */
+    float *out, *qrot;      /* its first output row and rotated-query row */
+    int64_t *pos;           /* [S] positions */
+    bool prompt;
+} gqa_seq;
+
+/*
+ * Fills the kernel calls of one sequence's rows: values stored (or rounded
+ * into an fp16 cache), keys rotated on the way in (or stored as they are),
+ * queries rotated, attention over the cache.
+ */
+static void seq_calls(eng_exec *x, const step *s, const gqa_dims *d, const gqa_seq *q, rows_call *vs, rows_call *ks,
+                      rot_call *rk, rot_call *rq, gqa_call *ga)
+{
+    const gqa_params *g = &s->p.gqa;
+    const krn_table *kt = &x->p->krn;
+    const rt_val *cos = IN(x, s, 7), *sin = IN(x, s, 8);
+    int64_t H = d->H, Nq = g->heads, Nkv = g->kv_heads;
+    size_t tok_stride = (size_t)H, esz = q->kvt == KRN_KV_F16 ? sizeof(uint16_t) : sizeof(float);
+    int64_t kv_ld = g->packed ? d->W : Nkv * H;
+    /* Element offset of the first new row in the cache; the kernels take typed bases. */
+    size_t new_off = (size_t)q->past * tok_stride;
+    void *kc_new = (uint8_t *)q->kc + new_off * esz, *vc_new = (uint8_t *)q->vc + new_off * esz;
+    for (int64_t t = 0; t < q->S; t++)
+        q->pos[t] = q->past + t;
+    *vs = (rows_call){kt, {.x = q->vd, .x_tok_stride = (size_t)kv_ld, .x_head_stride = (size_t)H, .y = vc_new,
+                           .y_tok_stride = tok_stride, .y_head_stride = q->head_stride, .n_tok = (size_t)q->S,
+                           .n_heads = (size_t)Nkv, .n = (size_t)H, .y_type = q->kvt}};
+    *rk = (rot_call){kt, {.x = q->kd, .y = kc_new, .x_tok_stride = (size_t)kv_ld, .x_head_stride = (size_t)H,
+                          .y_tok_stride = tok_stride, .y_head_stride = q->head_stride, .n_tok = (size_t)q->S,
+                          .n_heads = (size_t)Nkv, .head_dim = (size_t)H,
+                          .rot_dim = g->rotary ? (size_t)(2 * cos->v.dims[1]) : 0,
+                          .cos_cache = g->rotary ? cos->v.data : NULL, .sin_cache = g->rotary ? sin->v.data : NULL,
+                          .cache_ld = g->rotary ? (size_t)cos->v.dims[1] : 0, .pos = q->pos, .y_type = q->kvt}};
+    *rq = *rk;
+    rq->a.x = q->qd;
+    rq->a.y = q->qrot;
+    rq->a.x_tok_stride = (size_t)d->W;
+    rq->a.y_tok_stride = (size_t)(Nq * H);
+    rq->a.y_head_stride = (size_t)H;
+    rq->a.n_heads = (size_t)Nq;
+    rq->a.y_type = KRN_KV_F32;
+    *ks = *vs;
+    ks->a.x = q->kd;
+    ks->a.y = kc_new;
+    *ga = (gqa_call){kt, {.q = q->qrot, .q_ld = (size_t)(Nq * H), .k_cache = q->kc, .v_cache = q->vc,
+                          .kv_head_stride = q->head_stride, .kv_tok_stride = tok_stride, .out = q->out,
+                          .out_ld = (size_t)(Nq * H), .seq = (size_t)q->S, .past = (size_t)q->past,
+                          .n_heads = (size_t)Nq, .n_kv_heads = (size_t)Nkv, .head_dim = (size_t)H,
+                          .scale = g->scale != 0.0f ? g->scale : 1.0f / sqrtf((float)H),
+                          .local_window = -1, .softcap = 0.0f, .kv_type = q->kvt, .prompt = q->prompt}};
+    x->kv_bytes_moved += 2 * (uint64_t)(q->S * Nkv) * (uint64_t)H * esz;
+}
+
+/* A decode row (one token of a generated id) is done in one pool run per sequence, or per batch. */
+static bool is_decode(const gqa_seq *q)
+{
+    return q->S == 1 && !q->prompt;
+}
+
+static void decode_call(eng_exec *x, const step *s, const gqa_dims *d, const gqa_seq *q, gqa_decode_call *dc)
+{
+    rows_call vs, ks;
+    rot_call rk, rq;
+    seq_calls(x, s, d, q, &vs, &ks, &rk, &rq, &dc->ga);
+    dc->vals = vs.a;
+    dc->keys = ks.a;
+    dc->rot_k = rk.a;
+    dc->rot_q = rq.a;
+    dc->rotary = s->p.gqa.rotary;
+    dc->q = q->qd;
+}
+
+/* A prompt's (or a multi-row) sequence: stores, rotations, then attention, each split over the pool. */
+static void run_rows(eng_exec *x, const step *s, const gqa_dims *d, const gqa_seq *q)
+{
+    const gqa_params *g = &s->p.gqa;
+    int64_t S = q->S, H = d->H, Nq = g->heads, Nkv = g->kv_heads;
+    rows_call vs, ks;
+    rot_call rk, rq;
+    gqa_call ga;
+    seq_calls(x, s, d, q, &vs, &ks, &rk, &rq, &ga);
+    plan_run_par(x, (size_t)(S * Nkv), 1, do_rows, &vs);
+    if (g->rotary) {
+        plan_run_par(x, (size_t)(S * Nkv), 1, do_rot, &rk);
+        plan_run_par(x, (size_t)(S * Nq), 1, do_rot, &rq);
+    } else {
+        plan_run_par(x, (size_t)(S * Nkv), 1, do_rows, &ks);
+        for (int64_t t = 0; t < S; t++)
+            memcpy(q->qrot + t * Nq * H, q->qd + t * d->W, (uint64_t)(Nq * H) * sizeof(float));
+    }
+    /* Items are (kv head, token, head in group): an even split hands out whole kv groups. */
+    plan_run_par(x, (size_t)(S * Nq), (size_t)(Nq / Nkv), do_gqa, &ga);
+}
+
+/* Checks a session cache binding for PAST + S tokens. */
+static int check_binding(eng_exec *x, const step *s, const eng_kv_binding *kvb, int64_t past, int64_t S, int64_t H)
+{
+    if (!kvb->k || !kvb->v)
+        STEP_FAIL(x, s, "no KV cache is bound for this attention node");
+    if (past + S > kvb->capacity)
+        STEP_FAIL(x, s, "%lld cached + %lld new tokens exceed the KV cache of %lld", (long long)past, (long long)S,
+                  (long long)kvb->capacity);
+    if (kvb->head_stride < kvb->capacity * H)
+        STEP_FAIL(x, s, "KV cache head stride %lld is below %lld tokens x head size %lld", (long long)kvb->head_stride,
+                  (long long)kvb->capacity, (long long)H);
+    return 0;
+}
+
+static int check_rotary(eng_exec *x, const step *s, int64_t H, int64_t last)
+{
+    const rt_val *cos = IN(x, s, 7), *sin = IN(x, s, 8);
+    if (!s->p.gqa.rotary)
+        return 0;
+    if (cos->v.rank != 2 || sin->v.rank != 2 || cos->v.dims[1] != sin->v.dims[1] || cos->v.dims[1] * 2 > H ||
+        cos->v.dims[1] % 8 || cos->v.dtype != ENG_DT_FLOAT || sin->v.dtype != ENG_DT_FLOAT)
+        STEP_FAIL(x, s, "cos_cache/sin_cache must be FLOAT [positions, rotary_dim/2] with rotary_dim <= head size");
+    if (last >= cos->v.dims[0] || sin->v.dims[0] < cos->v.dims[0])
+        STEP_FAIL(x, s, "position %lld is beyond the rotary cache (%lld rows)", (long long)last,
+                  (long long)cos->v.dims[0]);
+    return 0;
+}
+
+/* The calls of a batch's decode rows, done in one pool run: items are (sequence, query head). */
+typedef struct gqa_batch_call {
+    const gqa_decode_call *dc;
+    size_t heads;
+} gqa_batch_call;
+
+static void do_gqa_batch(const void *c, size_t b, size_t e)
+{
+    const gqa_batch_call *bc = c;
+    for (size_t i = b; i < e;) {
+        size_t seq = i / bc->heads, h0 = i % bc->heads;
+        size_t h1 = e - seq * bc->heads < bc->heads ? e - seq * bc->heads : bc->heads;
+        do_gqa_decode(&bc->dc[seq], h0, h1);
+        i = seq * bc->heads + h1;
+    }
+}
+
+/*
+ * A batched run (eng_exec_set_batch): each sequence's rows go to its own
+ * cache. Prompt sequences run one after the other, each split over the
+ * pool; the decode rows of all sequences then run in one pool run, split by
+ * (sequence, kv group), so a step of many sessions waits once.
+ */
+static int run_gqa_batch(eng_exec *x, const step *s, const gqa_dims *d)
+{
+    const gqa_params *g = &s->p.gqa;
+    const rt_val *q = IN(x, s, 0), *kin = IN(x, s, 1), *vin = IN(x, s, 2);
+    rt_val *out = OUT(x, s, 0);
+    int64_t H = d->H, Nq = g->heads, Nkv = g->kv_heads;
+    int64_t rows = 0;
+    for (size_t i = 0; i < x->n_batch; i++)
+        rows += x->batch[i].n;
+    if (rows != d->S)
+        STEP_FAIL(x, s, "the batch's sequences hold %lld rows, the query %lld", (long long)rows, (long long)d->S);
+    float *qrot = (float *)x->scratch;
+    int64_t *pos = (int64_t *)(x->scratch + aligned((uint64_t)(d->S * Nq * H) * sizeof(float)));
+    gqa_decode_call *dc = (gqa_decode_call *)(void *)((uint8_t *)pos + aligned((uint64_t)d->S * sizeof(int64_t)));
+    const float *qd = q->v.data;
+    const float *kd = g->packed ? qd + Nq * H : kin->v.data;
+    const float *vd = g->packed ? qd + (Nq + Nkv) * H : vin->v.data;
+    int64_t kv_ld = g->packed ? d->W : Nkv * H;
+    size_t n_dec = 0;
+    int64_t r0 = 0;
+    for (size_t i = 0; i < x->n_batch; r0 += x->batch[i++].n) {
+        const eng_batch_seq *bs = &x->batch[i];
+        const eng_kv_binding *kvb = &bs->kv[g->index];
+        if (check_binding(x, s, kvb, bs->past, bs->n, H) != 0 || check_rotary(x, s, H, bs->past + bs->n - 1) != 0)
+            return -1;
+        gqa_seq sq = {.kc = kvb->k, .vc = kvb->v, .head_stride = (size_t)kvb->head_stride,
+                      .kvt = kvb->dtype == ENG_DT_FLOAT16 ? KRN_KV_F16 : KRN_KV_F32, .past = bs->past, .S = bs->n,
+                      .qd = qd + r0 * d->W, .kd = kd + r0 * kv_ld, .vd = vd + r0 * kv_ld,
+                      .out = (float *)out->v.data + r0 * Nq * H, .qrot = qrot + r0 * Nq * H, .pos = pos + r0,
+                      .prompt = bs->prompt};
+        if (is_decode(&sq))
+            decode_call(x, s, d, &sq, &dc[n_dec++]);
+        else
+            run_rows(x, s, d, &sq);
+    }
+    if (n_dec) {
+        gqa_batch_call bc = {dc, (size_t)Nq};
+        plan_run_par(x, n_dec * (size_t)Nq, (size_t)(Nq / Nkv), do_gqa_batch, &bc);
+    }
     return 0;
 }
 
@@ -206,8 +408,10 @@ static int run_gqa(eng_exec *x, const step *s)
     gqa_dims d;
     if (gqa_shapes(x, s, &d) != 0)
         return -1;
+    if (x->n_batch)
+        return run_gqa_batch(x, s, &d);
     const rt_val *q = IN(x, s, 0), *kin = IN(x, s, 1), *vin = IN(x, s, 2), *pk = IN(x, s, 3), *pv = IN(x, s, 4);
-    const rt_val *seq = IN(x, s, 5), *cos = IN(x, s, 7), *sin = IN(x, s, 8);
+    const rt_val *seq = IN(x, s, 5);
     rt_val *out = OUT(x, s, 0), *prk = OUT(x, s, 1), *prv = OUT(x, s, 2);
     int64_t S = d.S, H = d.H, Nq = g->heads, Nkv = g->kv_heads;
     int64_t total = (int64_t)((const int32_t *)seq->v.data)[0] + 1;
@@ -222,29 +426,16 @@ static int run_gqa(eng_exec *x, const step *s)
     if (past < 0 || (!kvb->k && (past > d.P || past + S > d.present)))
         STEP_FAIL(x, s, "%lld cached tokens + %lld new do not fit past length %lld / present length %lld",
                   (long long)past, (long long)S, (long long)d.P, (long long)d.present);
-    if (g->rotary) {
-        if (cos->v.rank != 2 || sin->v.rank != 2 || cos->v.dims[1] != sin->v.dims[1] || cos->v.dims[1] * 2 > H ||
-            cos->v.dims[1] % 8 || cos->v.dtype != ENG_DT_FLOAT || sin->v.dtype != ENG_DT_FLOAT)
-            STEP_FAIL(x, s, "cos_cache/sin_cache must be FLOAT [positions, rotary_dim/2] with rotary_dim <= head size");
-        if (past + S > cos->v.dims[0] || sin->v.dims[0] < cos->v.dims[0])
-            STEP_FAIL(x, s, "position %lld is beyond the rotary cache (%lld rows)", (long long)(past + S - 1),
-                      (long long)cos->v.dims[0]);
-    }
+    if (check_rotary(x, s, H, past + S - 1) != 0)
+        return -1;
+    if (kvb->k && check_binding(x, s, kvb, past, S, H) != 0)
+        return -1;
     /* A session cache may hold fp16 (the tensor contract's present is always FLOAT). */
     bool f16 = kvb->k && kvb->dtype == ENG_DT_FLOAT16;
-    krn_kv_type kvt = f16 ? KRN_KV_F16 : KRN_KV_F32;
-    size_t esz = f16 ? sizeof(uint16_t) : sizeof(float);
     uint64_t row = (uint64_t)H * sizeof(float);
     /* Session cache or present tensor, both [kv_head, token, head]: a kv
      * head's rows are contiguous, only the distance between heads differs. */
-    size_t tok_stride = (size_t)H;
     size_t head_stride = kvb->k ? (size_t)kvb->head_stride : (size_t)(d.present * H);
-    if (kvb->k && past + S > kvb->capacity)
-        STEP_FAIL(x, s, "%lld cached + %lld new tokens exceed the KV cache of %lld", (long long)past, (long long)S,
-                  (long long)kvb->capacity);
-    if (kvb->k && kvb->head_stride < kvb->capacity * H)
-        STEP_FAIL(x, s, "KV cache head stride %lld is below %lld tokens x head size %lld", (long long)kvb->head_stride,
-                  (long long)kvb->capacity, (long long)H);
     void *kc = kvb->k ? kvb->k : prk->v.data, *vc = kvb->k ? kvb->v : prv->v.data;
     /* Separate past and present buffers: copy the cached rows over (the
      * tensor contract, always fp32; a shared buffer already holds them). */
@@ -261,71 +452,24 @@ static int run_gqa(eng_exec *x, const step *s)
                 memset(dst + (past + S) * H, 0, (uint64_t)(d.present - past - S) * row);
         }
     }
-    int64_t qw = d.W;
     const float *qd = q->v.data;
-    const float *kd = g->packed ? qd + Nq * H : kin->v.data;
-    const float *vd = g->packed ? qd + (Nq + Nkv) * H : vin->v.data;
-    int64_t kv_ld = g->packed ? qw : Nkv * H;
-    /* Element offset of the first new row in the cache; the kernels take typed bases. */
-    size_t new_off = (size_t)past * tok_stride;
-    void *kc_new = (uint8_t *)kc + new_off * esz, *vc_new = (uint8_t *)vc + new_off * esz;
-
     float *qrot = (float *)x->scratch;
-    int64_t *pos = (int64_t *)(x->scratch + (((uint64_t)(S * Nq * H) * sizeof(float) + ALIGN - 1) / ALIGN) * ALIGN);
-    for (int64_t t = 0; t < S; t++)
-        pos[t] = past + t;
+    int64_t *pos = (int64_t *)(x->scratch + aligned((uint64_t)(S * Nq * H) * sizeof(float)));
+    gqa_seq sq = {.kc = kc, .vc = vc, .head_stride = head_stride, .kvt = f16 ? KRN_KV_F16 : KRN_KV_F32,
+                  .past = past, .S = S, .qd = qd, .kd = g->packed ? qd + Nq * H : kin->v.data,
+                  .vd = g->packed ? qd + (Nq + Nkv) * H : vin->v.data, .out = out->v.data, .qrot = qrot,
+                  .pos = pos, .prompt = x->prompt_rows};
     /*
-     * New values (copied, or rounded into an fp16 cache) and keys (rotated on
-     * the way in, or stored as they are); a decode step does them inside the
-     * attention run (do_gqa_decode), each participant for its own kv heads.
+     * A decode step stores its new row, rotates and attends inside one pool
+     * run (do_gqa_decode), each participant for its own kv heads.
      */
-    const krn_table *kt = &x->p->krn;
-    bool decode = S == 1 && !x->prompt_rows;
-    rows_call vs = {kt, {.x = vd, .x_tok_stride = (size_t)kv_ld, .x_head_stride = (size_t)H, .y = vc_new,
-                         .y_tok_stride = tok_stride, .y_head_stride = head_stride, .n_tok = (size_t)S,
-                         .n_heads = (size_t)Nkv, .n = (size_t)H, .y_type = kvt}};
-    x->kv_bytes_moved += 2 * (uint64_t)(S * Nkv) * (uint64_t)H * esz;
-    rot_call rk = {kt, {.x = kd, .y = kc_new, .x_tok_stride = (size_t)kv_ld, .x_head_stride = (size_t)H,
-                        .y_tok_stride = tok_stride, .y_head_stride = head_stride, .n_tok = (size_t)S,
-                        .n_heads = (size_t)Nkv, .head_dim = (size_t)H,
-                        .rot_dim = g->rotary ? (size_t)(2 * cos->v.dims[1]) : 0,
-                        .cos_cache = g->rotary ? cos->v.data : NULL, .sin_cache = g->rotary ? sin->v.data : NULL,
-                        .cache_ld = g->rotary ? (size_t)cos->v.dims[1] : 0, .pos = pos, .y_type = kvt}};
-    rot_call rq = rk;
-    rq.a.x = qd;
-    rq.a.y = qrot;
-    rq.a.x_tok_stride = (size_t)qw;
-    rq.a.y_tok_stride = (size_t)(Nq * H);
-    rq.a.y_head_stride = (size_t)H;
-    rq.a.n_heads = (size_t)Nq;
-    rq.a.y_type = KRN_KV_F32;
-    rows_call ks = vs;
-    ks.a.x = kd;
-    ks.a.y = kc_new;
-    gqa_call ga = {kt, {.q = qrot, .q_ld = (size_t)(Nq * H), .k_cache = kc, .v_cache = vc,
-                        .kv_head_stride = head_stride, .kv_tok_stride = tok_stride,
-                        .out = out->v.data, .out_ld = (size_t)(Nq * H), .seq = (size_t)S,
-                        .past = (size_t)past, .n_heads = (size_t)Nq, .n_kv_heads = (size_t)Nkv,
-                        .head_dim = (size_t)H,
-                        .scale = g->scale != 0.0f ? g->scale : 1.0f / sqrtf((float)H),
-                        .local_window = -1, .softcap = 0.0f, .kv_type = kvt,
-                        .prompt = x->prompt_rows}};
-    if (decode) {
-        gqa_decode_call dc = {ga, vs.a, ks.a, rk.a, rq.a, g->rotary, qd};
+    if (is_decode(&sq)) {
+        gqa_decode_call dc;
+        decode_call(x, s, &d, &sq, &dc);
         plan_run_par(x, (size_t)Nq, (size_t)(Nq / Nkv), do_gqa_decode, &dc);
         return 0;
     }
-    plan_run_par(x, (size_t)(S * Nkv), 1, do_rows, &vs);
-    if (g->rotary) {
-        plan_run_par(x, (size_t)(S * Nkv), 1, do_rot, &rk);
-        plan_run_par(x, (size_t)(S * Nq), 1, do_rot, &rq);
-    } else {
-        plan_run_par(x, (size_t)(S * Nkv), 1, do_rows, &ks);
-        for (int64_t t = 0; t < S; t++)
-            memcpy(qrot + t * Nq * H, qd + t * qw, (uint64_t)(Nq * H) * sizeof(float));
-    }
-    /* Items are (kv head, token, head in group): an even split hands out whole kv groups. */
-    plan_run_par(x, (size_t)(S * Nq), (size_t)(Nq / Nkv), do_gqa, &ga);
+    run_rows(x, s, &d, &sq);
     return 0;
 }
 

@@ -25,16 +25,18 @@ static void do_mmnb(const void *c, size_t b, size_t e)
  * of the columns it just wrote, while they are in its cache, and merges it
  * into one key (eng_argmax_key), so nobody reads the whole row again.
  */
-typedef struct mmnb_argmax_call { mmnb_call mm; _Atomic uint64_t *key; } mmnb_argmax_call;
+typedef struct mmnb_argmax_call { mmnb_call mm; _Atomic uint64_t *keys; } mmnb_argmax_call;
 
 static void do_mmnb_argmax(const void *c, size_t b, size_t e)
 {
     const mmnb_argmax_call *m = c;
     do_mmnb(&m->mm, b, e);
-    const float *row = m->mm.a.y + (m->mm.a.m - 1) * m->mm.a.y_ld;
-    uint64_t k = eng_argmax_key(row, b, e), cur = atomic_load_explicit(m->key, memory_order_relaxed);
-    while (k > cur && !atomic_compare_exchange_weak(m->key, &cur, k))
-        ;
+    for (size_t r = 0; r < m->mm.a.m; r++) {
+        const float *row = m->mm.a.y + r * m->mm.a.y_ld;
+        uint64_t k = eng_argmax_key(row, b, e), cur = atomic_load_explicit(&m->keys[r], memory_order_relaxed);
+        while (k > cur && !atomic_compare_exchange_weak(&m->keys[r], &cur, k))
+            ;
+    }
 }
 
 static void do_quant(const void *c, size_t b, size_t e)
@@ -159,11 +161,13 @@ static int run_mmnb(eng_exec *x, const step *s)
             plan_run_par(x, rows, 1, do_quant, &q);
         c.a.qa = x->scratch;
     }
-    if (x->argmax_step == (int)(s - x->p->steps)) {
-        mmnb_argmax_call ac = {c, &x->argmax_key};
-        atomic_store(&x->argmax_key, 0);
+    if (x->argmax_step == (int)(s - x->p->steps) && rows <= x->argmax_cap) {
+        /* One key per row: the last row, or in a batched run each sequence's. */
+        mmnb_argmax_call ac = {c, x->argmax_keys};
+        for (size_t r = 0; r < rows; r++)
+            atomic_store(&x->argmax_keys[r], 0);
         plan_run_par(x, m->w.n, 16, do_mmnb_argmax, &ac);
-        x->argmax_valid = true;
+        x->argmax_rows = rows;
     } else {
         plan_run_par(x, m->w.n, 16, do_mmnb, &c);
     }

@@ -198,6 +198,22 @@ const char *eng_plan_kernel(const eng_plan *p, size_t node)
     return node < p->n_steps && p->steps[node].kernel[0] ? p->steps[node].kernel : "unassigned";
 }
 
+size_t eng_plan_attention_count(const eng_plan *p)
+{
+    return (size_t)p->n_gqa;
+}
+
+int eng_plan_attention_index(const eng_plan *p, const char *past_key_input)
+{
+    int v = eng_graph_value(p->g, past_key_input);
+    for (size_t i = 0; v >= 0 && i < p->n_steps; i++) {
+        const step *s = &p->steps[i];
+        if (s->op == &op_gqa && s->n_in > 3 && s->in[3] == v)
+            return s->p.gqa.index;
+    }
+    return -1;
+}
+
 uint64_t eng_plan_prepared_bytes(const eng_plan *p)
 {
     return p->prepared_bytes;

@@ -150,10 +150,17 @@ struct eng_exec {
     bool profiling;
     uint64_t prof_ns[32], prof_calls[32]; /* per plan_ops entry */
     bool *fused_now;      /* per step: its SiLU fusion applies to this run's shapes */
-    bool *last_row;       /* per step: compute its output for the last input row only */
-    int argmax_step;      /* step whose last output row also gets its argmax, -1: none */
-    _Atomic uint64_t argmax_key; /* eng_argmax_key of that row, merged over the workers */
-    bool argmax_valid;    /* set by the last run */
+    bool *last_row;       /* per step: compute its output for the selected input rows only */
+    int argmax_step;      /* step whose output rows also get their argmax, -1: none */
+    _Atomic uint64_t *argmax_keys; /* [argmax_cap] eng_argmax_key per row, merged over the workers */
+    size_t argmax_cap, argmax_rows; /* argmax_rows: rows the last run computed (0: none) */
+    /* batched runs (eng_exec_set_batch): the sequences, and the rows selected for last_row steps */
+    eng_batch_seq *batch;
+    size_t n_batch, batch_cap;
+    int64_t *sel;         /* [n_sel] selected rows (the last row of each sequence with logits) */
+    size_t n_sel;
+    float *sel_buf;       /* the selected rows of a last_row step's input, gathered */
+    uint64_t sel_cap;
     bool prompt_rows;     /* the runs' new rows are prompt tokens (eng_exec_set_prompt_rows) */
     eng_diag *diag;       /* of the current run */
 };

@@ -1,5 +1,5 @@
 /*
- * sched: the compute thread, the job queue and the round-robin scheduler
+ * sched: the compute thread, the job queue and the batching scheduler
  * (see sched.h).
  *
  * Thread rules:
@@ -701,31 +701,27 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *mess
     srv_job_release(j);
 }
 
-/* The ids the next step of SL feeds: a prefill chunk, or the last sampled id. */
-static size_t step_tokens(const srv_sched *s, const slot *sl)
+/* The ids the next step feeds: one per decoding slot, and prompt ids within BUDGET (0: no limit). */
+static size_t step_tokens(const slot *slots, int n, size_t budget)
 {
-    if (eng_gen_prefilled(sl->gen))
-        return 1;
-    size_t n = sl->job->n_prompt - eng_gen_prompt_fed(sl->gen);
-    if (s->opts.prefill_chunk > 0 && n > (size_t)s->opts.prefill_chunk)
-        n = (size_t)s->opts.prefill_chunk;
-    return n;
+    size_t dec = 0, prompt = 0;
+    for (int i = 0; i < n; i++) {
+        if (eng_gen_prefilled(slots[i].gen))
+            dec++;
+        else
+            prompt += slots[i].job->n_prompt - eng_gen_prompt_fed(slots[i].gen);
+    }
+    return dec + (budget && prompt > budget ? budget : prompt);
 }
 
 /*
- * One step of SL's generation (a prefill chunk, or one decoded id), then
- * the metrics and the delivery of what it produced. Returns the reason the
- * job ended, or SRV_FINISH_NONE.
+ * After a step: the metrics and the delivery of what SL's generation
+ * produced. Returns the reason its job ended, or SRV_FINISH_NONE.
  */
-static srv_finish step(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
+static srv_finish after_step(srv_sched *s, slot *sl, double now, char *msg, size_t msg_cap)
 {
     srv_job *j = sl->job;
-    eng_diag diag;
-    eng_diag_init(&diag);
-    eng_gen_step(&sl->gen, 1, NULL, &diag);
-    eng_diag_clear(&diag);
     const eng_gen_event *ev = eng_gen_last(sl->gen);
-    double now = srv_now();
     if (ev->prefilled)
         srv_metrics_prompt_tokens(s->metrics, j->n_prompt);
     if (ev->token >= 0) {
@@ -751,6 +747,43 @@ static srv_finish step(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
     return SRV_FINISH_ERROR;
 }
 
+/*
+ * One engine step for every running slot, batched: each prefilled
+ * generation decodes one id, and generations still reading their prompt
+ * share the step's prompt budget in the order they were admitted (the
+ * oldest first), so decode rows are never held back by a long prompt and a
+ * new prompt advances every step. Ended jobs are finished and removed;
+ * returns the new slot count.
+ */
+static int step_all(srv_sched *s, slot *slots, int n, eng_gen **gens, uint64_t *kv_used)
+{
+    for (int i = 0; i < n; i++)
+        gens[i] = slots[i].gen;
+    eng_gen_budget budget = {.prefill_tokens = s->opts.prefill_chunk > 0 ? (size_t)s->opts.prefill_chunk : 0};
+    eng_diag diag;
+    eng_diag_init(&diag);
+    beat_begin(s, step_tokens(slots, n, budget.prefill_tokens));
+#ifdef QD_TEST_HOOKS
+    test_stall();
+#endif
+    eng_gen_step(gens, (size_t)n, &budget, &diag);
+    double now = srv_now();
+    beat_end(s);
+    eng_diag_clear(&diag);
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        char msg[160] = "";
+        srv_finish f = after_step(s, &slots[i], now, msg, sizeof msg);
+        if (f == SRV_FINISH_NONE) {
+            slots[kept++] = slots[i];
+            continue;
+        }
+        *kv_used -= slots[i].job->kv_need;
+        slot_finish(s, &slots[i], f, f == SRV_FINISH_ERROR ? msg : NULL);
+    }
+    return kept;
+}
+
 static void update_gauges(srv_sched *s, const slot *slots, int n)
 {
     uint64_t bytes = 0;
@@ -768,7 +801,10 @@ static void *compute_main(void *arg)
         return NULL;
     int cap = s->opts.parallel;
     slot *slots = calloc((size_t)cap, sizeof *slots);
-    if (!slots) {
+    eng_gen **gens = calloc((size_t)cap, sizeof *gens);
+    if (!slots || !gens) {
+        free(slots);
+        free(gens);
         srv_log(SRV_LOG_ERROR, "compute_failed", "error=\"out of memory\"");
         pthread_mutex_lock(&s->mu);
         s->closed = true;
@@ -777,7 +813,7 @@ static void *compute_main(void *arg)
         wake_loop(s);
         return NULL;
     }
-    int n = 0, rr = 0;
+    int n = 0;
     int last_waiting = -1;
     uint64_t kv_used = 0;        /* kv_need of the jobs in slots */
     for (;;) {
@@ -844,35 +880,18 @@ static void *compute_main(void *arg)
             slot_finish(s, sl, why, why == SRV_FINISH_ERROR ? msg : NULL);
             memmove(&slots[i], &slots[i + 1], (size_t)(n - i - 1) * sizeof *slots);
             n--;
-            if (i < rr)
-                rr--;
         }
         if (n == 0) {
             update_gauges(s, slots, 0);
             continue;
         }
-        if (rr >= n)
-            rr = 0;
-        char msg[160] = "";
-        beat_begin(s, step_tokens(s, &slots[rr]));
-#ifdef QD_TEST_HOOKS
-        test_stall();
-#endif
-        srv_finish f = step(s, &slots[rr], msg, sizeof msg);
-        beat_end(s);
-        if (f != SRV_FINISH_NONE) {
-            kv_used -= slots[rr].job->kv_need;
-            slot_finish(s, &slots[rr], f, f == SRV_FINISH_ERROR ? msg : NULL);
-            memmove(&slots[rr], &slots[rr + 1], (size_t)(n - rr - 1) * sizeof *slots);
-            n--;
-        } else {
-            rr++;
-        }
+        n = step_all(s, slots, n, gens, &kv_used);
         update_gauges(s, slots, n);
     }
     update_gauges(s, slots, 0);
     srv_metrics_set_waiting(s->metrics, 0);
     free(slots);
+    free(gens);
     return NULL;
 }
 

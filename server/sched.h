@@ -4,8 +4,8 @@
  * srv_sched_new() starts one compute thread that loads the model and its
  * tokenizer (so the compute pool's first participant, pinned by the pool, is
  * that thread), reports the result to the loop, then runs jobs: a bounded
- * FIFO of waiting jobs, up to `parallel` of them with a session each,
- * each advanced one eng_gen_step at a time in round-robin order. Generated
+ * FIFO of waiting jobs, up to `parallel` of them with a session each, all
+ * advanced together, one batched eng_gen_step per step. Generated
  * text (after detokenization and stop strings) and the end of each job reach
  * the loop thread through a uv_async and a locked list; the compute thread
  * never touches a socket.
