@@ -173,6 +173,14 @@ tests_test_gen_CFLAGS = $(TEST_CFLAGS)
 tests_test_gen_LDADD = $(TEST_LDADD)
 TESTS += tests/test_gen
 
+# Batch invariance: a generation's logits and ids alone and beside others,
+# on every kernel level the CPU runs.
+check_PROGRAMS += tests/test_batch
+tests_test_batch_SOURCES = tests/test_batch.c
+tests_test_batch_CFLAGS = $(TEST_CFLAGS)
+tests_test_batch_LDADD = $(TEST_LDADD)
+TESTS += tests/test_batch
+
 # Sessions of one model are isolated; freed sessions return their memory.
 check_PROGRAMS += tests/test_session
 tests_test_session_SOURCES = tests/test_session.c
