@@ -75,8 +75,9 @@ static int parse_list(const char *opt, const char *s, int64_t *out, size_t *n, i
 
 typedef struct bench_opts {
     const char *model;
-    int64_t prompts[MAX_LIST], contexts[MAX_LIST];
-    size_t n_prompts, n_contexts;
+    int64_t prompts[MAX_LIST], contexts[MAX_LIST], batches[MAX_LIST];
+    size_t n_prompts, n_contexts, n_batches;
+    bool prompts_given, contexts_given;
     int64_t gen, repeat, context_steps;
     bool json, profile;
     eng_model_opts engine;
@@ -163,7 +164,8 @@ static void print_profile(json_t *obj, const char *key, const char *title, const
 static int usage(FILE *f)
 {
     fprintf(f, "usage: qwen3d bench --model DIR [--prompt-len 32,512] [--gen 128] [--repeat R]\n"
-               "                    [--contexts 128,1024,4096] [--context-steps N] [--profile] [--json]\n"
+               "                    [--contexts 128,1024,4096] [--context-steps N] [--batch 1,2,4,8,16]\n"
+               "                    [--profile] [--json]\n"
                "                    " CLI_ENGINE_USAGE " " CLI_PLACEMENT_USAGE "\n");
     return 2;
 }
@@ -178,10 +180,15 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "prompt-len", &v)) > 0) {
             if (parse_list("prompt-len", v, o->prompts, &o->n_prompts, 1, 1 << 20))
                 return 2;
+            o->prompts_given = true;
         } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "contexts", &v)) > 0) {
             if (!strcmp(v, "none"))
                 o->n_contexts = 0;
             else if (parse_list("contexts", v, o->contexts, &o->n_contexts, 1, 1 << 20))
+                return 2;
+            o->contexts_given = true;
+        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "batch", &v)) > 0) {
+            if (parse_list("batch", v, o->batches, &o->n_batches, 1, 256))
                 return 2;
         } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "gen", &v)) > 0) {
             if (!cli_parse_i64(v, 1, 1 << 20, &o->gen))
@@ -209,7 +216,74 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     }
     if (!o->model)
         return cli_fail(CMD, "--model DIR is required");
+    /* --batch measures batches alone unless the other cases are asked for too */
+    if (o->n_batches && !o->contexts_given)
+        o->n_contexts = 0;
     return 0;
+}
+
+/*
+ * B sessions decoding together: every step runs one id of each in one pass
+ * of the model (as the daemon's scheduler does with B streams). Each
+ * session has its own prompt of --prompt-len's first length, all prefilled
+ * in one step; then --gen - 1 decode steps of all B are timed.
+ */
+static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times, eng_diag *d)
+{
+    int64_t P = o->prompts[0], V = eng_model_geometry(m)->vocab;
+    if (P + o->gen > eng_model_max_context(m)) {
+        eng_diag_add(d, "--prompt-len %lld + --gen %lld exceeds the model's context of %lld", (long long)P,
+                     (long long)o->gen, (long long)eng_model_max_context(m));
+        return -1;
+    }
+    int rc = -1;
+    eng_gen **g = calloc(B, sizeof *g);
+    int64_t *ids = malloc((size_t)P * B * sizeof *ids);
+    if (!g || !ids) {
+        eng_diag_add(d, "out of memory");
+        goto out;
+    }
+    /* distinct prompts: the same pseudo-random stream, one slice per session */
+    prompt_ids(ids, P * (int64_t)B, V);
+    for (size_t i = 0; i < B; i++)
+        if (!(g[i] = bench_gen(m, ids + (size_t)P * i, (size_t)P, o->gen, P + o->gen, d)))
+            goto out;
+    double t0 = now_ms();
+    if (eng_gen_step(g, B, NULL, d) != 0)
+        goto out;
+    double ttft = now_ms() - t0;
+    int64_t steps = o->gen - 1;
+    for (int64_t k = 0; k < steps; k++) {
+        double a = now_ms();
+        if (eng_gen_step(g, B, NULL, d) != 0)
+            goto out;
+        times[k] = now_ms() - a;
+    }
+    qsort(times, (size_t)steps, sizeof *times, cmp_double);
+    double med = pct(times, (size_t)steps, 0.5), p90 = pct(times, (size_t)steps, 0.9);
+    double tps = med > 0 ? 1000.0 * (double)B / med : 0.0;
+    if (o->json) {
+        json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:I}", "case", "batch", "batch",
+                                (json_int_t)B, "prompt_len", (json_int_t)P, "gen", (json_int_t)o->gen, "threads",
+                                (json_int_t)eng_pool_threads(eng_model_pool(m)), "ttft_ms", ttft, "decode_ms_median",
+                                med, "decode_ms_p90", p90, "decode_tokens_per_s", tps, "rss_bytes",
+                                (json_int_t)rss_bytes());
+        json_dumpf(obj, stdout, JSON_COMPACT);
+        putchar('\n');
+        json_decref(obj);
+    } else {
+        printf("batch %3zu: prompt %lld each, prefill of all %8.1f ms, decode step median %7.3f ms (p90 %7.3f) = "
+               "%7.1f tok/s in all\n",
+               B, (long long)P, ttft, med, p90, tps);
+    }
+    fflush(stdout);
+    rc = 0;
+out:
+    for (size_t i = 0; g && i < B; i++)
+        eng_gen_free(g[i]);
+    free(g);
+    free(ids);
+    return rc;
 }
 
 int cmd_bench(int argc, char **argv)
@@ -261,7 +335,8 @@ int cmd_bench(int argc, char **argv)
                (unsigned long long)prepared, (long long)eng_pool_threads(eng_model_pool(m)), eng_kv_mode_name(o.engine.kv_mode),
                kv_type_name(o.engine.kv_type));
 
-    for (size_t pi = 0; pi < o.n_prompts; pi++) {
+    size_t n_prompt_cases = o.n_batches && !o.prompts_given ? 0 : o.n_prompts;
+    for (size_t pi = 0; pi < n_prompt_cases; pi++) {
         int64_t P = o.prompts[pi];
         if (P + o.gen > limit) {
             eng_diag_add(&d, "--prompt-len %lld + --gen %lld exceeds the model's context of %lld", (long long)P,
@@ -381,6 +456,9 @@ int cmd_bench(int argc, char **argv)
         }
         fflush(stdout);
     }
+    for (size_t bi = 0; bi < o.n_batches; bi++)
+        if (batch_case(m, &o, (size_t)o.batches[bi], times, &d) != 0)
+            goto out;
     rc = 0;
 out:
     eng_diag_print(&d, stderr, "qwen3d: " CMD);
