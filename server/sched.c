@@ -69,6 +69,25 @@
 #define STALL_CAP_S 15.0 /* the cap without systemd's watchdog: half the shipped unit's WatchdogSec */
 #define STALL_HISTORY 32
 
+/*
+ * The prompt budget of a step. Decode rows always run (every running stream
+ * gets its next token each step); prompt tokens fill the rest of the step:
+ *  - no stream decoding: up to --prefill-chunk, since nobody waits on the
+ *    step but the prompts themselves (a lone request's TTFT);
+ *  - streams decoding: as many as fit the step target (--max-step-ms, or
+ *    twice the decode step, at least STEP_TARGET_MIN_S) from the measured
+ *    cost of a decode step of that many rows and of one prompt token, but
+ *    at least PROMPT_MIN_TOKENS, so prompts advance under any decode load.
+ * Prompt tokens go to the prefilling jobs oldest first. So a flood of long
+ * prompts slows the running streams by a bounded factor, and a crowd of
+ * streams cannot hold a new prompt back.
+ */
+#define STEP_MODEL_ROWS 256
+#define STEP_TARGET_MIN_S 0.050
+#define PROMPT_MIN_TOKENS 8
+#define PROMPT_FIRST_TOKENS 32 /* before a prompt token's cost is measured */
+#define EWMA 0.2
+
 typedef enum job_state { JOB_NEW, JOB_WAITING, JOB_RUNNING, JOB_DONE } job_state;
 
 struct srv_job {
@@ -133,6 +152,10 @@ struct srv_sched {
     bool loaded, load_failed, load_report;  /* load_report: the loop has not been told yet */
     char load_message[512];
     bool closed, stopping;
+
+    /* step times, for the prompt budget (compute thread only): EWMAs in seconds */
+    double dec_s[STEP_MODEL_ROWS + 1]; /* a decode-only step of B rows (0: not measured yet) */
+    double tok_s;                      /* one more prompt token in a step (0: not measured yet) */
 
     /* the heartbeat: the compute thread writes, the loop reads */
     atomic_uint_fast64_t beat_start_ns;  /* CLOCK_MONOTONIC when the current step began; 0 between steps */
@@ -647,8 +670,7 @@ static bool slot_setup(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
     eng_diag_init(&diag);
     eng_gen_params p = {.prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
                         .capacity = job_capacity(s, (int64_t)j->n_prompt + j->max_tokens), .sampling = j->sampling,
-                        .stop = (const char *const *)j->stop, .n_stop = j->n_stop, .tok = s->tok,
-                        .prefill_chunk = s->opts.prefill_chunk > 0 ? (size_t)s->opts.prefill_chunk : 0};
+                        .stop = (const char *const *)j->stop, .n_stop = j->n_stop, .tok = s->tok};
     sl->gen = eng_gen_new(s->model, &p, &diag);
     if (!sl->gen)
         snprintf(msg, msg_cap, "%s", diag.n_kept ? diag.lines[0] : "out of memory for a session");
@@ -701,6 +723,51 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *mess
     srv_job_release(j);
 }
 
+/* The measured time of a decode-only step of ROWS rows (the nearest measured size below), 0 if none. */
+static double decode_time(const srv_sched *s, size_t rows)
+{
+    if (rows > STEP_MODEL_ROWS)
+        rows = STEP_MODEL_ROWS;
+    for (size_t b = rows; b > 0; b--)
+        if (s->dec_s[b] > 0)
+            return s->dec_s[b] * (double)rows / (double)b;
+    return 0;
+}
+
+static size_t prompt_budget(const srv_sched *s, size_t decoding)
+{
+    size_t cap = s->opts.prefill_chunk > 0 ? (size_t)s->opts.prefill_chunk : SIZE_MAX;
+    if (!decoding)
+        return cap == SIZE_MAX ? 0 : cap;
+    double dec = decode_time(s, decoding);
+    if (dec <= 0 || s->tok_s <= 0)
+        return cap < PROMPT_FIRST_TOKENS ? cap : PROMPT_FIRST_TOKENS;
+    double target = s->opts.step_target > 0 ? s->opts.step_target : 2 * dec;
+    if (target < STEP_TARGET_MIN_S)
+        target = STEP_TARGET_MIN_S;
+    double fit = (target - dec) / s->tok_s;
+    size_t n = fit < PROMPT_MIN_TOKENS ? PROMPT_MIN_TOKENS : fit > (double)cap ? cap : (size_t)fit;
+    return n;
+}
+
+static void ewma(double *v, double x)
+{
+    *v = *v > 0 ? *v + EWMA * (x - *v) : x;
+}
+
+/* Learns from a step of DEC decode rows and PROMPT prompt tokens that took T seconds. */
+static void learn_step(srv_sched *s, size_t dec, size_t prompt, double t)
+{
+    if (!prompt) {
+        if (dec)
+            ewma(&s->dec_s[dec < STEP_MODEL_ROWS ? dec : STEP_MODEL_ROWS], t);
+        return;
+    }
+    double base = decode_time(s, dec ? dec : 1);
+    if (base > 0 && t > base)
+        ewma(&s->tok_s, (t - base) / (double)prompt);
+}
+
 /* The ids the next step feeds: one per decoding slot, and prompt ids within BUDGET (0: no limit). */
 static size_t step_tokens(const slot *slots, int n, size_t budget)
 {
@@ -750,26 +817,33 @@ static srv_finish after_step(srv_sched *s, slot *sl, double now, char *msg, size
 /*
  * One engine step for every running slot, batched: each prefilled
  * generation decodes one id, and generations still reading their prompt
- * share the step's prompt budget in the order they were admitted (the
- * oldest first), so decode rows are never held back by a long prompt and a
- * new prompt advances every step. Ended jobs are finished and removed;
+ * share the step's prompt budget (prompt_budget, see PROMPT_MIN_TOKENS) in
+ * the order they were admitted. Ended jobs are finished and removed;
  * returns the new slot count.
  */
 static int step_all(srv_sched *s, slot *slots, int n, eng_gen **gens, uint64_t *kv_used)
 {
-    for (int i = 0; i < n; i++)
+    size_t decoding = 0;
+    for (int i = 0; i < n; i++) {
         gens[i] = slots[i].gen;
-    eng_gen_budget budget = {.prefill_tokens = s->opts.prefill_chunk > 0 ? (size_t)s->opts.prefill_chunk : 0};
+        decoding += eng_gen_prefilled(slots[i].gen);
+    }
+    eng_gen_budget budget = {.prefill_tokens = prompt_budget(s, decoding)};
     eng_diag diag;
     eng_diag_init(&diag);
     beat_begin(s, step_tokens(slots, n, budget.prefill_tokens));
 #ifdef QD_TEST_HOOKS
     test_stall();
 #endif
+    double t0 = srv_now();
     eng_gen_step(gens, (size_t)n, &budget, &diag);
     double now = srv_now();
     beat_end(s);
     eng_diag_clear(&diag);
+    size_t fed = 0;
+    for (int i = 0; i < n; i++)
+        fed += eng_gen_last(slots[i].gen)->prompt_fed;
+    learn_step(s, decoding, fed, now - t0);
     int kept = 0;
     for (int i = 0; i < n; i++) {
         char msg[160] = "";

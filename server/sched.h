@@ -36,7 +36,13 @@ typedef struct srv_sched_opts {
     int parallel;         /* sessions generating at once (>= 1) */
     int queue;            /* jobs that may wait for a session (>= 0) */
     int64_t ctx;          /* longest sequence (prompt + generated); 0 = the model's context length */
-    int64_t prefill_chunk; /* prompt tokens per step, so a long prompt does not stall the others; 0 = whole prompt */
+    int64_t prefill_chunk; /* prompt tokens per step at most; 0 = no limit */
+    /*
+     * While streams decode, a step's prompt tokens are held to what keeps the
+     * step within this many seconds (from the measured step times); 0 = twice
+     * the decode step's own time, at least 50 ms.
+     */
+    double step_target;
     uint64_t kv_budget;   /* KV bytes the running sessions may reserve together; 0 = no budget */
     double stall_cap;     /* seconds: no step may run longer and count as well (see srv_sched_beat); 0 = 15 */
 } srv_sched_opts;
