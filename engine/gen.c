@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/prefix.h"
 #include "engine/stop.h"
 
 struct eng_gen {
@@ -30,7 +31,10 @@ struct eng_gen {
     int64_t max_tokens;
     size_t chunk;                /* prefill ids per step; 0 = no limit */
     bool stop_at_eos;
-    size_t fed;                  /* prompt ids fed */
+    size_t fed;                  /* prompt ids in the session (fed, or reused from the prefix cache) */
+    size_t reused;               /* of those, reused from the cache */
+    eng_prefix *prefix;
+    char *scope;
     int64_t next;                /* the id the next decode step feeds */
     int32_t *ids;                /* [max_tokens] sampled ids */
     int64_t n_gen;
@@ -61,7 +65,12 @@ void eng_gen_free(eng_gen *g)
 {
     if (!g)
         return;
-    eng_session_free(g->sess);
+    /* The prompt rows written so far (also of a generation cut short) serve later prompts. */
+    if (g->prefix && g->sess)
+        eng_prefix_put(g->prefix, g->scope, g->prompt, g->fed, g->sess);
+    else
+        eng_session_free(g->sess);
+    free(g->scope);
     eng_sampler_free(g->samp);
     eng_stop_free(g->stop);
     eng_tok_stream_free(g->ts);
@@ -147,7 +156,19 @@ eng_gen *eng_gen_new(eng_model *m, const eng_gen_params *p, eng_diag *diag)
         goto oom;
     if (p->tok && !(g->ts = eng_tok_stream_new(p->tok, true)))
         goto oom;
-    g->sess = eng_session_new(m, cap, diag);
+    if (p->prefix) {
+        g->prefix = p->prefix;
+        if (!(g->scope = strdup(p->scope ? p->scope : "")))
+            goto oom;
+        /* A failed lookup (out of memory for the copy) is a miss: the generation makes its own session. */
+        eng_diag quiet;
+        eng_diag_init(&quiet);
+        g->sess = eng_prefix_take(p->prefix, g->scope, p->prompt, p->n_prompt, cap, &g->reused, &quiet);
+        eng_diag_clear(&quiet);
+        g->fed = g->reused;
+    }
+    if (!g->sess)
+        g->sess = eng_session_new(m, cap, diag);
     if (!g->sess) {
         eng_gen_free(g);
         return NULL;
@@ -361,6 +382,7 @@ const eng_gen_event *eng_gen_last(const eng_gen *g) { return &g->ev; }
 eng_gen_finish eng_gen_state(const eng_gen *g) { return g->finish; }
 const char *eng_gen_error(const eng_gen *g) { return g->finish == ENG_GEN_ERROR ? g->error : ""; }
 bool eng_gen_prefilled(const eng_gen *g) { return g->fed == g->n_prompt; }
+size_t eng_gen_reused(const eng_gen *g) { return g->reused; }
 size_t eng_gen_prompt_fed(const eng_gen *g) { return g->fed; }
 int64_t eng_gen_generated(const eng_gen *g) { return g->n_gen; }
 const int32_t *eng_gen_ids(const eng_gen *g) { return g->ids; }

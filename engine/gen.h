@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "engine/diag.h"
+#include "engine/prefix.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
@@ -66,6 +67,13 @@ typedef struct eng_gen_params {
     size_t n_teacher;
     size_t prefill_chunk;    /* prompt ids per step at most; 0 = no limit of its own */
     bool ignore_eos;         /* end-of-sequence ids do not end it (benchmarks) */
+    /*
+     * A prompt-prefix cache (NULL: none): the session starts from the longest
+     * prefix of the prompt cached under SCOPE, and when the generation is
+     * freed its prompt rows go back to the cache under SCOPE.
+     */
+    eng_prefix *prefix;
+    const char *scope;       /* copied; NULL = "" */
 } eng_gen_params;
 
 /*
@@ -127,6 +135,8 @@ eng_gen_finish eng_gen_state(const eng_gen *g);
 /* The message of ENG_GEN_ERROR ("" otherwise). */
 const char *eng_gen_error(const eng_gen *g);
 bool eng_gen_prefilled(const eng_gen *g);
+/* Prompt ids whose KV state came from the prefix cache (not fed by this generation). */
+size_t eng_gen_reused(const eng_gen *g);
 /* Prompt ids fed so far, and ids generated so far (sampled). */
 size_t eng_gen_prompt_fed(const eng_gen *g);
 int64_t eng_gen_generated(const eng_gen *g);

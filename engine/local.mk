@@ -46,3 +46,7 @@ libqwen3d_a_SOURCES += \
 # Generations: a session with its sampler, stop strings and detokenizer,
 # and the step that advances many of them.
 libqwen3d_a_SOURCES += engine/gen.c engine/gen.h
+
+# The prompt-prefix cache: finished sessions' prompt KV state, found by
+# the longest common prefix of token ids.
+libqwen3d_a_SOURCES += engine/prefix.c engine/prefix.h

@@ -405,6 +405,37 @@ void eng_session_reset(eng_session *s)
         kv_reset(s->kv);
 }
 
+int eng_session_copy_prefix(eng_session *dst, const eng_session *src, int64_t tokens, eng_diag *diag)
+{
+    if (!dst->kv || !src->kv || dst->m != src->m) {
+        eng_diag_add(diag, "copying a session's prefix needs two persistent-mode sessions of one model");
+        return -1;
+    }
+    if (dst->len || tokens > src->len || tokens > dst->cap) {
+        eng_diag_add(diag, "cannot copy %lld of %lld cached tokens into a session of %lld tokens holding %lld",
+                     (long long)tokens, (long long)src->len, (long long)dst->cap, (long long)dst->len);
+        return -1;
+    }
+    int64_t bytes = kv_copy_prefix(dst->kv, src->kv, tokens);
+    if (bytes < 0) {
+        eng_diag_add(diag, "cannot commit KV cache memory for %lld tokens", (long long)tokens);
+        return -1;
+    }
+    dst->len = tokens;
+    dst->kv_moved += (uint64_t)bytes;
+    return 0;
+}
+
+void eng_session_trim(eng_session *s, int64_t keep)
+{
+    if (keep < s->len)
+        s->len = keep < 0 ? 0 : keep;
+    if (s->kv)
+        kv_trim(s->kv, s->len);
+    s->logits = NULL;
+    s->argmax = -1;
+}
+
 int64_t eng_session_length(const eng_session *s) { return s->len; }
 int64_t eng_session_capacity(const eng_session *s) { return s->cap; }
 

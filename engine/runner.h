@@ -72,6 +72,16 @@ eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag);
 void eng_session_free(eng_session *s);
 /* Forgets the sequence; storage is kept for reuse. */
 void eng_session_reset(eng_session *s);
+
+/*
+ * Makes the empty session DST hold the first TOKENS tokens of SRC (one
+ * contiguous copy per kv head and layer), as if it had been fed them.
+ * Persistent KV mode only; both sessions of one model.
+ */
+int eng_session_copy_prefix(eng_session *dst, const eng_session *src, int64_t tokens, eng_diag *diag);
+
+/* Keeps the first KEEP tokens and returns the memory committed past them. */
+void eng_session_trim(eng_session *s, int64_t keep);
 int64_t eng_session_length(const eng_session *s);
 int64_t eng_session_capacity(const eng_session *s);
 

@@ -181,6 +181,14 @@ tests_test_batch_CFLAGS = $(TEST_CFLAGS)
 tests_test_batch_LDADD = $(TEST_LDADD)
 TESTS += tests/test_batch
 
+# The prompt-prefix cache: reused prefixes against cold prefills, eviction,
+# scopes, and a cancelled request's prefix.
+check_PROGRAMS += tests/test_prefix
+tests_test_prefix_SOURCES = tests/test_prefix.c
+tests_test_prefix_CFLAGS = $(TEST_CFLAGS)
+tests_test_prefix_LDADD = $(TEST_LDADD)
+TESTS += tests/test_prefix
+
 # Sessions of one model are isolated; freed sessions return their memory.
 check_PROGRAMS += tests/test_session
 tests_test_session_SOURCES = tests/test_session.c
