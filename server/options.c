@@ -70,6 +70,11 @@ static const opt_def OPTS[] = {
     STR("cpus", cpus, "LIST", "run on these CPUs only, e.g. 0-3,8; memory from their NUMA nodes (default: all)"),
     INT("numa-node", numa_node, 0, CLI_NUMA_NODE_MAX, "N",
         "run on NUMA node N's CPUs, memory bound to node N (default: none)"),
+    INT("prefix-cache-bytes", prefix_cache_bytes, 0, INT64_MAX, "BYTES",
+        "KV bytes the prompt-prefix cache keeps, inside --kv-budget (default 0: a quarter of the budget, "
+        "or 1 GiB without one)"),
+    INT("prefix-min-tokens", prefix_min_tokens, 1, 1 << 20, "N", "shortest prompt the prefix cache keeps (default 64)"),
+    FLAG("no-prefix-cache", no_prefix_cache, "do not keep or reuse prompt prefixes"),
     FLAG("log-prompts", log_prompts, "log prompt and completion text (off by default)"),
     FLAG("no-webui", no_webui, "do not serve the chat page (/), the status page (/status) or /status.json"),
     STR("log-level", log_level, "LEVEL", "debug, info, warn or error (default info)"),
@@ -301,6 +306,7 @@ int srv_config_parse(int argc, char **argv, srv_config *cfg)
     cfg->prefill_chunk = 512;
     cfg->kv_budget = -1;
     cfg->numa_node = -1;
+    cfg->prefix_min_tokens = 64;
     const char *config_path = NULL;
     int rc = parse_argv(argc, argv, cfg, true, &config_path);
     if (!rc && config_path)

@@ -104,6 +104,7 @@ struct srv_job {
     double deadline;
     double t_received;
     char *id;
+    char *scope;
     uint64_t kv_need;            /* KV bytes its session reserves; set by submit, then immutable */
     /* loop thread only */
     srv_job_fn fn;
@@ -118,6 +119,7 @@ struct srv_job {
     char *text;                  /* new text not yet taken */
     size_t len, cap;
     int64_t n_generated;
+    int64_t n_cached;
     srv_finish finish;
     char message[160];
     double t_submit, t_admit, t_first, t_last, t_end;
@@ -152,6 +154,10 @@ struct srv_sched {
     bool loaded, load_failed, load_report;  /* load_report: the loop has not been told yet */
     char load_message[512];
     bool closed, stopping;
+
+    eng_prefix *prefix;                 /* compute thread only; NULL: off */
+    bool prefix_made;                   /* compute thread only */
+    eng_prefix_stats prefix_st;         /* under mu: a copy after each step */
 
     /* step times, for the prompt budget (compute thread only): EWMAs in seconds */
     double dec_s[STEP_MODEL_ROWS + 1]; /* a decode-only step of B rows (0: not measured yet) */
@@ -207,8 +213,9 @@ srv_job *srv_job_new(const srv_job_params *p, srv_job_fn fn, void *user)
     j->prompt = malloc((p->n_prompt ? p->n_prompt : 1) * sizeof *j->prompt);
     j->prompt32 = malloc((p->n_prompt ? p->n_prompt : 1) * sizeof *j->prompt32);
     j->id = strdup(p->id ? p->id : "-");
+    j->scope = strdup(p->scope ? p->scope : "");
     j->stop = calloc(p->n_stop ? p->n_stop : 1, sizeof *j->stop);
-    if (!j->prompt || !j->prompt32 || !j->id || !j->stop)
+    if (!j->prompt || !j->prompt32 || !j->id || !j->scope || !j->stop)
         goto fail;
     for (size_t i = 0; i < p->n_prompt; i++) {
         j->prompt[i] = p->prompt[i];
@@ -241,6 +248,7 @@ void srv_job_release(srv_job *j)
         free(j->stop[i]);
     free(j->stop);
     free(j->id);
+    free(j->scope);
     free(j->text);
     free(j);
 }
@@ -347,6 +355,7 @@ void srv_job_take(srv_job *j, srv_job_update *u)
     j->len = j->cap = 0;
     u->n_prompt = (int64_t)j->n_prompt;
     u->n_generated = j->n_generated;
+    u->n_cached = j->n_cached;
     u->done = j->state == JOB_DONE;
     u->finish = j->finish;
     snprintf(u->message, sizeof u->message, "%s", j->message);
@@ -671,10 +680,17 @@ static bool slot_setup(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
     eng_gen_params p = {.prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
                         .capacity = job_capacity(s, (int64_t)j->n_prompt + j->max_tokens), .sampling = j->sampling,
                         .stop = (const char *const *)j->stop, .n_stop = j->n_stop, .tok = s->tok};
+    p.prefix = s->prefix;
+    p.scope = j->scope;
     sl->gen = eng_gen_new(s->model, &p, &diag);
     if (!sl->gen)
         snprintf(msg, msg_cap, "%s", diag.n_kept ? diag.lines[0] : "out of memory for a session");
     eng_diag_clear(&diag);
+    if (sl->gen) {
+        pthread_mutex_lock(&s->mu);
+        j->n_cached = (int64_t)eng_gen_reused(sl->gen);
+        pthread_mutex_unlock(&s->mu);
+    }
     return sl->gen != NULL;
 }
 
@@ -858,8 +874,52 @@ static int step_all(srv_sched *s, slot *slots, int n, eng_gen **gens, uint64_t *
     return kept;
 }
 
+/*
+ * The prefix cache, made at the first admission (mu held): by then the
+ * loop has set the KV budget the daemon derived once the model was loaded,
+ * whose quarter is the cache's default budget.
+ */
+static void make_prefix(srv_sched *s)
+{
+    if (s->prefix_made)
+        return;
+    s->prefix_made = true;
+    if (s->opts.no_prefix_cache)
+        return;
+    uint64_t bytes = s->opts.prefix_bytes ? s->opts.prefix_bytes
+                     : s->opts.kv_budget ? s->opts.kv_budget / 4 : (uint64_t)1 << 30;
+    size_t min = s->opts.prefix_min > 0 ? (size_t)s->opts.prefix_min : 64;
+    s->prefix = eng_prefix_new(s->model, bytes, min);
+    if (!s->prefix)
+        srv_log(SRV_LOG_WARN, "prefix_cache_off", "reason=\"out of memory\"");
+    else
+        srv_log(SRV_LOG_INFO, "prefix_cache", "bytes=%llu min_tokens=%zu", (unsigned long long)bytes, min);
+}
+
+static uint64_t prefix_bytes(const srv_sched *s)
+{
+    eng_prefix_stats st = {0};
+    if (s->prefix)
+        eng_prefix_get_stats(s->prefix, &st);
+    return st.bytes;
+}
+
+void srv_sched_prefix_stats(srv_sched *s, eng_prefix_stats *out)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = s->prefix_st;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void update_gauges(srv_sched *s, const slot *slots, int n)
 {
+    if (s->prefix) {
+        eng_prefix_stats st;
+        eng_prefix_get_stats(s->prefix, &st);
+        pthread_mutex_lock(&s->mu);
+        s->prefix_st = st;
+        pthread_mutex_unlock(&s->mu);
+    }
     uint64_t bytes = 0;
     for (int i = 0; i < n; i++)
         if (slots[i].gen)
@@ -879,6 +939,8 @@ static void *compute_main(void *arg)
     if (!slots || !gens) {
         free(slots);
         free(gens);
+        eng_prefix_free(s->prefix);
+        s->prefix = NULL;
         srv_log(SRV_LOG_ERROR, "compute_failed", "error=\"out of memory\"");
         pthread_mutex_lock(&s->mu);
         s->closed = true;
@@ -895,10 +957,17 @@ static void *compute_main(void *arg)
         int admitted = 0;
         while (n < cap && s->waiting.head) {
             srv_job *j = s->waiting.head;
+            make_prefix(s);
             /* First come, first served: a job that does not fit the budget
              * yet holds the ones behind it back too. */
-            if (s->opts.kv_budget && n > 0 && kv_used + j->kv_need > s->opts.kv_budget)
-                break;
+            if (s->opts.kv_budget && kv_used + j->kv_need + prefix_bytes(s) > s->opts.kv_budget) {
+                /* The prefix cache lives inside the KV budget: it gives way to a running session. */
+                uint64_t room = s->opts.kv_budget > kv_used + j->kv_need ? s->opts.kv_budget - kv_used - j->kv_need : 0;
+                if (s->prefix)
+                    eng_prefix_shrink(s->prefix, room);
+                if (n > 0 && kv_used + j->kv_need + prefix_bytes(s) > s->opts.kv_budget)
+                    break;
+            }
             kv_used += j->kv_need;
             list_remove(&s->waiting, j);
             list_push(&s->running, j);
@@ -966,6 +1035,8 @@ static void *compute_main(void *arg)
     srv_metrics_set_waiting(s->metrics, 0);
     free(slots);
     free(gens);
+    eng_prefix_free(s->prefix);
+    s->prefix = NULL;
     return NULL;
 }
 
