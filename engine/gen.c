@@ -35,6 +35,14 @@ struct eng_gen {
     size_t reused;               /* of those, reused from the cache */
     eng_prefix *prefix;
     char *scope;
+    bool logprobs;
+    int top;                     /* top logprobs per step */
+    double cum_logprob;
+    int64_t capacity;
+    eng_sampling sampling;
+    const eng_tok *tok;
+    const char *const *stops;    /* for forks: the caller's, valid while the parent lives */
+    size_t n_stops;
     int64_t next;                /* the id the next decode step feeds */
     int32_t *ids;                /* [max_tokens] sampled ids */
     int64_t n_gen;
@@ -42,6 +50,7 @@ struct eng_gen {
     eng_gen_finish finish;
     char error[160];
     const float *logits;         /* the row of the last sample, NULL if none */
+    uint64_t logits_run;         /* the model run that wrote it */
     eng_gen_event ev;
     char *text;                  /* the event's text */
     size_t text_len, text_cap;
@@ -125,6 +134,11 @@ eng_gen *eng_gen_new(eng_model *m, const eng_gen_params *p, eng_diag *diag)
     g->n_prompt = p->n_prompt;
     g->max_tokens = p->max_tokens;
     g->chunk = p->prefill_chunk;
+    g->logprobs = p->logprobs;
+    g->top = p->top_logprobs < 0 ? 0 : p->top_logprobs > ENG_TOP_LOGPROBS_MAX ? ENG_TOP_LOGPROBS_MAX : p->top_logprobs;
+    g->capacity = cap;
+    g->sampling = p->sampling;
+    g->tok = p->tok;
     /* Teacher forcing compares runtimes step by step, so it never stops early. */
     g->stop_at_eos = !p->ignore_eos && !p->teacher;
     g->prompt = malloc(p->n_prompt * sizeof *g->prompt);
@@ -152,6 +166,8 @@ eng_gen *eng_gen_new(eng_model *m, const eng_gen_params *p, eng_diag *diag)
     if (arc != 0)
         goto oom;
     g->stop = eng_stop_new(p->stop, p->n_stop);
+    g->stops = p->stop;
+    g->n_stops = p->n_stop;
     if (!g->stop)
         goto oom;
     if (p->tok && !(g->ts = eng_tok_stream_new(p->tok, true)))
@@ -248,8 +264,15 @@ static void end_with(eng_gen *g, eng_gen_finish why)
 static void take_token(eng_gen *g, const float *logits)
 {
     g->logits = logits;
+    g->logits_run = eng_model_runs(g->m);
     int32_t id = eng_sampler_sample_known(g->samp, logits, eng_session_argmax(g->sess));
     g->ev.token = id;
+    if (g->logprobs) {
+        eng_logprobs(logits, (size_t)eng_model_geometry(g->m)->vocab, id, (size_t)g->top, g->ev.top_ids,
+                     g->ev.top_lps, &g->ev.logprob);
+        g->ev.n_top = g->top;
+        g->cum_logprob += g->ev.logprob;
+    }
     g->ids[g->n_gen++] = id;
     /* What the next decode step feeds, and so what the penalties count
      * (teacher ids cover every decode step: n_teacher >= max_tokens - 1). */
@@ -378,6 +401,36 @@ void eng_gen_end(eng_gen *g)
     g->ev.finish = g->finish;
 }
 
+eng_gen *eng_gen_fork(const eng_gen *parent, const eng_sampling *sampling, eng_diag *diag)
+{
+    if (!parent->ev.prefilled || !parent->logits || !parent->sess || parent->logits_run != eng_model_runs(parent->m)) {
+        eng_diag_add(diag, "a generation is forked right after the step that ends its prompt");
+        return NULL;
+    }
+    eng_gen_params p = {.prompt = parent->prompt, .n_prompt = parent->n_prompt, .max_tokens = parent->max_tokens,
+                        .capacity = parent->capacity, .sampling = *sampling, .stop = parent->stops,
+                        .n_stop = parent->n_stops, .tok = parent->tok, .teacher = parent->teacher,
+                        .n_teacher = parent->n_teacher, .prefill_chunk = parent->chunk,
+                        .ignore_eos = !parent->stop_at_eos && !parent->teacher, .logprobs = parent->logprobs,
+                        .top_logprobs = parent->top};
+    eng_gen *g = eng_gen_new(parent->m, &p, diag);
+    if (!g)
+        return NULL;
+    if (eng_session_copy_prefix(g->sess, parent->sess, (int64_t)parent->n_prompt, diag) != 0) {
+        eng_gen_free(g);
+        return NULL;
+    }
+    g->fed = g->n_prompt;
+    g->ev = (eng_gen_event){.token = -1, .prefilled = true};
+    g->text_len = 0;
+    take_token(g, parent->logits);
+    g->ev.text = g->text;
+    g->ev.len = g->text_len;
+    g->ev.finish = g->finish;
+    return g;
+}
+
+double eng_gen_cum_logprob(const eng_gen *g) { return g->cum_logprob; }
 const eng_gen_event *eng_gen_last(const eng_gen *g) { return &g->ev; }
 eng_gen_finish eng_gen_state(const eng_gen *g) { return g->finish; }
 const char *eng_gen_error(const eng_gen *g) { return g->finish == ENG_GEN_ERROR ? g->error : ""; }
@@ -386,5 +439,8 @@ size_t eng_gen_reused(const eng_gen *g) { return g->reused; }
 size_t eng_gen_prompt_fed(const eng_gen *g) { return g->fed; }
 int64_t eng_gen_generated(const eng_gen *g) { return g->n_gen; }
 const int32_t *eng_gen_ids(const eng_gen *g) { return g->ids; }
-const float *eng_gen_logits(const eng_gen *g) { return g->logits; }
+const float *eng_gen_logits(const eng_gen *g)
+{
+    return g->logits && g->logits_run == eng_model_runs(g->m) ? g->logits : NULL;
+}
 eng_session *eng_gen_session(eng_gen *g) { return g->sess; }

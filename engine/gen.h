@@ -74,6 +74,13 @@ typedef struct eng_gen_params {
      */
     eng_prefix *prefix;
     const char *scope;       /* copied; NULL = "" */
+    /*
+     * Log-probabilities of the sampled ids (eng_logprobs: the model's own
+     * distribution), and of the TOP_LOGPROBS most likely ids at each step
+     * (0..ENG_TOP_LOGPROBS_MAX), in each step's event; off when false.
+     */
+    bool logprobs;
+    int top_logprobs;
 } eng_gen_params;
 
 /*
@@ -95,6 +102,11 @@ typedef struct eng_gen_event {
     const char *text;
     size_t len;
     eng_gen_finish finish;   /* ENG_GEN_RUNNING while it goes on */
+    /* with logprobs: of the sampled id, and the step's most likely ids */
+    float logprob;
+    int n_top;
+    int32_t top_ids[ENG_TOP_LOGPROBS_MAX];
+    float top_lps[ENG_TOP_LOGPROBS_MAX];
 } eng_gen_event;
 
 /* The step's limits, the same for every generation in it. */
@@ -145,9 +157,23 @@ const int32_t *eng_gen_ids(const eng_gen *g);
 
 /*
  * The logits row the last sampled id was drawn from (vocab floats), valid
- * until the generation's next step; NULL when the last step sampled nothing.
+ * until the model's next run; NULL when the last step sampled nothing or
+ * the model has run since.
  */
 const float *eng_gen_logits(const eng_gen *g);
+
+/* Sum of the sampled ids' log-probabilities (with logprobs; best_of ranks by it). */
+double eng_gen_cum_logprob(const eng_gen *g);
+
+/*
+ * A sibling of PARENT for one more choice of the same request (n > 1):
+ * valid right after the step that fed PARENT's last prompt id (before any
+ * other run of the model), it copies PARENT's prompt rows into a session of
+ * its own (one contiguous copy per kv head and layer, never per token) and
+ * samples its first id from PARENT's logits row with SAMPLING (its own
+ * seed), reported in its last event. It keeps nothing in a prefix cache.
+ */
+eng_gen *eng_gen_fork(const eng_gen *parent, const eng_sampling *sampling, eng_diag *diag);
 
 /* The generation's session (KV figures, benchmarks' synthetic fills before the first step). */
 eng_session *eng_gen_session(eng_gen *g);

@@ -45,6 +45,7 @@ struct eng_model {
     eng_batch_seq *seqs;   /* [seq_cap] */
     size_t seq_cap;
     float empty_past[1];   /* data of the empty past inputs */
+    uint64_t runs;         /* eng_model_feed calls that ran */
 };
 
 typedef struct kv_pair {
@@ -667,9 +668,15 @@ static int feed_batch(eng_model *m, eng_feed *feeds, size_t n, eng_diag *diag)
     return 0;
 }
 
+uint64_t eng_model_runs(const eng_model *m)
+{
+    return m->runs;
+}
+
 int eng_model_feed(eng_model *m, eng_feed *feeds, size_t n, eng_diag *diag)
 {
     int failed = 0;
+    m->runs++;
     for (size_t i = 0; i < n; i++) {
         eng_feed *f = &feeds[i];
         f->error[0] = '\0';

@@ -128,6 +128,9 @@ typedef struct eng_feed {
  */
 int eng_model_feed(eng_model *m, eng_feed *feeds, size_t n, eng_diag *diag);
 
+/* Runs of the model so far: a logits row from run R is valid while this is R. */
+uint64_t eng_model_runs(const eng_model *m);
+
 /*
  * Greedy decoding: with ON, later feeds also compute the argmax of the
  * returned logits row inside the LM head's own pass (where the plan allows

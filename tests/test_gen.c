@@ -7,6 +7,7 @@
  * teacher forcing and an outside end each end it as documented.
  */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -328,6 +329,96 @@ START_TEST(refusals_and_outside_end)
 }
 END_TEST
 
+/* Logprobs: the log-softmax of the raw row at the sampled id, and the most likely ids in order. */
+START_TEST(logprobs_of_the_model_distribution)
+{
+    eng_gen_params p = params(4);
+    p.logprobs = true;
+    p.top_logprobs = 5;
+    p.sampling.temperature = 0.7f; /* the reported distribution is the raw one, whatever the sampler does */
+    p.sampling.seed = 3;
+    eng_gen *g = new_gen(&p);
+    double cum = 0;
+    while (eng_gen_state(g) == ENG_GEN_RUNNING) {
+        step(&g, 1, NULL);
+        const eng_gen_event *ev = eng_gen_last(g);
+        if (ev->token < 0)
+            continue;
+        const float *l = eng_gen_logits(g);
+        double mx = -INFINITY, sum = 0;
+        for (int64_t i = 0; i < V; i++)
+            mx = l[i] > mx ? l[i] : mx;
+        for (int64_t i = 0; i < V; i++)
+            sum += exp((double)l[i] - mx);
+        double lse = mx + log(sum);
+        ck_assert_double_eq_tol(ev->logprob, (double)l[ev->token] - lse, 1e-4);
+        cum += ev->logprob;
+        ck_assert_int_eq(ev->n_top, 5);
+        for (int k = 0; k < 5; k++) {
+            ck_assert_double_eq_tol(ev->top_lps[k], (double)l[ev->top_ids[k]] - lse, 1e-4);
+            /* every other id is no more likely than the k-th (and an equal one has a higher id) */
+            for (int64_t i = 0; i < V; i++) {
+                bool listed = false;
+                for (int j = 0; j <= k; j++)
+                    listed |= ev->top_ids[j] == i;
+                if (!listed)
+                    ck_assert(l[i] < l[ev->top_ids[k]] || (l[i] == l[ev->top_ids[k]] && i > ev->top_ids[k]));
+            }
+        }
+    }
+    ck_assert_double_eq_tol(eng_gen_cum_logprob(g), cum, 1e-6);
+    eng_gen_free(g);
+}
+END_TEST
+
+/* A fork after the prefill is a generation of its own: the same rows and ids as one made from scratch. */
+START_TEST(forks_after_the_prefill)
+{
+    eng_gen_params p = params(6);
+    p.sampling.temperature = 0.9f;
+    p.sampling.seed = 11;
+    eng_gen *parent = new_gen(&p);
+    step(&parent, 1, NULL);
+    ck_assert(eng_gen_last(parent)->prefilled);
+    eng_diag d;
+    eng_diag_init(&d);
+    /* the forks are made before any other run: the parent's logits row is then still valid */
+    eng_gen *child[3];
+    for (int c = 0; c < 3; c++) {
+        eng_sampling sm = p.sampling;
+        sm.seed = 20 + (uint64_t)c;
+        child[c] = eng_gen_fork(parent, &sm, &d);
+        ck_assert_msg(child[c] != NULL, "%s", d.n_kept ? d.lines[0] : "");
+        ck_assert(eng_gen_last(child[c])->prefilled);
+        ck_assert_int_ge(eng_gen_last(child[c])->token, 0);
+    }
+    trace tc[3] = {{0}, {0}, {0}};
+    for (int c = 0; c < 3; c++)
+        record(child[c], &tc[c]);
+    for (int c = 0; c < 3; c++) {
+        run_alone(child[c], 0, &tc[c]);
+        /* the same choice made from scratch */
+        eng_gen_params q = p;
+        q.sampling.seed = 20 + (uint64_t)c;
+        eng_gen *fresh = new_gen(&q);
+        trace tf = {0};
+        run_alone(fresh, 0, &tf);
+        ck_assert_uint_eq(tc[c].n_rows, tf.n_rows);
+        ck_assert_msg(!memcmp(tc[c].rows, tf.rows, tf.n_rows * (size_t)V * sizeof(float)), "fork %d differs", c);
+        ck_assert_str_eq(tc[c].text, tf.text);
+        eng_gen_free(child[c]);
+        eng_gen_free(fresh);
+        free(tc[c].rows);
+        free(tf.rows);
+    }
+    /* too late: the parent has moved on */
+    step(&parent, 1, NULL);
+    ck_assert_ptr_null(eng_gen_fork(parent, &p.sampling, &d));
+    eng_diag_clear(&d);
+    eng_gen_free(parent);
+}
+END_TEST
+
 int main(void)
 {
     setup();
@@ -341,6 +432,8 @@ int main(void)
     tcase_add_test(tc, stop_strings);
     tcase_add_test(tc, capacity_and_eos);
     tcase_add_test(tc, refusals_and_outside_end);
+    tcase_add_test(tc, logprobs_of_the_model_distribution);
+    tcase_add_test(tc, forks_after_the_prefill);
     suite_add_tcase(su, tc);
     return qd_run_suite(su);
 }
