@@ -22,10 +22,15 @@ libqwen3d_a_SOURCES += \
 # Tokenizer: Hugging Face tokenizer.json, byte-level BPE (PCRE2, utf8proc).
 libqwen3d_a_SOURCES += engine/tokenizer.c engine/tokenizer.h
 
-# Execution: plan and executor, compute pool, model sessions.
+# Execution: the plan (node binding and the op registry), its fusions and
+# packed weights, the op adapters by family, the executor, the compute pool
+# and model sessions.
 libqwen3d_a_SOURCES += \
 	engine/pool.c engine/pool.h \
-	engine/plan.c engine/plan.h \
+	engine/plan.c engine/plan.h engine/plan_internal.h engine/op_registry.h \
+	engine/fuse.c engine/pack.c \
+	engine/op_shape.c engine/op_math.c engine/op_norm.c engine/op_matmul.c engine/op_attention.c \
+	engine/exec.c \
 	engine/runner.c engine/runner.h
 
 # Sampler (penalties, temperature, top-k/top-p/min-p, seeded draw) and stop strings.
@@ -37,3 +42,11 @@ libqwen3d_a_SOURCES += \
 libqwen3d_a_SOURCES += \
 	engine/grammar.c engine/grammar.h engine/grammar_int.h \
 	engine/grammar_match.c
+
+# Generations: a session with its sampler, stop strings and detokenizer,
+# and the step that advances many of them.
+libqwen3d_a_SOURCES += engine/gen.c engine/gen.h
+
+# The prompt-prefix cache: finished sessions' prompt KV state, found by
+# the longest common prefix of token ids.
+libqwen3d_a_SOURCES += engine/prefix.c engine/prefix.h

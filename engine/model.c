@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "engine/onnx.pb-c.h"
+#include "engine/op_registry.h"
 #include "kernels/checked.h"
 /* ai.onnx opsets whose semantics for the supported ops are the ones implemented. */
 #define ONNX_OPSET_MIN 14
@@ -554,67 +555,7 @@ static void decode_value_info(loader *L, const Onnx__ValueInfoProto *vp, const c
     }
 }
 
-/* ---- operator table ------------------------------------------------------ */
-
-typedef struct attr_spec {
-    const char *name;
-    int type;
-    bool required;
-} attr_spec;
-
-typedef struct op_spec {
-    const char *domain;
-    const char *op;
-    unsigned min_in, max_in, min_out, max_out;
-    uint32_t may_be_empty; /* bit i: input i < min_in may still be "" */
-    attr_spec attrs[16];   /* terminated by an entry with name NULL */
-} op_spec;
-
-#define MS "com.microsoft"
-/* GroupQueryAttention: key and value are absent with packed QKV, past on a first call */
-#define GQA_OPTIONAL ((1u << 1) | (1u << 2) | (1u << 3) | (1u << 4))
-
-/* Every op qwen3d can load, with the attributes it understands. An attribute
- * outside this list is an error: executing a node while ignoring part of its
- * definition would silently compute something else. */
-static const op_spec op_specs[] = {
-    {"", "Constant", 0, 0, 1, 1, 0,
-     {{"value", ENG_ATTR_TENSOR, false}, {"value_float", ENG_ATTR_FLOAT, false},
-      {"value_floats", ENG_ATTR_FLOATS, false}, {"value_int", ENG_ATTR_INT, false},
-      {"value_ints", ENG_ATTR_INTS, false}}},
-    {"", "Shape", 1, 1, 1, 1, 0, {{"start", ENG_ATTR_INT, false}, {"end", ENG_ATTR_INT, false}}},
-    {"", "Gather", 2, 2, 1, 1, 0, {{"axis", ENG_ATTR_INT, false}}},
-    {"", "ReduceSum", 1, 2, 1, 1, 0,
-     {{"keepdims", ENG_ATTR_INT, false}, {"noop_with_empty_axes", ENG_ATTR_INT, false}}},
-    {"", "Sub", 2, 2, 1, 1, 0, {{0}}},
-    {"", "Mul", 2, 2, 1, 1, 0, {{0}}},
-    {"", "Add", 2, 2, 1, 1, 0, {{0}}},
-    {"", "Sigmoid", 1, 1, 1, 1, 0, {{0}}},
-    {"", "Cast", 1, 1, 1, 1, 0, {{"to", ENG_ATTR_INT, true}, {"saturate", ENG_ATTR_INT, false}}},
-    {"", "Reshape", 2, 2, 1, 1, 0, {{"allowzero", ENG_ATTR_INT, false}}},
-    {"", "Split", 1, 2, 1, 64, 0, {{"axis", ENG_ATTR_INT, false}, {"num_outputs", ENG_ATTR_INT, false}}},
-    {"", "SimplifiedLayerNormalization", 2, 2, 1, 2, 0,
-     {{"axis", ENG_ATTR_INT, false}, {"epsilon", ENG_ATTR_FLOAT, false}, {"stash_type", ENG_ATTR_INT, false}}},
-    {MS, "SkipSimplifiedLayerNormalization", 3, 4, 1, 4, 0, {{"epsilon", ENG_ATTR_FLOAT, false}}},
-    {MS, "MatMulNBits", 3, 6, 1, 1, 0,
-     {{"K", ENG_ATTR_INT, true}, {"N", ENG_ATTR_INT, true}, {"bits", ENG_ATTR_INT, false},
-      {"block_size", ENG_ATTR_INT, false}, {"accuracy_level", ENG_ATTR_INT, false}}},
-    {MS, "GroupQueryAttention", 7, 16, 3, 4, GQA_OPTIONAL,
-     {{"num_heads", ENG_ATTR_INT, true}, {"kv_num_heads", ENG_ATTR_INT, true},
-      {"scale", ENG_ATTR_FLOAT, false}, {"softcap", ENG_ATTR_FLOAT, false},
-      {"local_window_size", ENG_ATTR_INT, false}, {"do_rotary", ENG_ATTR_INT, false},
-      {"rotary_interleaved", ENG_ATTR_INT, false}, {"smooth_softmax", ENG_ATTR_INT, false},
-      {"qk_output", ENG_ATTR_INT, false}, {"k_quant_type", ENG_ATTR_STRING, false},
-      {"v_quant_type", ENG_ATTR_STRING, false}, {"kv_cache_bit_width", ENG_ATTR_INT, false}}},
-};
-
-static const op_spec *find_op(const char *domain, const char *op)
-{
-    for (size_t i = 0; i < sizeof op_specs / sizeof op_specs[0]; i++)
-        if (!strcmp(op_specs[i].domain, domain) && !strcmp(op_specs[i].op, op))
-            return &op_specs[i];
-    return NULL;
-}
+/* ---- operator table: one row per op in engine/op_registry.h ---------------- */
 
 static const char *attr_type_name(int t)
 {
@@ -630,7 +571,7 @@ static const char *node_label(const eng_node *n)
     return *n->name ? n->name : n->op_type;
 }
 
-static void decode_attrs(loader *L, const Onnx__NodeProto *np, eng_node *n, const op_spec *spec)
+static void decode_attrs(loader *L, const Onnx__NodeProto *np, eng_node *n, const op_def *spec)
 {
     n->n_attrs = np->n_attribute;
     n->attrs = own_alloc(L->g, np->n_attribute * sizeof *n->attrs);
@@ -646,8 +587,8 @@ static void decode_attrs(loader *L, const Onnx__NodeProto *np, eng_node *n, cons
         for (size_t j = 0; j < i; j++)
             if (!strcmp(n->attrs[j].name, a->name))
                 eng_diag_add(L->diag, "%s: node '%s': attribute '%s' given twice", L->file, node_label(n), a->name);
-        const attr_spec *as = NULL;
-        for (const attr_spec *s = spec ? spec->attrs : NULL; s && s->name; s++)
+        const op_attr_spec *as = NULL;
+        for (const op_attr_spec *s = spec ? spec->attrs : NULL; s && s->name; s++)
             if (!strcmp(s->name, a->name))
                 as = s;
         if (spec && !as) {
@@ -690,7 +631,7 @@ static void decode_attrs(loader *L, const Onnx__NodeProto *np, eng_node *n, cons
                          node_label(n), a->name, attr_type_name(a->type));
         }
     }
-    for (const attr_spec *s = spec ? spec->attrs : NULL; s && s->name; s++)
+    for (const op_attr_spec *s = spec ? spec->attrs : NULL; s && s->name; s++)
         if (s->required && !eng_node_attr(n, s->name))
             eng_diag_add(L->diag, "%s: node '%s' (%s): required attribute '%s' is missing", L->file,
                          node_label(n), n->op_type, s->name);
@@ -743,7 +684,7 @@ static void decode_node(loader *L, const Onnx__NodeProto *np, size_t index, eng_
         return;
     }
     n->opset = opset_for(m, n->domain);
-    const op_spec *spec = find_op(n->domain, n->op_type);
+    const op_def *spec = plan_op_find(n->domain, n->op_type);
     if (!spec) {
         eng_diag_add(L->diag, "%s: node '%s': unsupported op %s::%s", L->file, node_label(n),
                      *n->domain ? n->domain : "ai.onnx", n->op_type);
@@ -935,7 +876,7 @@ static void check_header(loader *L, const Onnx__ModelProto *m)
         eng_diag_add(L->diag, "%s: unsupported ir_version %lld (supported %d..%d)", L->file,
                      (long long)g->ir_version, IR_VERSION_MIN, IR_VERSION_MAX);
     g->opset_onnx = opset_for(m, "");
-    g->opset_ms = opset_for(m, MS);
+    g->opset_ms = opset_for(m, OP_MS);
     if (g->opset_onnx < 0)
         eng_diag_add(L->diag, "%s: the model imports no ai.onnx opset", L->file);
     else if (g->opset_onnx < ONNX_OPSET_MIN || g->opset_onnx > ONNX_OPSET_MAX)

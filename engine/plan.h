@@ -104,6 +104,35 @@ typedef struct eng_kv_binding {
 int eng_exec_bind_kv(eng_exec *x, const char *past_key_input, const eng_kv_binding *b, eng_diag *diag);
 
 /*
+ * A batched run: the new rows of several sequences, each with its own KV
+ * cache, in one pass of the plan. Row-wise steps (projections, norms,
+ * elementwise) see one [1, N, ...] tensor of all rows; each attention node
+ * stores and attends every sequence's rows in that sequence's cache. The
+ * run's input_ids are the sequences' ids one after the other (N in all),
+ * the attention mask N ones, the past inputs empty.
+ */
+typedef struct eng_batch_seq {
+    const eng_kv_binding *kv; /* [eng_plan_attention_count()] its cache at each attention node */
+    int64_t past;             /* tokens already in that cache */
+    int64_t n;                /* its new rows (>= 1) */
+    bool prompt;              /* the rows are prompt tokens (eng_exec_set_prompt_rows) */
+    bool logits;              /* the steps of eng_exec_last_row_only compute its last row */
+} eng_batch_seq;
+
+/* Attention nodes of the plan, and the index of the one whose past key input is PAST_KEY_INPUT (-1: none). */
+size_t eng_plan_attention_count(const eng_plan *p);
+int eng_plan_attention_index(const eng_plan *p, const char *past_key_input);
+
+/*
+ * Makes the following runs batched over the N sequences (copied; the
+ * bindings they point to must outlive the runs); N == 0 returns to
+ * unbatched runs. While batched, the outputs of eng_exec_last_row_only
+ * hold one row per sequence whose `logits` is set, in sequence order, and
+ * eng_exec_argmax_row() gives each row's argmax.
+ */
+int eng_exec_set_batch(eng_exec *x, const eng_batch_seq *seqs, size_t n, eng_diag *diag);
+
+/*
  * Computes graph output NAME for the last row (position) of its input only,
  * e.g. the logits of a prefill whose other positions nobody reads. Only for
  * an output produced by a row-wise op (MatMulNBits); its shape then has 1 in
@@ -119,6 +148,16 @@ int eng_exec_last_row_only(eng_exec *x, const char *name, bool on, eng_diag *dia
 int eng_exec_set_argmax(eng_exec *x, const char *name, bool on, eng_diag *diag);
 /* eng_argmax() of that row after the last run, or -1 when the run did not compute it. */
 int32_t eng_exec_argmax(const eng_exec *x);
+/* The same for row I of that output (a batched run computes several); -1 when not computed. */
+int32_t eng_exec_argmax_row(const eng_exec *x, size_t i);
+
+/*
+ * Whether the new rows of the following runs are prompt tokens. Attention
+ * then takes the prompt's arithmetic whatever the row count, so a prompt
+ * cut into chunks (one token each, even) gives the bits of the whole prompt
+ * fed at once. Off by default: a one-row run takes the decode path.
+ */
+void eng_exec_set_prompt_rows(eng_exec *x, bool on);
 
 /* Runs the graph once. On failure the diag names the node. */
 int eng_exec_run(eng_exec *x, eng_diag *diag);

@@ -34,6 +34,19 @@ struct eng_model {
     /* graph I/O names, resolved from genai_config.json */
     char **past_k, **past_v, **present_k, **present_v;
     const char *input_ids, *attention_mask, *logits;
+    /*
+     * Persistent mode: the one executor every session's feeds run through,
+     * batched (eng_model_feed), with its per-run inputs. Compute thread only.
+     */
+    eng_exec *run_x;
+    bool select_rows;      /* the LM head computes only the rows whose logits are wanted */
+    int *attn_index;       /* [layers] attention node of each layer */
+    int64_t *ids, *ones;   /* [run_cap] the run's input_ids, and its attention mask */
+    size_t run_cap;
+    eng_batch_seq *seqs;   /* [seq_cap] */
+    size_t seq_cap;
+    float empty_past[1];   /* data of the empty past inputs */
+    uint64_t runs;         /* eng_model_feed calls that ran */
 };
 
 typedef struct kv_pair {
@@ -42,11 +55,18 @@ typedef struct kv_pair {
 
 struct eng_session {
     eng_model *m;
-    eng_exec *x;
-    bool last_row_only;  /* the lm_head runs for the last position only */
-    kv_cache *kv;        /* persistent mode */
     int64_t cap;         /* tokens */
     int64_t len;
+    bool greedy;         /* its feeds want the argmax of their logits row */
+    int32_t argmax;      /* of the last feed's row, -1 when not computed */
+    const float *logits; /* the last feed's row */
+    /* persistent mode: the cache and its binding per attention node */
+    kv_cache *kv;
+    eng_kv_binding *bind;
+    uint64_t kv_moved;
+    /* tensor mode: an executor of its own, past and present alternating */
+    eng_exec *x;
+    bool last_row_only;  /* the lm_head runs for the last position only */
     int cur;             /* which buffer holds the past */
     kv_pair *k, *v;      /* per layer */
     uint64_t kv_bytes;   /* bytes of one buffer */
@@ -86,6 +106,37 @@ static int check_io(eng_model *m, const char *name, bool input, int32_t dtype, e
     eng_diag_add(diag, "%s: the graph has no %s '%s' (named by genai_config.json or its defaults)", g->dir,
                  input ? "input" : "output", name);
     return -1;
+}
+
+/*
+ * The persistent mode's executor: its past inputs are always empty (each
+ * session's cache is bound per run), and where the logits come from a
+ * row-wise projection (the LM head) it computes only the rows asked for.
+ */
+static int open_runner(eng_model *m, eng_diag *diag)
+{
+    int64_t L = m->geo.layers;
+    m->run_x = eng_exec_new(m->plan, m->pool);
+    m->attn_index = calloc((size_t)L + 1, sizeof *m->attn_index);
+    if (!m->run_x || !m->attn_index)
+        return -1;
+    for (int64_t l = 0; l < L; l++) {
+        m->attn_index[l] = eng_plan_attention_index(m->plan, m->past_k[l]);
+        if (m->attn_index[l] < 0) {
+            eng_diag_add(diag, "%s: no GroupQueryAttention node reads past key '%s'", m->g->dir, m->past_k[l]);
+            return -1;
+        }
+    }
+    int64_t d_empty[4] = {1, m->geo.kv_heads, 0, m->geo.head_size};
+    for (int64_t l = 0; l < L; l++)
+        if (eng_exec_set_input(m->run_x, m->past_k[l], ENG_DT_FLOAT, 4, d_empty, m->empty_past, diag) != 0 ||
+            eng_exec_set_input(m->run_x, m->past_v[l], ENG_DT_FLOAT, 4, d_empty, m->empty_past, diag) != 0)
+            return -1;
+    eng_diag quiet;
+    eng_diag_init(&quiet);
+    m->select_rows = eng_exec_last_row_only(m->run_x, m->logits, true, &quiet) == 0;
+    eng_diag_clear(&quiet);
+    return 0;
 }
 
 int eng_model_open(const char *dir, const eng_model_opts *opts, eng_model **out, eng_diag *diag)
@@ -155,6 +206,8 @@ int eng_model_open(const char *dir, const eng_model_opts *opts, eng_model **out,
         eng_diag_add(diag, "cannot start %d compute threads", o.threads);
         goto fail;
     }
+    if (o.kv_mode == ENG_KV_PERSISTENT && open_runner(m, diag) != 0)
+        goto fail;
     *out = m;
     return 0;
 fail:
@@ -177,6 +230,11 @@ void eng_model_free(eng_model *m)
 {
     if (!m)
         return;
+    eng_exec_free(m->run_x);
+    free(m->attn_index);
+    free(m->ids);
+    free(m->ones);
+    free(m->seqs);
     eng_pool_free(m->pool);
     eng_plan_free(m->plan);
     free_names(m->past_k, m->geo.layers);
@@ -247,15 +305,18 @@ static void logits_last_row(eng_session *s)
 
 void eng_session_set_greedy(eng_session *s, bool on)
 {
-    eng_diag quiet;
-    eng_diag_init(&quiet);
-    eng_exec_set_argmax(s->x, s->m->logits, on, &quiet); /* a plan without a MatMulNBits head just never fuses */
-    eng_diag_clear(&quiet);
+    s->greedy = on;
+    if (s->x) {
+        eng_diag quiet;
+        eng_diag_init(&quiet);
+        eng_exec_set_argmax(s->x, s->m->logits, on, &quiet); /* a plan without a MatMulNBits head just never fuses */
+        eng_diag_clear(&quiet);
+    }
 }
 
 int32_t eng_session_argmax(const eng_session *s)
 {
-    return eng_exec_argmax(s->x);
+    return s->argmax;
 }
 
 /* Tensor mode: bytes of one past or present tensor [1, kv_heads, capacity, head] (fp32); false on overflow. */
@@ -295,26 +356,19 @@ eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag)
         goto oom;
     s->m = m;
     s->cap = max_ctx;
+    s->argmax = -1;
     int64_t L = m->geo.layers;
     if (m->opts.kv_mode == ENG_KV_PERSISTENT) {
         kv_geometry kg = {.layers = L, .kv_heads = m->geo.kv_heads, .head_dim = m->geo.head_size,
                           .capacity = max_ctx, .type = m->opts.kv_type};
         s->kv = kv_new(&kg);
-        s->x = eng_exec_new(m->plan, m->pool);
-        s->mask = malloc((size_t)max_ctx * sizeof *s->mask);
-        if (!s->kv || !s->x || !s->mask)
+        s->bind = calloc(eng_plan_attention_count(m->plan) + 1, sizeof *s->bind);
+        if (!s->kv || !s->bind)
             goto oom;
-        logits_last_row(s);
-        for (int64_t i = 0; i < max_ctx; i++)
-            s->mask[i] = 1;
         int32_t dt = m->opts.kv_type == KV_F16 ? ENG_DT_FLOAT16 : ENG_DT_FLOAT;
-        for (int64_t l = 0; l < L; l++) {
-            eng_kv_binding b = {kv_keys(s->kv, l), kv_values(s->kv, l), dt, max_ctx, kv_head_stride(s->kv)};
-            if (eng_exec_bind_kv(s->x, m->past_k[l], &b, diag) != 0) {
-                eng_session_free(s);
-                return NULL;
-            }
-        }
+        for (int64_t l = 0; l < L; l++)
+            s->bind[m->attn_index[l]] = (eng_kv_binding){kv_keys(s->kv, l), kv_values(s->kv, l), dt, max_ctx,
+                                                         kv_head_stride(s->kv)};
         return s;
     }
     if (!tensor_kv_bytes(m, max_ctx, &s->kv_bytes))
@@ -347,6 +401,7 @@ void eng_session_free(eng_session *s)
     if (!s)
         return;
     kv_free(s->kv);
+    free(s->bind);
     for (int64_t l = 0; s->k && l < s->m->geo.layers; l++)
         for (int b = 0; b < 2; b++)
             if (s->k[l].buf[b])
@@ -366,17 +421,54 @@ void eng_session_reset(eng_session *s)
 {
     s->len = 0;
     s->cur = 0;
+    s->logits = NULL;
+    s->argmax = -1;
     if (s->kv)
         kv_reset(s->kv);
 }
 
+int eng_session_copy_prefix(eng_session *dst, const eng_session *src, int64_t tokens, eng_diag *diag)
+{
+    if (!dst->kv || !src->kv || dst->m != src->m) {
+        eng_diag_add(diag, "copying a session's prefix needs two persistent-mode sessions of one model");
+        return -1;
+    }
+    if (dst->len || tokens > src->len || tokens > dst->cap) {
+        eng_diag_add(diag, "cannot copy %lld of %lld cached tokens into a session of %lld tokens holding %lld",
+                     (long long)tokens, (long long)src->len, (long long)dst->cap, (long long)dst->len);
+        return -1;
+    }
+    int64_t bytes = kv_copy_prefix(dst->kv, src->kv, tokens);
+    if (bytes < 0) {
+        eng_diag_add(diag, "cannot commit KV cache memory for %lld tokens", (long long)tokens);
+        return -1;
+    }
+    dst->len = tokens;
+    dst->kv_moved += (uint64_t)bytes;
+    return 0;
+}
+
+void eng_session_trim(eng_session *s, int64_t keep)
+{
+    if (keep < s->len)
+        s->len = keep < 0 ? 0 : keep;
+    if (s->kv)
+        kv_trim(s->kv, s->len);
+    s->logits = NULL;
+    s->argmax = -1;
+}
+
 int64_t eng_session_length(const eng_session *s) { return s->len; }
 int64_t eng_session_capacity(const eng_session *s) { return s->cap; }
-uint64_t eng_session_kv_bytes_moved(const eng_session *s) { return eng_exec_kv_bytes_moved(s->x); }
+
+uint64_t eng_session_kv_bytes_moved(const eng_session *s)
+{
+    return s->kv ? s->kv_moved : eng_exec_kv_bytes_moved(s->x);
+}
 
 eng_exec *eng_session_exec(eng_session *s)
 {
-    return s->x;
+    return s->x ? s->x : s->m->run_x;
 }
 
 static void fill_random(float *dst, uint64_t n, uint64_t *state)
@@ -437,64 +529,39 @@ uint64_t eng_session_kv_bytes_committed(const eng_session *s)
            (uint64_t)s->m->geo.layers;
 }
 
-/* Runs the bound graph and takes the last logits row. */
-static int finish_feed(eng_session *s, size_t n, int64_t total, const float **logits, eng_diag *diag)
+/* ---- feeds --------------------------------------------------------------------- */
+
+/* Checks a feed before it runs: its ids, and the room of its session (committed here). */
+static int check_feed(eng_model *m, eng_feed *f)
 {
-    eng_model *m = s->m;
     int64_t V = m->geo.vocab;
-    if (eng_exec_run(s->x, diag) != 0)
-        return -1;
-    eng_view lv;
-    /* the logits of the last position only, or of every position */
-    int64_t rows = s->last_row_only ? 1 : (int64_t)n;
-    if (eng_exec_value(s->x, m->logits, &lv) != 0 || lv.rank != 3 || lv.dims[1] != rows || lv.dims[2] != V) {
-        eng_diag_add(diag, "output '%s' does not have shape [1, %lld, %lld]", m->logits, (long long)rows, (long long)V);
-        return -1;
-    }
-    *logits = (const float *)lv.data + (size_t)(rows - 1) * (size_t)V;
-    s->len = total;
-    if (s->kv)
-        kv_set_length(s->kv, total);
-    return 0;
+    eng_session *s = f->s;
+    if (f->n == 0)
+        snprintf(f->error, sizeof f->error, "no ids to feed");
+    else if (f->n > (uint64_t)(s->cap - s->len))
+        snprintf(f->error, sizeof f->error, "%lld cached + %zu new tokens exceed the session's context of %lld",
+                 (long long)s->len, f->n, (long long)s->cap);
+    for (size_t i = 0; i < f->n && !f->error[0]; i++)
+        if (f->ids[i] < 0 || f->ids[i] >= V)
+            snprintf(f->error, sizeof f->error, "token id %lld is outside the vocabulary [0, %lld)",
+                     (long long)f->ids[i], (long long)V);
+    if (!f->error[0] && s->kv && kv_reserve_tokens(s->kv, s->len + (int64_t)f->n) != 0)
+        snprintf(f->error, sizeof f->error, "cannot commit KV cache memory for %lld tokens",
+                 (long long)(s->len + (int64_t)f->n));
+    return f->error[0] ? -1 : 0;
 }
 
-int eng_session_feed(eng_session *s, const int64_t *ids, size_t n, const float **logits, eng_diag *diag)
+/* Tensor mode: the graph's own contract, one session at a time (the reference). */
+static int feed_tensor(eng_feed *f, eng_diag *diag)
 {
+    eng_session *s = f->s;
     eng_model *m = s->m;
-    if (n == 0) {
-        eng_diag_add(diag, "no ids to feed");
-        return -1;
-    }
-    if (n > (uint64_t)(s->cap - s->len)) {
-        eng_diag_add(diag, "%lld cached + %zu new tokens exceed the session's context of %lld", (long long)s->len, n,
-                     (long long)s->cap);
-        return -1;
-    }
-    int64_t V = m->geo.vocab;
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= V) {
-            eng_diag_add(diag, "token id %lld is outside the vocabulary [0, %lld)", (long long)ids[i], (long long)V);
-            return -1;
-        }
-    int64_t total = s->len + (int64_t)n;
-    int64_t d_ids[2] = {1, (int64_t)n}, d_mask[2] = {1, total};
+    int64_t V = m->geo.vocab, n = (int64_t)f->n, total = s->len + n;
+    int64_t d_ids[2] = {1, n}, d_mask[2] = {1, total};
     int64_t d_past[4] = {1, m->geo.kv_heads, s->len, m->geo.head_size};
-    if (eng_exec_set_input(s->x, m->input_ids, ENG_DT_INT64, 2, d_ids, ids, diag) != 0 ||
+    if (eng_exec_set_input(s->x, m->input_ids, ENG_DT_INT64, 2, d_ids, f->ids, diag) != 0 ||
         eng_exec_set_input(s->x, m->attention_mask, ENG_DT_INT64, 2, d_mask, s->mask, diag) != 0)
         return -1;
-    if (s->kv) {
-        if (kv_reserve_tokens(s->kv, total) != 0) {
-            eng_diag_add(diag, "cannot commit KV cache memory for %lld tokens", (long long)total);
-            return -1;
-        }
-        /* the cache is bound to the attention nodes: the past inputs are empty */
-        int64_t d_empty[4] = {1, m->geo.kv_heads, 0, m->geo.head_size};
-        for (int64_t l = 0; l < m->geo.layers; l++)
-            if (eng_exec_set_input(s->x, m->past_k[l], ENG_DT_FLOAT, 4, d_empty, s->mask, diag) != 0 ||
-                eng_exec_set_input(s->x, m->past_v[l], ENG_DT_FLOAT, 4, d_empty, s->mask, diag) != 0)
-                return -1;
-        return finish_feed(s, n, total, logits, diag);
-    }
     int past = s->cur, pres = 1 - s->cur;
     for (int64_t l = 0; l < m->geo.layers; l++) {
         if (eng_exec_set_input(s->x, m->past_k[l], ENG_DT_FLOAT, 4, d_past, s->k[l].buf[past], diag) != 0 ||
@@ -503,8 +570,176 @@ int eng_session_feed(eng_session *s, const int64_t *ids, size_t n, const float *
             eng_exec_bind_output(s->x, m->present_v[l], s->v[l].buf[pres], s->kv_bytes, diag) != 0)
             return -1;
     }
-    if (finish_feed(s, n, total, logits, diag) != 0)
+    eng_exec_set_prompt_rows(s->x, f->prompt);
+    int rc = eng_exec_run(s->x, diag);
+    eng_exec_set_prompt_rows(s->x, false);
+    if (rc != 0)
         return -1;
+    eng_view lv;
+    /* the logits of the last position only, or of every position */
+    int64_t rows = s->last_row_only ? 1 : n;
+    if (eng_exec_value(s->x, m->logits, &lv) != 0 || lv.rank != 3 || lv.dims[1] != rows || lv.dims[2] != V) {
+        eng_diag_add(diag, "output '%s' does not have shape [1, %lld, %lld]", m->logits, (long long)rows, (long long)V);
+        return -1;
+    }
+    f->row = (const float *)lv.data + (size_t)(rows - 1) * (size_t)V;
+    f->argmax = eng_exec_argmax(s->x);
+    s->len = total;
     s->cur = pres;
     return 0;
+}
+
+/* Grows the persistent runner's per-run arrays for N sequences and ROWS ids. */
+static int runner_room(eng_model *m, size_t n, size_t rows)
+{
+    if (rows > m->run_cap) {
+        size_t cap = m->run_cap ? m->run_cap : 64;
+        while (cap < rows)
+            cap *= 2;
+        int64_t *ids = realloc(m->ids, cap * sizeof *ids);
+        if (ids)
+            m->ids = ids;
+        int64_t *ones = realloc(m->ones, cap * sizeof *ones);
+        if (ones)
+            m->ones = ones;
+        if (!ids || !ones)
+            return -1;
+        for (size_t i = m->run_cap; i < cap; i++)
+            m->ones[i] = 1;
+        m->run_cap = cap;
+    }
+    if (n > m->seq_cap) {
+        eng_batch_seq *sq = realloc(m->seqs, n * sizeof *sq);
+        if (!sq)
+            return -1;
+        m->seqs = sq;
+        m->seq_cap = n;
+    }
+    return 0;
+}
+
+/* Persistent mode: every checked feed's ids in one run of the plan. */
+static int feed_batch(eng_model *m, eng_feed *feeds, size_t n, eng_diag *diag)
+{
+    size_t rows = 0, k = 0;
+    bool greedy = false;
+    for (size_t i = 0; i < n; i++)
+        if (!feeds[i].error[0]) {
+            rows += feeds[i].n;
+            greedy |= feeds[i].s->greedy;
+        }
+    if (!rows)
+        return 0;
+    if (runner_room(m, n, rows) != 0) {
+        eng_diag_add(diag, "out of memory for a step of %zu ids", rows);
+        return -1;
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        eng_feed *f = &feeds[i];
+        if (f->error[0])
+            continue;
+        memcpy(m->ids + at, f->ids, f->n * sizeof *f->ids);
+        at += f->n;
+        m->seqs[k++] = (eng_batch_seq){.kv = f->s->bind, .past = f->s->len, .n = (int64_t)f->n, .prompt = f->prompt,
+                                       .logits = f->logits || !m->select_rows};
+    }
+    int64_t d_ids[2] = {1, (int64_t)rows};
+    eng_diag quiet;
+    eng_diag_init(&quiet);
+    eng_exec_set_argmax(m->run_x, m->logits, greedy, &quiet); /* a plan without a MatMulNBits head never fuses */
+    eng_diag_clear(&quiet);
+    if (eng_exec_set_input(m->run_x, m->input_ids, ENG_DT_INT64, 2, d_ids, m->ids, diag) != 0 ||
+        eng_exec_set_input(m->run_x, m->attention_mask, ENG_DT_INT64, 2, d_ids, m->ones, diag) != 0 ||
+        eng_exec_set_batch(m->run_x, m->seqs, k, diag) != 0)
+        return -1;
+    int rc = eng_exec_run(m->run_x, diag);
+    eng_exec_set_batch(m->run_x, NULL, 0, diag);
+    if (rc != 0)
+        return -1;
+    /* With row selection the logits hold one row per feed that wants them; else every row. */
+    int64_t V = m->geo.vocab, want = 0;
+    for (size_t i = 0; i < n; i++)
+        want += !feeds[i].error[0] && (feeds[i].logits || !m->select_rows) ? (m->select_rows ? 1 : 0) : 0;
+    eng_view lv;
+    int64_t expect = m->select_rows ? want : (int64_t)rows;
+    if (eng_exec_value(m->run_x, m->logits, &lv) != 0 || lv.rank != 3 || lv.dims[1] != expect || lv.dims[2] != V) {
+        eng_diag_add(diag, "output '%s' does not have shape [1, %lld, %lld]", m->logits, (long long)expect,
+                     (long long)V);
+        return -1;
+    }
+    size_t sel = 0;
+    at = 0;
+    for (size_t i = 0; i < n; i++) {
+        eng_feed *f = &feeds[i];
+        if (f->error[0])
+            continue;
+        at += f->n;
+        size_t row = m->select_rows ? sel : at - 1;
+        if (f->logits || !m->select_rows) {
+            f->row = (const float *)lv.data + row * (size_t)V;
+            f->argmax = eng_exec_argmax_row(m->run_x, row);
+            sel += m->select_rows;
+        }
+        eng_session *s = f->s;
+        s->len += (int64_t)f->n;
+        kv_set_length(s->kv, s->len);
+        s->kv_moved += (uint64_t)f->n * kv_bytes_per_token(s->kv);
+    }
+    return 0;
+}
+
+uint64_t eng_model_runs(const eng_model *m)
+{
+    return m->runs;
+}
+
+int eng_model_feed(eng_model *m, eng_feed *feeds, size_t n, eng_diag *diag)
+{
+    int failed = 0;
+    m->runs++;
+    for (size_t i = 0; i < n; i++) {
+        eng_feed *f = &feeds[i];
+        f->error[0] = '\0';
+        f->row = NULL;
+        f->argmax = -1;
+        if (check_feed(m, f) != 0)
+            failed++;
+    }
+    if (m->run_x) {
+        if (feed_batch(m, feeds, n, diag) != 0)
+            return -1;
+    } else {
+        for (size_t i = 0; i < n; i++)
+            if (!feeds[i].error[0] && feed_tensor(&feeds[i], diag) != 0)
+                return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        eng_session *s = feeds[i].s;
+        s->logits = feeds[i].row;
+        s->argmax = feeds[i].argmax;
+    }
+    return failed;
+}
+
+static int feed_one(eng_session *s, const int64_t *ids, size_t n, bool prompt, const float **logits, eng_diag *diag)
+{
+    eng_feed f = {.s = s, .ids = ids, .n = n, .prompt = prompt, .logits = true};
+    int rc = eng_model_feed(s->m, &f, 1, diag);
+    if (rc > 0)
+        eng_diag_add(diag, "%s", f.error);
+    if (rc != 0)
+        return -1;
+    *logits = f.row;
+    return 0;
+}
+
+int eng_session_feed_prompt(eng_session *s, const int64_t *ids, size_t n, const float **logits, eng_diag *diag)
+{
+    return feed_one(s, ids, n, true, logits, diag);
+}
+
+int eng_session_feed(eng_session *s, const int64_t *ids, size_t n, const float **logits, eng_diag *diag)
+{
+    return feed_one(s, ids, n, false, logits, diag);
 }

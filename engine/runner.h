@@ -78,15 +78,64 @@ eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag);
 void eng_session_free(eng_session *s);
 /* Forgets the sequence; storage is kept for reuse. */
 void eng_session_reset(eng_session *s);
+
+/*
+ * Makes the empty session DST hold the first TOKENS tokens of SRC (one
+ * contiguous copy per kv head and layer), as if it had been fed them.
+ * Persistent KV mode only; both sessions of one model.
+ */
+int eng_session_copy_prefix(eng_session *dst, const eng_session *src, int64_t tokens, eng_diag *diag);
+
+/* Keeps the first KEEP tokens and returns the memory committed past them. */
+void eng_session_trim(eng_session *s, int64_t keep);
 int64_t eng_session_length(const eng_session *s);
 int64_t eng_session_capacity(const eng_session *s);
 
 /*
  * Appends N ids (one graph run). On success *logits points at the vocabulary
- * row of the last position, valid until the next call. A run that would pass
- * the session's capacity fails without changing the session.
+ * row of the last position, valid until the model's next run. A run that
+ * would pass the session's capacity fails without changing the session.
  */
 int eng_session_feed(eng_session *s, const int64_t *ids, size_t n, const float **logits, eng_diag *diag);
+/*
+ * eng_session_feed() for ids of the prompt: their attention takes the
+ * prompt's arithmetic whatever N is, so feeding a prompt in chunks gives
+ * the bits of feeding it at once (a one-id eng_session_feed() is a decode
+ * step, whose arithmetic differs).
+ */
+int eng_session_feed_prompt(eng_session *s, const int64_t *ids, size_t n, const float **logits, eng_diag *diag);
+
+/*
+ * One feed of a batched run: N new ids of session S. eng_model_feed() runs
+ * several sessions' feeds in one pass of the model (persistent KV mode; the
+ * tensor mode runs them one after the other): each projection is one
+ * matrix product over all their rows, attention stays per session in its
+ * own cache. A feed's rows compute the same bits whatever else is in the
+ * run (batch invariance): the kernels' arithmetic per row does not depend
+ * on the other rows.
+ */
+typedef struct eng_feed {
+    eng_session *s;          /* distinct sessions of one model */
+    const int64_t *ids;
+    size_t n;
+    bool prompt;             /* prompt ids (see eng_session_feed_prompt) */
+    bool logits;             /* its last id's logits row is wanted */
+    /* results */
+    const float *row;        /* that row (vocab floats), valid until the model's next run; NULL if not wanted */
+    int32_t argmax;          /* eng_argmax(row) from the LM head for greedy sessions, else -1 */
+    char error[160];         /* why this feed did not run ("" when it did) */
+} eng_feed;
+
+/*
+ * Runs the N feeds. A feed that cannot run (an id outside the vocabulary,
+ * a session without room) is left out with its error set and its session
+ * unchanged; the others run. Returns how many were left out, or -1 when the
+ * run itself failed (the sessions are then unchanged).
+ */
+int eng_model_feed(eng_model *m, eng_feed *feeds, size_t n, eng_diag *diag);
+
+/* Runs of the model so far: a logits row from run R is valid while this is R. */
+uint64_t eng_model_runs(const eng_model *m);
 
 /*
  * Greedy decoding: with ON, later feeds also compute the argmax of the
@@ -97,7 +146,8 @@ int eng_session_feed(eng_session *s, const int64_t *ids, size_t n, const float *
 void eng_session_set_greedy(eng_session *s, bool on);
 int32_t eng_session_argmax(const eng_session *s);
 
-/* The session's executor (profiling, arena figures). */
+/* The executor the session's feeds run on (profiling, arena figures): in
+ * persistent mode the model's, shared by its sessions. */
 eng_exec *eng_session_exec(eng_session *s);
 
 /*

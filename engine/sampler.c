@@ -810,6 +810,48 @@ static int32_t draw_row(eng_sampler *s, double sum)
     return (int32_t)(i - 1);
 }
 
+double eng_logprobs(const float *logits, size_t n, int32_t id, size_t top, int32_t *top_ids, float *top_lps,
+                    float *lp)
+{
+    if (top > ENG_TOP_LOGPROBS_MAX)
+        top = ENG_TOP_LOGPROBS_MAX;
+    float mx = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        if (logits[i] > mx) /* NaN never compares greater */
+            mx = logits[i];
+    double sum = 0;
+    if (mx > -INFINITY)
+        for (size_t i = 0; i < n; i++)
+            if (logits[i] > -INFINITY)
+                sum += exp((double)logits[i] - (double)mx);
+    double lse = mx > -INFINITY ? (double)mx + log(sum) : INFINITY;
+    float v = id >= 0 && (size_t)id < n ? logits[id] : NAN;
+    *lp = v == v && v > -INFINITY ? (float)((double)v - lse) : -INFINITY;
+    /* The TOP largest by a sorted insertion: most entries fall below the last kept one at once. */
+    size_t k = 0;
+    float kept[ENG_TOP_LOGPROBS_MAX];
+    for (size_t i = 0; i < n && top; i++) {
+        float x = logits[i] == logits[i] ? logits[i] : -INFINITY;
+        if (k == top && !(x > kept[k - 1]))
+            continue;
+        size_t j = k < top ? k++ : k - 1;
+        while (j > 0 && x > kept[j - 1]) { /* strictly greater: an earlier (lower) id stays ahead on ties */
+            kept[j] = kept[j - 1];
+            top_ids[j] = top_ids[j - 1];
+            j--;
+        }
+        kept[j] = x;
+        top_ids[j] = (int32_t)i;
+    }
+    for (size_t j = 0; j < k; j++)
+        top_lps[j] = kept[j] > -INFINITY ? (float)((double)kept[j] - lse) : -INFINITY;
+    for (size_t j = k; j < top; j++) { /* a row shorter than TOP */
+        top_ids[j] = -1;
+        top_lps[j] = -INFINITY;
+    }
+    return lse;
+}
+
 uint64_t eng_argmax_key(const float *logits, size_t begin, size_t end)
 {
     if (begin >= end)

@@ -114,6 +114,18 @@ int32_t eng_sampler_sample(eng_sampler *s, const float *logits);
  */
 void eng_sampler_probs(eng_sampler *s, const float *logits, float *probs);
 
+/*
+ * Log-probabilities of the model's own distribution over a row of N logits:
+ * the log-softmax of the raw logits, before temperature, penalties and
+ * filters (as OpenAI's logprobs report), NaN counting as -inf. Sets *LP to
+ * the log-probability of ID, and fills the TOP (<= 20) most likely entries
+ * into TOP_IDS / TOP_LPS, most likely first (ties: lower id first). Returns
+ * the log of the softmax's denominator (log-sum-exp of the row).
+ */
+#define ENG_TOP_LOGPROBS_MAX 20
+double eng_logprobs(const float *logits, size_t n, int32_t id, size_t top, int32_t *top_ids, float *top_lps,
+                    float *lp);
+
 /* Index of the largest of the N values (NaN never wins), lowest on ties; 0 if none. */
 int32_t eng_argmax(const float *logits, size_t n);
 

@@ -308,6 +308,13 @@ typedef struct krn_gqa_args {
     int64_t local_window;                /* -1: off */
     float softcap;                       /* 0: off */
     krn_kv_type kv_type;                 /* KRN_KV_F32 (0) or KRN_KV_F16 */
+    /*
+     * The rows are prompt tokens: they take the arithmetic of a prompt's
+     * rows (the prefill path) whatever S is, also S = 1, so a prompt's
+     * results do not depend on how it was cut into chunks. Without it a
+     * one-token step takes the decode path, whose reduction order differs.
+     */
+    bool prompt;
 } krn_gqa_args;
 
 typedef void (*krn_gqa_fn)(const krn_gqa_args *args, size_t i_begin, size_t i_end);

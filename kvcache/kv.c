@@ -175,6 +175,44 @@ void kv_reset(kv_cache *kv)
     kv->length = 0;
 }
 
+int64_t kv_copy_prefix(kv_cache *dst, const kv_cache *src, int64_t tokens)
+{
+    const kv_geometry *a = &dst->geo, *b = &src->geo;
+    if (a->layers != b->layers || a->kv_heads != b->kv_heads || a->head_dim != b->head_dim || a->type != b->type ||
+        tokens < 0 || tokens > src->length || kv_reserve_tokens(dst, tokens) != 0)
+        return -1;
+    uint64_t bytes = row_bytes(a) * (uint64_t)tokens;
+    for (uint64_t r = 0; r < n_runs(a); r++)
+        memcpy(dst->base + r * dst->head_bytes, src->base + r * src->head_bytes, bytes);
+    dst->length = tokens;
+    return (int64_t)(bytes * n_runs(a));
+}
+
+void kv_trim(kv_cache *kv, int64_t keep)
+{
+    if (keep < 0)
+        keep = 0;
+    if (keep >= kv->committed) {
+        if (kv->length > keep)
+            kv->length = keep;
+        return;
+    }
+    uint64_t from = round_up(row_bytes(&kv->geo) * (uint64_t)keep, kv->page);
+    uint64_t to = round_up(row_bytes(&kv->geo) * (uint64_t)kv->committed, kv->page);
+    if (to > from)
+        for (uint64_t r = 0; r < n_runs(&kv->geo); r++) {
+            /* The pages go back to the system; the range stays reserved, inaccessible until committed again. */
+            madvise(kv->base + r * kv->head_bytes + from, to - from, MADV_DONTNEED);
+            mprotect(kv->base + r * kv->head_bytes + from, to - from, PROT_NONE);
+        }
+    /* the tokens whose rows lie wholly in the pages kept */
+    kv->committed = (int64_t)(from / row_bytes(&kv->geo));
+    if (kv->committed > kv->geo.capacity)
+        kv->committed = kv->geo.capacity;
+    if (kv->length > keep)
+        kv->length = keep;
+}
+
 uint64_t kv_bytes_reserved(const kv_cache *kv)
 {
     return kv->head_bytes * n_runs(&kv->geo);

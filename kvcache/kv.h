@@ -66,6 +66,24 @@ void kv_set_length(kv_cache *kv, int64_t length);
 /* Forgets the sequence; committed pages stay for reuse. */
 void kv_reset(kv_cache *kv);
 
+/*
+ * Copies the first TOKENS rows of every kv head's run of SRC into DST (one
+ * contiguous copy per run) and sets DST's length to TOKENS: a session that
+ * starts from another's prefix. The caches must agree in layers, kv heads,
+ * head size and element type; their capacities may differ. Returns the bytes
+ * copied, or -1 (nothing copied) on a mismatch, too many tokens or memory
+ * that cannot be committed.
+ */
+int64_t kv_copy_prefix(kv_cache *dst, const kv_cache *src, int64_t tokens);
+
+/*
+ * Keeps the rows of the first KEEP tokens and gives the committed pages
+ * past them back to the system (the range stays reserved); the length is
+ * capped at KEEP. For caches kept idle with only part of their rows worth
+ * keeping.
+ */
+void kv_trim(kv_cache *kv, int64_t keep);
+
 uint64_t kv_bytes_reserved(const kv_cache *kv);
 uint64_t kv_bytes_committed(const kv_cache *kv);
 /* Bytes one token occupies over all layers, keys and values. */

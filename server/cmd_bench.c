@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/gen.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "server/cli.h"
@@ -74,20 +75,14 @@ static int parse_list(const char *opt, const char *s, int64_t *out, size_t *n, i
 
 typedef struct bench_opts {
     const char *model;
-    int64_t prompts[MAX_LIST], contexts[MAX_LIST];
-    size_t n_prompts, n_contexts;
+    int64_t prompts[MAX_LIST], contexts[MAX_LIST], batches[MAX_LIST];
+    size_t n_prompts, n_contexts, n_batches;
+    bool prompts_given, contexts_given;
     int64_t gen, repeat, context_steps;
     bool json, profile;
     eng_model_opts engine;
     cli_placement place;   /* --cpus, --numa-node */
 } bench_opts;
-
-/* The greedy choice, as the daemon makes it: fused into the LM head where the plan allows. */
-static int64_t argmax(const eng_session *s, const float *x, int64_t n)
-{
-    int32_t id = eng_session_argmax(s);
-    return id >= 0 ? id : eng_argmax(x, (size_t)n);
-}
 
 static void prompt_ids(int64_t *ids, int64_t n, int64_t vocab)
 {
@@ -143,17 +138,27 @@ static void progress_prefill(bench_progress *b, int64_t tokens, double ms)
     b->toks_left -= tokens;
 }
 
-/* Decodes `steps` tokens (greedy) after the current state; times each step. */
-static int decode_steps(eng_session *s, int64_t first, int64_t steps, int64_t vocab, double *times,
-                        bench_progress *b, eng_diag *d)
+/*
+ * A greedy generation of PROMPT, as the daemon makes it (the argmax taken
+ * inside the LM head), that never stops before max_tokens: speed, not text.
+ */
+static eng_gen *bench_gen(eng_model *m, const int64_t *prompt, size_t n, int64_t max_tokens, int64_t capacity,
+                          eng_diag *d)
 {
-    int64_t next = first;
+    eng_gen_params p = {.prompt = prompt, .n_prompt = n, .max_tokens = max_tokens, .capacity = capacity,
+                        .ignore_eos = true};
+    eng_sampling_default(&p.sampling);
+    p.sampling.temperature = 0.0f;
+    return eng_gen_new(m, &p, d);
+}
+
+/* Runs STEPS steps of G, timing each into TIMES; B shows them. */
+static int timed_steps(eng_gen *g, int64_t steps, double *times, bench_progress *b, eng_diag *d)
+{
     for (int64_t i = 0; i < steps; i++) {
-        const float *logits;
         double t0 = now_ms();
-        if (eng_session_feed(s, &next, 1, &logits, d) != 0)
+        if (eng_gen_step(&g, 1, NULL, d) != 0)
             return -1;
-        next = argmax(s, logits, vocab);
         times[i] = now_ms() - t0;
         b->decode_ms += times[i];
         b->decode_steps++;
@@ -200,7 +205,8 @@ static void print_profile(json_t *obj, const char *key, const char *title, const
 static int usage(FILE *f)
 {
     fprintf(f, "usage: qwen3d bench --model DIR [--prompt-len 32,512] [--gen 128] [--repeat R]\n"
-               "                    [--contexts 128,1024,4096] [--context-steps N] [--profile] [--json]\n"
+               "                    [--contexts 128,1024,4096] [--context-steps N] [--batch 1,2,4,8,16]\n"
+               "                    [--profile] [--json]\n"
                "                    " CLI_ENGINE_USAGE " " CLI_PLACEMENT_USAGE "\n");
     return 2;
 }
@@ -215,10 +221,15 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "prompt-len", &v)) > 0) {
             if (parse_list("prompt-len", v, o->prompts, &o->n_prompts, 1, 1 << 20))
                 return 2;
+            o->prompts_given = true;
         } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "contexts", &v)) > 0) {
             if (!strcmp(v, "none"))
                 o->n_contexts = 0;
             else if (parse_list("contexts", v, o->contexts, &o->n_contexts, 1, 1 << 20))
+                return 2;
+            o->contexts_given = true;
+        } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "batch", &v)) > 0) {
+            if (parse_list("batch", v, o->batches, &o->n_batches, 1, 256))
                 return 2;
         } else if (!r && (r = cli_opt(CMD, argc, argv, &i, "gen", &v)) > 0) {
             if (!cli_parse_i64(v, 1, 1 << 20, &o->gen))
@@ -246,7 +257,74 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     }
     if (!o->model)
         return cli_fail(CMD, "--model DIR is required");
+    /* --batch measures batches alone unless the other cases are asked for too */
+    if (o->n_batches && !o->contexts_given)
+        o->n_contexts = 0;
     return 0;
+}
+
+/*
+ * B sessions decoding together: every step runs one id of each in one pass
+ * of the model (as the daemon's scheduler does with B streams). Each
+ * session has its own prompt of --prompt-len's first length, all prefilled
+ * in one step; then --gen - 1 decode steps of all B are timed.
+ */
+static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times, eng_diag *d)
+{
+    int64_t P = o->prompts[0], V = eng_model_geometry(m)->vocab;
+    if (P + o->gen > eng_model_max_context(m)) {
+        eng_diag_add(d, "--prompt-len %lld + --gen %lld exceeds the model's context of %lld", (long long)P,
+                     (long long)o->gen, (long long)eng_model_max_context(m));
+        return -1;
+    }
+    int rc = -1;
+    eng_gen **g = calloc(B, sizeof *g);
+    int64_t *ids = malloc((size_t)P * B * sizeof *ids);
+    if (!g || !ids) {
+        eng_diag_add(d, "out of memory");
+        goto out;
+    }
+    /* distinct prompts: the same pseudo-random stream, one slice per session */
+    prompt_ids(ids, P * (int64_t)B, V);
+    for (size_t i = 0; i < B; i++)
+        if (!(g[i] = bench_gen(m, ids + (size_t)P * i, (size_t)P, o->gen, P + o->gen, d)))
+            goto out;
+    double t0 = now_ms();
+    if (eng_gen_step(g, B, NULL, d) != 0)
+        goto out;
+    double ttft = now_ms() - t0;
+    int64_t steps = o->gen - 1;
+    for (int64_t k = 0; k < steps; k++) {
+        double a = now_ms();
+        if (eng_gen_step(g, B, NULL, d) != 0)
+            goto out;
+        times[k] = now_ms() - a;
+    }
+    qsort(times, (size_t)steps, sizeof *times, cmp_double);
+    double med = pct(times, (size_t)steps, 0.5), p90 = pct(times, (size_t)steps, 0.9);
+    double tps = med > 0 ? 1000.0 * (double)B / med : 0.0;
+    if (o->json) {
+        json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:I}", "case", "batch", "batch",
+                                (json_int_t)B, "prompt_len", (json_int_t)P, "gen", (json_int_t)o->gen, "threads",
+                                (json_int_t)eng_pool_threads(eng_model_pool(m)), "ttft_ms", ttft, "decode_ms_median",
+                                med, "decode_ms_p90", p90, "decode_tokens_per_s", tps, "rss_bytes",
+                                (json_int_t)rss_bytes());
+        json_dumpf(obj, stdout, JSON_COMPACT);
+        putchar('\n');
+        json_decref(obj);
+    } else {
+        printf("batch %3zu: prompt %lld each, prefill of all %8.1f ms, decode step median %7.3f ms (p90 %7.3f) = "
+               "%7.1f tok/s in all\n",
+               B, (long long)P, ttft, med, p90, tps);
+    }
+    fflush(stdout);
+    rc = 0;
+out:
+    for (size_t i = 0; g && i < B; i++)
+        eng_gen_free(g[i]);
+    free(g);
+    free(ids);
+    return rc;
 }
 
 int cmd_bench(int argc, char **argv)
@@ -260,7 +338,7 @@ int cmd_bench(int argc, char **argv)
     eng_diag d;
     eng_diag_init(&d);
     eng_model *m = NULL;
-    eng_session *s = NULL;
+    eng_gen *g = NULL;
     double *times = NULL;
     int64_t *ids = NULL;
     bench_progress bp = {0};
@@ -307,7 +385,8 @@ int cmd_bench(int argc, char **argv)
                (unsigned long long)prepared, (long long)eng_pool_threads(eng_model_pool(m)), eng_kv_mode_name(o.engine.kv_mode),
                kv_type_name(o.engine.kv_type));
 
-    for (size_t pi = 0; pi < o.n_prompts; pi++) {
+    size_t n_prompt_cases = o.n_batches && !o.prompts_given ? 0 : o.n_prompts;
+    for (size_t pi = 0; pi < n_prompt_cases; pi++) {
         int64_t P = o.prompts[pi];
         if (P + o.gen > limit) {
             eng_diag_add(&d, "--prompt-len %lld + --gen %lld exceeds the model's context of %lld", (long long)P,
@@ -323,38 +402,37 @@ int cmd_bench(int argc, char **argv)
             snprintf(bp.where, sizeof bp.where, "prompt %lld (case %d of %d), run %lld of %lld", (long long)P, case_no,
                      n_cases, (long long)r + 1, (long long)o.repeat);
             progress_draw(&bp, true, "prefill");
-            s = eng_session_new(m, P + o.gen, &d);
-            if (!s)
+            g = bench_gen(m, ids, (size_t)P, o.gen, P + o.gen, &d);
+            if (!g)
                 goto out;
-            eng_session_set_greedy(s, true);
-            eng_exec_set_profiling(eng_session_exec(s), o.profile && r == o.repeat - 1);
-            const float *logits;
+            eng_exec *x = eng_session_exec(eng_gen_session(g));
+            eng_exec_set_profiling(x, o.profile && r == o.repeat - 1);
+            /* The prefill step ends with the first token: its time is the time to first token. */
             double a = now_ms();
-            if (eng_session_feed(s, ids, (size_t)P, &logits, &d) != 0)
+            if (eng_gen_step(&g, 1, NULL, &d) != 0)
                 goto out;
-            prefill[r] = now_ms() - a;
-            int64_t first = argmax(s, logits, V);
             ttft[r] = now_ms() - a;
+            prefill[r] = ttft[r];
             progress_prefill(&bp, P, prefill[r]);
             eng_prof_entry at_prefill[32];
-            size_t n_at_prefill = eng_exec_profile(eng_session_exec(s), at_prefill, 32);
-            uint64_t before = eng_session_kv_bytes_moved(s);
-            if (decode_steps(s, first, o.gen - 1 > 0 ? o.gen - 1 : 0, V, times + n_times, &bp, &d) != 0)
+            size_t n_at_prefill = eng_exec_profile(x, at_prefill, 32);
+            uint64_t before = eng_session_kv_bytes_moved(eng_gen_session(g));
+            if (timed_steps(g, o.gen - 1 > 0 ? o.gen - 1 : 0, times + n_times, &bp, &d) != 0)
                 goto out;
             n_times += (size_t)(o.gen - 1);
-            moved += eng_session_kv_bytes_moved(s) - before;
-            committed = eng_session_kv_bytes_committed(s);
+            moved += eng_session_kv_bytes_moved(eng_gen_session(g)) - before;
+            committed = eng_session_kv_bytes_committed(eng_gen_session(g));
             if (o.profile && r == o.repeat - 1) {
                 eng_prof_entry at_end[32];
-                size_t n_end = eng_exec_profile(eng_session_exec(s), at_end, 32);
+                size_t n_end = eng_exec_profile(x, at_end, 32);
                 print_profile(row, "profile_prefill_ms", "prefill profile (ms for the prompt, share)", at_prefill,
                               n_at_prefill, NULL, 0, 1, o.json);
                 if (o.gen > 1)
                     print_profile(row, "profile_decode_ms_per_token", "decode profile (ms per token, share)", at_end,
                                   n_end, at_prefill, n_at_prefill, (double)(o.gen - 1), o.json);
             }
-            eng_session_free(s);
-            s = NULL;
+            eng_gen_free(g);
+            g = NULL;
         }
         qsort(times, n_times, sizeof *times, cmp_double);
         qsort(ttft, (size_t)o.repeat, sizeof(double), cmp_double);
@@ -403,17 +481,18 @@ int cmd_bench(int argc, char **argv)
         }
         snprintf(bp.where, sizeof bp.where, "context %lld (case %d of %d)", (long long)C, ++case_no, n_cases);
         progress_draw(&bp, true, "filling the cache");
-        s = eng_session_new(m, C + o.context_steps + 1, &d);
-        if (!s || eng_session_fill_synthetic(s, C, &d) != 0)
+        /* The first step feeds one id after the synthetic context, every later one its sampled id. */
+        g = bench_gen(m, ids, 1, o.context_steps, C + o.context_steps + 1, &d);
+        if (!g || eng_session_fill_synthetic(eng_gen_session(g), C, &d) != 0)
             goto out;
-        eng_session_set_greedy(s, true);
-        uint64_t before = eng_session_kv_bytes_moved(s);
-        if (decode_steps(s, ids[0], o.context_steps, V, times, &bp, &d) != 0)
+        eng_session *cs = eng_gen_session(g);
+        uint64_t before = eng_session_kv_bytes_moved(cs);
+        if (timed_steps(g, o.context_steps, times, &bp, &d) != 0)
             goto out;
-        uint64_t moved = eng_session_kv_bytes_moved(s) - before;
-        uint64_t committed = eng_session_kv_bytes_committed(s);
-        eng_session_free(s);
-        s = NULL;
+        uint64_t moved = eng_session_kv_bytes_moved(cs) - before;
+        uint64_t committed = eng_session_kv_bytes_committed(cs);
+        eng_gen_free(g);
+        g = NULL;
         qsort(times, (size_t)o.context_steps, sizeof *times, cmp_double);
         double med = pct(times, (size_t)o.context_steps, 0.5), p90 = pct(times, (size_t)o.context_steps, 0.9);
         double per_token = (double)moved / (double)o.context_steps;
@@ -436,12 +515,15 @@ int cmd_bench(int argc, char **argv)
         }
         fflush(stdout);
     }
+    for (size_t bi = 0; bi < o.n_batches; bi++)
+        if (batch_case(m, &o, (size_t)o.batches[bi], times, &d) != 0)
+            goto out;
     rc = 0;
 out:
     cli_progress_clear(&bp.line);
     eng_diag_print(&d, stderr, "qwen3d: " CMD);
     eng_diag_clear(&d);
-    eng_session_free(s);
+    eng_gen_free(g);
     eng_model_free(m);
     free(times);
     free(ids);

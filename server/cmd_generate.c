@@ -1,7 +1,7 @@
 /*
- * generate: `qwen3d generate`. Loads a model, runs the prompt as one prefill
- * call and then one call per generated token, feeding each step's present
- * KV as the next step's past (the graph's contract). Prints the ids, or one
+ * generate: `qwen3d generate`. Loads a model and runs one generation
+ * (engine/gen.h): the prompt as one prefill step, then one step per
+ * generated token. Prints the ids, or one
  * JSON object with --json; --dump-logits writes every produced logits row.
  * Runs on the main thread; kernels fan out over the model's compute pool.
  */
@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/gen.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
@@ -228,13 +229,11 @@ int cmd_generate(int argc, char **argv)
     eng_diag diag;
     eng_diag_init(&diag);
     eng_model *m = NULL;
-    eng_session *s = NULL;
-    eng_sampler *sampler = NULL;
+    eng_gen *gen = NULL;
     eng_tok *tok = NULL;
     eng_tok_text text = {0};
     FILE *dump = NULL;
     int64_t *ids = NULL;
-    double *step_ms = NULL;
     size_t n_ids = 0;
     const char *finish = "length";
 
@@ -281,69 +280,56 @@ int cmd_generate(int argc, char **argv)
                      (long long)o.max_tokens, (long long)eng_model_max_context(m));
         goto out;
     }
-    s = eng_session_new(m, ctx, &diag);
-    if (!s)
-        goto out;
-    if (o.dump && !(dump = fopen(o.dump, "wb"))) {
-        eng_diag_add(&diag, "--dump-logits: cannot create '%s': %s", o.dump, strerror(errno));
-        goto out;
-    }
-    sampler = eng_sampler_new(&o.sampling, (size_t)V);
-    if (!sampler) {
-        eng_diag_add(&diag, "out of memory for the sampler");
-        goto out;
-    }
     for (size_t i = 0; i < o.n_prompt; i++)
         if (o.prompt[i] >= V) {
             eng_diag_add(&diag, "--prompt-ids: id %lld is outside the vocabulary [0, %lld)", (long long)o.prompt[i],
                          (long long)V);
             goto out;
         }
-    for (size_t i = 0; i < o.n_prompt; i++) {
-        int32_t id = (int32_t)o.prompt[i];
-        eng_sampler_accept_prompt(sampler, &id, 1);
-    }
-    eng_session_set_greedy(s, eng_sampler_is_greedy(sampler));
-    ids = malloc((size_t)o.max_tokens * sizeof *ids);
-    step_ms = malloc((size_t)o.max_tokens * sizeof *step_ms);
-    if (!ids || !step_ms) {
-        eng_diag_add(&diag, "out of memory");
-        goto out;
-    }
-
-    const float *logits = NULL;
-    double t1 = now_ms();
-    if (eng_session_feed(s, o.prompt, o.n_prompt, &logits, &diag) != 0)
-        goto out;
-    double prefill_ms = now_ms() - t1;
-    double decode_total = 0;
-    for (;;) {
-        if (dump && fwrite(logits, sizeof(float), (size_t)V, dump) != (size_t)V) {
-            eng_diag_add(&diag, "--dump-logits: write to '%s' failed", o.dump);
-            goto out;
-        }
-        int64_t next = eng_sampler_sample_known(sampler, logits, eng_session_argmax(s));
-        ids[n_ids++] = next;
-        /* teacher forcing compares runtimes step by step, so it never stops early */
-        if (!o.n_teacher && eng_model_is_eos(m, next)) {
-            finish = "stop";
-            break;
-        }
-        if ((int64_t)n_ids >= o.max_tokens)
-            break;
-        int64_t feed = o.n_teacher ? o.teacher[n_ids - 1] : next;
-        if (feed >= V) {
-            eng_diag_add(&diag, "--teacher-ids: id %lld is outside the vocabulary [0, %lld)", (long long)feed,
+    for (size_t i = 0; i < o.n_teacher; i++)
+        if (o.teacher[i] >= V) {
+            eng_diag_add(&diag, "--teacher-ids: id %lld is outside the vocabulary [0, %lld)", (long long)o.teacher[i],
                          (long long)V);
             goto out;
         }
-        eng_sampler_accept(sampler, (int32_t)feed);
-        double ts = now_ms();
-        if (eng_session_feed(s, &feed, 1, &logits, &diag) != 0)
-            goto out;
-        step_ms[n_ids - 1] = now_ms() - ts;
-        decode_total += step_ms[n_ids - 1];
+    /* The text is decoded from the ids at the end (special tokens included), so no detokenizer here. */
+    eng_gen_params gp = {.prompt = o.prompt, .n_prompt = o.n_prompt, .max_tokens = o.max_tokens, .capacity = ctx,
+                         .sampling = o.sampling, .teacher = o.n_teacher ? o.teacher : NULL, .n_teacher = o.n_teacher};
+    gen = eng_gen_new(m, &gp, &diag);
+    if (!gen)
+        goto out;
+    if (o.dump && !(dump = fopen(o.dump, "wb"))) {
+        eng_diag_add(&diag, "--dump-logits: cannot create '%s': %s", o.dump, strerror(errno));
+        goto out;
     }
+    double prefill_ms = 0, decode_total = 0;
+    for (;;) {
+        double ts = now_ms();
+        if (eng_gen_step(&gen, 1, NULL, &diag) != 0)
+            goto out;
+        double ms = now_ms() - ts;
+        if (eng_gen_generated(gen) == 1)
+            prefill_ms = ms;
+        else
+            decode_total += ms;
+        const float *logits = eng_gen_logits(gen);
+        if (dump && logits && fwrite(logits, sizeof(float), (size_t)V, dump) != (size_t)V) {
+            eng_diag_add(&diag, "--dump-logits: write to '%s' failed", o.dump);
+            goto out;
+        }
+        if (eng_gen_state(gen) != ENG_GEN_RUNNING)
+            break;
+    }
+    if (eng_gen_state(gen) == ENG_GEN_STOP)
+        finish = "stop";
+    n_ids = (size_t)eng_gen_generated(gen);
+    ids = malloc((n_ids + 1) * sizeof *ids);
+    if (!ids) {
+        eng_diag_add(&diag, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n_ids; i++)
+        ids[i] = eng_gen_ids(gen)[i];
     size_t n_steps = n_ids - 1;
     double decode_ms = n_steps ? decode_total / (double)n_steps : 0.0;
     if (dump && fclose(dump) != 0) {
@@ -393,13 +379,11 @@ out:
         fclose(dump);
     eng_diag_print(&diag, stderr, "qwen3d: " CMD);
     eng_diag_clear(&diag);
-    eng_sampler_free(sampler);
+    eng_gen_free(gen);
     eng_tok_text_free(&text);
     eng_tok_free(tok);
-    eng_session_free(s);
     eng_model_free(m);
     free(ids);
-    free(step_ms);
     free(o.prompt);
     free(o.teacher);
     return rc;

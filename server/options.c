@@ -63,10 +63,18 @@ static const opt_def OPTS[] = {
     INT("drain-delay", drain_delay, 0, 3600, "S",
         "on SIGTERM, first answer /health/ready 503 for S s while serving on (default 5; 0: drain at once)"),
     INT("drain-timeout", drain_timeout, 0, 3600, "S", "then, time given to running requests (default 30)"),
-    INT("prefill-chunk", prefill_chunk, 1, 1 << 20, "N", "prompt tokens per scheduling step (default 256)"),
+    INT("prefill-chunk", prefill_chunk, 1, 1 << 20, "N", "prompt tokens per scheduling step at most (default 512)"),
+    INT("max-step-ms", max_step_ms, 0, 600000, "MS",
+        "while streams decode, prompt tokens per step fit this step time (default 0: twice the decode step, "
+        "at least 50 ms)"),
     STR("cpus", cpus, "LIST", "run on these CPUs only, e.g. 0-3,8; memory from their NUMA nodes (default: all)"),
     INT("numa-node", numa_node, 0, CLI_NUMA_NODE_MAX, "N",
         "run on NUMA node N's CPUs, memory bound to node N (default: none)"),
+    INT("prefix-cache-bytes", prefix_cache_bytes, 0, INT64_MAX, "BYTES",
+        "KV bytes the prompt-prefix cache keeps, inside --kv-budget (default 0: a quarter of the budget, "
+        "or 1 GiB without one)"),
+    INT("prefix-min-tokens", prefix_min_tokens, 1, 1 << 20, "N", "shortest prompt the prefix cache keeps (default 64)"),
+    FLAG("no-prefix-cache", no_prefix_cache, "do not keep or reuse prompt prefixes"),
     FLAG("log-prompts", log_prompts, "log prompt and completion text (off by default)"),
     FLAG("no-webui", no_webui, "do not serve the chat page (/), the status page (/status) or /status.json"),
     STR("log-level", log_level, "LEVEL", "debug, info, warn or error (default info)"),
@@ -295,9 +303,10 @@ int srv_config_parse(int argc, char **argv, srv_config *cfg)
     cfg->drain_timeout = 30;
     cfg->linger_time = 10;
     cfg->linger_bytes = 64 << 20;
-    cfg->prefill_chunk = 256;
+    cfg->prefill_chunk = 512;
     cfg->kv_budget = -1;
     cfg->numa_node = -1;
+    cfg->prefix_min_tokens = 64;
     const char *config_path = NULL;
     int rc = parse_argv(argc, argv, cfg, true, &config_path);
     if (!rc && config_path)

@@ -40,7 +40,11 @@ typedef struct srv_config {
     int64_t drain_timeout;  /* --drain-timeout seconds, default 30 */
     int64_t linger_time;    /* --linger-time seconds an early refusal reads the rest of a body, default 10 */
     int64_t linger_bytes;   /* --linger-bytes it reads at most, default 64 MiB */
-    int64_t prefill_chunk;  /* --prefill-chunk tokens, default 256 */
+    int64_t prefill_chunk;  /* --prefill-chunk tokens, default 512 */
+    int64_t max_step_ms;    /* --max-step-ms, 0: twice the decode step */
+    int64_t prefix_cache_bytes; /* 0: a quarter of the KV budget */
+    int64_t prefix_min_tokens;
+    bool no_prefix_cache;
     bool log_prompts;       /* --log-prompts */
     bool no_webui;          /* --no-webui: no chat page, status page or /status.json */
     char *log_level;        /* --log-level debug|info|warn|error */

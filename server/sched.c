@@ -1,5 +1,5 @@
 /*
- * sched: the compute thread, the job queue and the round-robin scheduler
+ * sched: the compute thread, the job queue and the batching scheduler
  * (see sched.h).
  *
  * Thread rules:
@@ -8,9 +8,9 @@
  *    srv_job_cancel and srv_job_take, and runs the job callbacks and the
  *    loaded callback from the async handle.
  *  - The compute thread loads the model and the tokenizer, owns every
- *    eng_session, eng_sampler, eng_stop and eng_tok_stream (the `slot`s),
- *    and is the only caller of eng_session_feed, so one session runs on the
- *    pool at a time. It touches no socket and no uv handle except through
+ *    eng_gen (the `slot`s: session, sampler, stop strings, detokenizer) and
+ *    is the only caller of eng_gen_step, so one step runs on the pool at a
+ *    time. It touches no socket and no uv handle except through
  *    uv_async_send.
  *  - The compute pool's workers run only the slices of plan steps the
  *    compute thread hands them.
@@ -39,8 +39,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/gen.h"
 #include "engine/runner.h"
-#include "engine/stop.h"
 #include "server/error.h"
 #include "server/log.h"
 
@@ -69,6 +69,25 @@
 #define STALL_CAP_S 15.0 /* the cap without systemd's watchdog: half the shipped unit's WatchdogSec */
 #define STALL_HISTORY 32
 
+/*
+ * The prompt budget of a step. Decode rows always run (every running stream
+ * gets its next token each step); prompt tokens fill the rest of the step:
+ *  - no stream decoding: up to --prefill-chunk, since nobody waits on the
+ *    step but the prompts themselves (a lone request's TTFT);
+ *  - streams decoding: as many as fit the step target (--max-step-ms, or
+ *    twice the decode step, at least STEP_TARGET_MIN_S) from the measured
+ *    cost of a decode step of that many rows and of one prompt token, but
+ *    at least PROMPT_MIN_TOKENS, so prompts advance under any decode load.
+ * Prompt tokens go to the prefilling jobs oldest first. So a flood of long
+ * prompts slows the running streams by a bounded factor, and a crowd of
+ * streams cannot hold a new prompt back.
+ */
+#define STEP_MODEL_ROWS 256
+#define STEP_TARGET_MIN_S 0.050
+#define PROMPT_MIN_TOKENS 8
+#define PROMPT_FIRST_TOKENS 32 /* before a prompt token's cost is measured */
+#define EWMA 0.2
+
 typedef enum job_state { JOB_NEW, JOB_WAITING, JOB_RUNNING, JOB_DONE } job_state;
 
 struct srv_job {
@@ -85,6 +104,7 @@ struct srv_job {
     double deadline;
     double t_received;
     char *id;
+    char *scope;
     uint64_t kv_need;            /* KV bytes its session reserves; set by submit, then immutable */
     /* loop thread only */
     srv_job_fn fn;
@@ -99,6 +119,7 @@ struct srv_job {
     char *text;                  /* new text not yet taken */
     size_t len, cap;
     int64_t n_generated;
+    int64_t n_cached;
     srv_finish finish;
     char message[160];
     double t_submit, t_admit, t_first, t_last, t_end;
@@ -134,6 +155,14 @@ struct srv_sched {
     char load_message[512];
     bool closed, stopping;
 
+    eng_prefix *prefix;                 /* compute thread only; NULL: off */
+    bool prefix_made;                   /* compute thread only */
+    eng_prefix_stats prefix_st;         /* under mu: a copy after each step */
+
+    /* step times, for the prompt budget (compute thread only): EWMAs in seconds */
+    double dec_s[STEP_MODEL_ROWS + 1]; /* a decode-only step of B rows (0: not measured yet) */
+    double tok_s;                      /* one more prompt token in a step (0: not measured yet) */
+
     /* the heartbeat: the compute thread writes, the loop reads */
     atomic_uint_fast64_t beat_start_ns;  /* CLOCK_MONOTONIC when the current step began; 0 between steps */
     atomic_uint_fast64_t beat_tokens;    /* the tokens it feeds */
@@ -143,17 +172,10 @@ struct srv_sched {
     bool stuck_logged;                   /* loop thread only */
 };
 
-/* One running job and the engine objects that generate it (compute thread only). */
+/* One running job and the generation that produces it (compute thread only). */
 typedef struct slot {
     srv_job *job;
-    eng_session *sess;
-    eng_sampler *samp;
-    eng_stop *stop;
-    eng_tok_stream *ts;
-    size_t fed;                  /* prompt ids fed so far */
-    bool prefilled, stopped;
-    int64_t last;                /* the last sampled id, fed by the next step */
-    int64_t n_gen;
+    eng_gen *gen;                /* NULL until set up */
     double t_admit, t_first, t_prev;
 } slot;
 
@@ -191,8 +213,9 @@ srv_job *srv_job_new(const srv_job_params *p, srv_job_fn fn, void *user)
     j->prompt = malloc((p->n_prompt ? p->n_prompt : 1) * sizeof *j->prompt);
     j->prompt32 = malloc((p->n_prompt ? p->n_prompt : 1) * sizeof *j->prompt32);
     j->id = strdup(p->id ? p->id : "-");
+    j->scope = strdup(p->scope ? p->scope : "");
     j->stop = calloc(p->n_stop ? p->n_stop : 1, sizeof *j->stop);
-    if (!j->prompt || !j->prompt32 || !j->id || !j->stop)
+    if (!j->prompt || !j->prompt32 || !j->id || !j->scope || !j->stop)
         goto fail;
     for (size_t i = 0; i < p->n_prompt; i++) {
         j->prompt[i] = p->prompt[i];
@@ -225,6 +248,7 @@ void srv_job_release(srv_job *j)
         free(j->stop[i]);
     free(j->stop);
     free(j->id);
+    free(j->scope);
     free(j->text);
     free(j);
 }
@@ -331,6 +355,7 @@ void srv_job_take(srv_job *j, srv_job_update *u)
     j->len = j->cap = 0;
     u->n_prompt = (int64_t)j->n_prompt;
     u->n_generated = j->n_generated;
+    u->n_cached = j->n_cached;
     u->done = j->state == JOB_DONE;
     u->finish = j->finish;
     snprintf(u->message, sizeof u->message, "%s", j->message);
@@ -642,31 +667,31 @@ out:
 
 static void slot_free(slot *sl)
 {
-    eng_session_free(sl->sess);
-    eng_sampler_free(sl->samp);
-    eng_stop_free(sl->stop);
-    eng_tok_stream_free(sl->ts);
+    eng_gen_free(sl->gen);
     memset(sl, 0, sizeof *sl);
 }
 
-/* Creates the engine objects of a newly admitted job; returns a message on failure. */
-static const char *slot_setup(srv_sched *s, slot *sl)
+/* Creates the generation of a newly admitted job; false with MSG on failure. */
+static bool slot_setup(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
 {
     srv_job *j = sl->job;
     eng_diag diag;
     eng_diag_init(&diag);
-    sl->sess = eng_session_new(s->model, job_capacity(s, (int64_t)j->n_prompt + j->max_tokens), &diag);
+    eng_gen_params p = {.prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
+                        .capacity = job_capacity(s, (int64_t)j->n_prompt + j->max_tokens), .sampling = j->sampling,
+                        .stop = (const char *const *)j->stop, .n_stop = j->n_stop, .tok = s->tok};
+    p.prefix = s->prefix;
+    p.scope = j->scope;
+    sl->gen = eng_gen_new(s->model, &p, &diag);
+    if (!sl->gen)
+        snprintf(msg, msg_cap, "%s", diag.n_kept ? diag.lines[0] : "out of memory for a session");
     eng_diag_clear(&diag);
-    sl->samp = eng_sampler_new(&j->sampling, (size_t)s->info.vocab);
-    if (sl->sess && sl->samp)
-        eng_session_set_greedy(sl->sess, eng_sampler_is_greedy(sl->samp));
-    sl->stop = eng_stop_new((const char *const *)j->stop, j->n_stop);
-    sl->ts = eng_tok_stream_new(s->tok, true);
-    if (!sl->sess || !sl->samp || !sl->stop || !sl->ts)
-        return "out of memory for a session";
-    if (eng_sampler_accept_prompt(sl->samp, j->prompt32, j->n_prompt) != 0)
-        return "prompt token id outside the vocabulary";
-    return NULL;
+    if (sl->gen) {
+        pthread_mutex_lock(&s->mu);
+        j->n_cached = (int64_t)eng_gen_reused(sl->gen);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return sl->gen != NULL;
 }
 
 /* Publishes new text (and the token count) to the loop. */
@@ -675,7 +700,7 @@ static void publish(srv_sched *s, slot *sl, const char *text, size_t len)
     srv_job *j = sl->job;
     pthread_mutex_lock(&s->mu);
     bool ok = append_text(j, text, len);
-    j->n_generated = sl->n_gen;
+    j->n_generated = sl->gen ? eng_gen_generated(sl->gen) : 0;
     j->t_first = sl->t_first;
     j->t_last = sl->t_prev;
     if (len && ok)
@@ -685,36 +710,14 @@ static void publish(srv_sched *s, slot *sl, const char *text, size_t len)
         wake_loop(s);
 }
 
-/* Passes a detokenized piece through the stop strings; returns true when one matched. */
-static bool emit_piece(srv_sched *s, slot *sl, const char *piece, size_t len)
-{
-    if (sl->stopped)
-        return true;
-    const char *out = NULL;
-    size_t out_len = 0;
-    int r = eng_stop_feed(sl->stop, piece, len, &out, &out_len);
-    if (r < 0)
-        return false;
-    publish(s, sl, out, out_len);
-    if (r == 1)
-        sl->stopped = true;
-    return sl->stopped;
-}
-
-/* Ends the job of SL: flushes held-back text when the generation ended on its own. */
+/* Ends the job of SL. A deadline still releases the text held back for stop strings. */
 static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *message)
 {
     srv_job *j = sl->job;
-    bool flush = why == SRV_FINISH_STOP || why == SRV_FINISH_LENGTH || why == SRV_FINISH_DEADLINE;
-    if (flush && sl->ts && sl->stop && !sl->stopped) {
-        const char *t = NULL;
-        size_t n = 0;
-        if (eng_tok_stream_finish(sl->ts, &t, &n) == 0 && n)
-            emit_piece(s, sl, t, n);
-        if (!sl->stopped) {
-            eng_stop_finish(sl->stop, &t, &n);
-            publish(s, sl, t, n);
-        }
+    if (why == SRV_FINISH_DEADLINE && sl->gen) {
+        eng_gen_end(sl->gen);
+        const eng_gen_event *ev = eng_gen_last(sl->gen);
+        publish(s, sl, ev->text, ev->len);
     }
     pthread_mutex_lock(&s->mu);
     list_remove(&s->running, j);
@@ -722,7 +725,7 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *mess
     j->finish = why;
     if (message)
         snprintf(j->message, sizeof j->message, "%s", message);
-    j->n_generated = sl->n_gen;
+    j->n_generated = sl->gen ? eng_gen_generated(sl->gen) : 0;
     j->t_admit = sl->t_admit;
     j->t_first = sl->t_first;
     j->t_last = sl->t_prev;
@@ -736,96 +739,191 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *mess
     srv_job_release(j);
 }
 
-/* The ids the next step of SL feeds: a prefill chunk, or the last sampled id. */
-static size_t step_tokens(const srv_sched *s, const slot *sl)
+/* The measured time of a decode-only step of ROWS rows (the nearest measured size below), 0 if none. */
+static double decode_time(const srv_sched *s, size_t rows)
 {
-    if (sl->prefilled)
-        return 1;
-    size_t n = sl->job->n_prompt - sl->fed;
-    if (s->opts.prefill_chunk > 0 && n > (size_t)s->opts.prefill_chunk)
-        n = (size_t)s->opts.prefill_chunk;
+    if (rows > STEP_MODEL_ROWS)
+        rows = STEP_MODEL_ROWS;
+    for (size_t b = rows; b > 0; b--)
+        if (s->dec_s[b] > 0)
+            return s->dec_s[b] * (double)rows / (double)b;
+    return 0;
+}
+
+static size_t prompt_budget(const srv_sched *s, size_t decoding)
+{
+    size_t cap = s->opts.prefill_chunk > 0 ? (size_t)s->opts.prefill_chunk : SIZE_MAX;
+    if (!decoding)
+        return cap == SIZE_MAX ? 0 : cap;
+    double dec = decode_time(s, decoding);
+    if (dec <= 0 || s->tok_s <= 0)
+        return cap < PROMPT_FIRST_TOKENS ? cap : PROMPT_FIRST_TOKENS;
+    double target = s->opts.step_target > 0 ? s->opts.step_target : 2 * dec;
+    if (target < STEP_TARGET_MIN_S)
+        target = STEP_TARGET_MIN_S;
+    double fit = (target - dec) / s->tok_s;
+    size_t n = fit < PROMPT_MIN_TOKENS ? PROMPT_MIN_TOKENS : fit > (double)cap ? cap : (size_t)fit;
     return n;
 }
 
+static void ewma(double *v, double x)
+{
+    *v = *v > 0 ? *v + EWMA * (x - *v) : x;
+}
+
+/* Learns from a step of DEC decode rows and PROMPT prompt tokens that took T seconds. */
+static void learn_step(srv_sched *s, size_t dec, size_t prompt, double t)
+{
+    if (!prompt) {
+        if (dec)
+            ewma(&s->dec_s[dec < STEP_MODEL_ROWS ? dec : STEP_MODEL_ROWS], t);
+        return;
+    }
+    double base = decode_time(s, dec ? dec : 1);
+    if (base > 0 && t > base)
+        ewma(&s->tok_s, (t - base) / (double)prompt);
+}
+
+/* The ids the next step feeds: one per decoding slot, and prompt ids within BUDGET (0: no limit). */
+static size_t step_tokens(const slot *slots, int n, size_t budget)
+{
+    size_t dec = 0, prompt = 0;
+    for (int i = 0; i < n; i++) {
+        if (eng_gen_prefilled(slots[i].gen))
+            dec++;
+        else
+            prompt += slots[i].job->n_prompt - eng_gen_prompt_fed(slots[i].gen);
+    }
+    return dec + (budget && prompt > budget ? budget : prompt);
+}
+
 /*
- * One step of SL: a prefill chunk, or the feed of the last sampled id;
- * after the last prefill chunk and after each decode feed, one id is
- * sampled. Returns the reason the job ended, or SRV_FINISH_NONE.
+ * After a step: the metrics and the delivery of what SL's generation
+ * produced. Returns the reason its job ended, or SRV_FINISH_NONE.
  */
-static srv_finish step(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
+static srv_finish after_step(srv_sched *s, slot *sl, double now, char *msg, size_t msg_cap)
 {
     srv_job *j = sl->job;
-    const float *logits = NULL;
+    const eng_gen_event *ev = eng_gen_last(sl->gen);
+    if (ev->prefilled)
+        srv_metrics_prompt_tokens(s->metrics, j->n_prompt);
+    if (ev->token >= 0) {
+        if (eng_gen_generated(sl->gen) == 1) {
+            sl->t_first = now;
+            srv_metrics_ttft(s->metrics, now - j->t_received);
+            srv_metrics_prefill(s->metrics, now - sl->t_admit);
+        } else {
+            srv_metrics_inter_token(s->metrics, now - sl->t_prev);
+        }
+        sl->t_prev = now;
+        srv_metrics_generation_tokens(s->metrics, 1);
+    }
+    publish(s, sl, ev->text, ev->len);
+    switch (ev->finish) {
+    case ENG_GEN_RUNNING: return SRV_FINISH_NONE;
+    case ENG_GEN_STOP: return SRV_FINISH_STOP;
+    case ENG_GEN_LENGTH: return SRV_FINISH_LENGTH;
+    case ENG_GEN_ERROR:
+    case ENG_GEN_ENDED: break;
+    }
+    snprintf(msg, msg_cap, "%s", *eng_gen_error(sl->gen) ? eng_gen_error(sl->gen) : "the engine failed");
+    return SRV_FINISH_ERROR;
+}
+
+/*
+ * One engine step for every running slot, batched: each prefilled
+ * generation decodes one id, and generations still reading their prompt
+ * share the step's prompt budget (prompt_budget, see PROMPT_MIN_TOKENS) in
+ * the order they were admitted. Ended jobs are finished and removed;
+ * returns the new slot count.
+ */
+static int step_all(srv_sched *s, slot *slots, int n, eng_gen **gens, uint64_t *kv_used)
+{
+    size_t decoding = 0;
+    for (int i = 0; i < n; i++) {
+        gens[i] = slots[i].gen;
+        decoding += eng_gen_prefilled(slots[i].gen);
+    }
+    eng_gen_budget budget = {.prefill_tokens = prompt_budget(s, decoding)};
     eng_diag diag;
     eng_diag_init(&diag);
-    int rc;
-    if (!sl->prefilled) {
-        size_t n = step_tokens(s, sl);
-        rc = eng_session_feed(sl->sess, j->prompt + sl->fed, n, &logits, &diag);
-        sl->fed += n;
-        if (rc == 0 && sl->fed < j->n_prompt) {
-            eng_diag_clear(&diag);
-            return SRV_FINISH_NONE;
-        }
-        if (rc == 0) {
-            sl->prefilled = true;
-            srv_metrics_prompt_tokens(s->metrics, j->n_prompt);
-        }
-    } else {
-        if (eng_session_length(sl->sess) >= eng_session_capacity(sl->sess)) {
-            eng_diag_clear(&diag);
-            return SRV_FINISH_LENGTH;
-        }
-        rc = eng_session_feed(sl->sess, &sl->last, 1, &logits, &diag);
-    }
-    if (rc != 0) {
-        snprintf(msg, msg_cap, "%s", diag.n_kept ? diag.lines[0] : "the engine failed");
-        eng_diag_clear(&diag);
-        return SRV_FINISH_ERROR;
-    }
-    eng_diag_clear(&diag);
-
-    int32_t id = eng_sampler_sample_known(sl->samp, logits, eng_session_argmax(sl->sess));
-    eng_sampler_accept(sl->samp, id);
+    beat_begin(s, step_tokens(slots, n, budget.prefill_tokens));
+#ifdef QD_TEST_HOOKS
+    test_stall();
+#endif
+    double t0 = srv_now();
+    eng_gen_step(gens, (size_t)n, &budget, &diag);
     double now = srv_now();
-    sl->n_gen++;
-    if (sl->n_gen == 1) {
-        sl->t_first = now;
-        srv_metrics_ttft(s->metrics, now - j->t_received);
-        srv_metrics_prefill(s->metrics, now - sl->t_admit);
-    } else {
-        srv_metrics_inter_token(s->metrics, now - sl->t_prev);
+    beat_end(s);
+    eng_diag_clear(&diag);
+    size_t fed = 0;
+    for (int i = 0; i < n; i++)
+        fed += eng_gen_last(slots[i].gen)->prompt_fed;
+    learn_step(s, decoding, fed, now - t0);
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        char msg[160] = "";
+        srv_finish f = after_step(s, &slots[i], now, msg, sizeof msg);
+        if (f == SRV_FINISH_NONE) {
+            slots[kept++] = slots[i];
+            continue;
+        }
+        *kv_used -= slots[i].job->kv_need;
+        slot_finish(s, &slots[i], f, f == SRV_FINISH_ERROR ? msg : NULL);
     }
-    sl->t_prev = now;
-    srv_metrics_generation_tokens(s->metrics, 1);
-    sl->last = id;
-    if (eng_model_is_eos(s->model, id)) {
-        publish(s, sl, NULL, 0);
-        return SRV_FINISH_STOP;
-    }
-    const char *piece = NULL;
-    size_t len = 0;
-    if (eng_tok_stream_put(sl->ts, id, &piece, &len) != 0) {
-        /* An id the tokenizer does not know (the model's vocabulary is
-         * padded past the tokenizer's): it decodes to nothing. */
-        piece = "";
-        len = 0;
-    }
-    if (emit_piece(s, sl, piece, len))
-        return SRV_FINISH_STOP;
-    if (!len)
-        publish(s, sl, NULL, 0);
-    if (sl->n_gen >= j->max_tokens)
-        return SRV_FINISH_LENGTH;
-    return SRV_FINISH_NONE;
+    return kept;
+}
+
+/*
+ * The prefix cache, made at the first admission (mu held): by then the
+ * loop has set the KV budget the daemon derived once the model was loaded,
+ * whose quarter is the cache's default budget.
+ */
+static void make_prefix(srv_sched *s)
+{
+    if (s->prefix_made)
+        return;
+    s->prefix_made = true;
+    if (s->opts.no_prefix_cache)
+        return;
+    uint64_t bytes = s->opts.prefix_bytes ? s->opts.prefix_bytes
+                     : s->opts.kv_budget ? s->opts.kv_budget / 4 : (uint64_t)1 << 30;
+    size_t min = s->opts.prefix_min > 0 ? (size_t)s->opts.prefix_min : 64;
+    s->prefix = eng_prefix_new(s->model, bytes, min);
+    if (!s->prefix)
+        srv_log(SRV_LOG_WARN, "prefix_cache_off", "reason=\"out of memory\"");
+    else
+        srv_log(SRV_LOG_INFO, "prefix_cache", "bytes=%llu min_tokens=%zu", (unsigned long long)bytes, min);
+}
+
+static uint64_t prefix_bytes(const srv_sched *s)
+{
+    eng_prefix_stats st = {0};
+    if (s->prefix)
+        eng_prefix_get_stats(s->prefix, &st);
+    return st.bytes;
+}
+
+void srv_sched_prefix_stats(srv_sched *s, eng_prefix_stats *out)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = s->prefix_st;
+    pthread_mutex_unlock(&s->mu);
 }
 
 static void update_gauges(srv_sched *s, const slot *slots, int n)
 {
+    if (s->prefix) {
+        eng_prefix_stats st;
+        eng_prefix_get_stats(s->prefix, &st);
+        pthread_mutex_lock(&s->mu);
+        s->prefix_st = st;
+        pthread_mutex_unlock(&s->mu);
+    }
     uint64_t bytes = 0;
     for (int i = 0; i < n; i++)
-        if (slots[i].sess)
-            bytes += eng_session_kv_bytes_committed(slots[i].sess);
+        if (slots[i].gen)
+            bytes += eng_session_kv_bytes_committed(eng_gen_session(slots[i].gen));
     srv_metrics_set_sessions(s->metrics, n, bytes);
 }
 
@@ -837,7 +935,12 @@ static void *compute_main(void *arg)
         return NULL;
     int cap = s->opts.parallel;
     slot *slots = calloc((size_t)cap, sizeof *slots);
-    if (!slots) {
+    eng_gen **gens = calloc((size_t)cap, sizeof *gens);
+    if (!slots || !gens) {
+        free(slots);
+        free(gens);
+        eng_prefix_free(s->prefix);
+        s->prefix = NULL;
         srv_log(SRV_LOG_ERROR, "compute_failed", "error=\"out of memory\"");
         pthread_mutex_lock(&s->mu);
         s->closed = true;
@@ -846,7 +949,7 @@ static void *compute_main(void *arg)
         wake_loop(s);
         return NULL;
     }
-    int n = 0, rr = 0;
+    int n = 0;
     int last_waiting = -1;
     uint64_t kv_used = 0;        /* kv_need of the jobs in slots */
     for (;;) {
@@ -854,10 +957,17 @@ static void *compute_main(void *arg)
         int admitted = 0;
         while (n < cap && s->waiting.head) {
             srv_job *j = s->waiting.head;
+            make_prefix(s);
             /* First come, first served: a job that does not fit the budget
              * yet holds the ones behind it back too. */
-            if (s->opts.kv_budget && n > 0 && kv_used + j->kv_need > s->opts.kv_budget)
-                break;
+            if (s->opts.kv_budget && kv_used + j->kv_need + prefix_bytes(s) > s->opts.kv_budget) {
+                /* The prefix cache lives inside the KV budget: it gives way to a running session. */
+                uint64_t room = s->opts.kv_budget > kv_used + j->kv_need ? s->opts.kv_budget - kv_used - j->kv_need : 0;
+                if (s->prefix)
+                    eng_prefix_shrink(s->prefix, room);
+                if (n > 0 && kv_used + j->kv_need + prefix_bytes(s) > s->opts.kv_budget)
+                    break;
+            }
             kv_used += j->kv_need;
             list_remove(&s->waiting, j);
             list_push(&s->running, j);
@@ -897,12 +1007,12 @@ static void *compute_main(void *arg)
             slot *sl = &slots[i];
             srv_job *j = sl->job;
             srv_finish why = (srv_finish)atomic_load(&j->cancel);
-            const char *msg = NULL;
+            char msg[160] = "";
             if (!why && j->deadline > 0 && now >= j->deadline)
                 why = SRV_FINISH_DEADLINE;
-            if (!why && !sl->sess) {
+            if (!why && !sl->gen) {
                 srv_metrics_queue_wait(s->metrics, sl->t_admit - j->t_submit);
-                if ((msg = slot_setup(s, sl)))
+                if (!slot_setup(s, sl, msg, sizeof msg))
                     why = SRV_FINISH_ERROR;
             }
             if (!why) {
@@ -910,38 +1020,23 @@ static void *compute_main(void *arg)
                 continue;
             }
             kv_used -= j->kv_need;
-            slot_finish(s, sl, why, msg);
+            slot_finish(s, sl, why, why == SRV_FINISH_ERROR ? msg : NULL);
             memmove(&slots[i], &slots[i + 1], (size_t)(n - i - 1) * sizeof *slots);
             n--;
-            if (i < rr)
-                rr--;
         }
         if (n == 0) {
             update_gauges(s, slots, 0);
             continue;
         }
-        if (rr >= n)
-            rr = 0;
-        char msg[160] = "";
-        beat_begin(s, step_tokens(s, &slots[rr]));
-#ifdef QD_TEST_HOOKS
-        test_stall();
-#endif
-        srv_finish f = step(s, &slots[rr], msg, sizeof msg);
-        beat_end(s);
-        if (f != SRV_FINISH_NONE) {
-            kv_used -= slots[rr].job->kv_need;
-            slot_finish(s, &slots[rr], f, f == SRV_FINISH_ERROR ? msg : NULL);
-            memmove(&slots[rr], &slots[rr + 1], (size_t)(n - rr - 1) * sizeof *slots);
-            n--;
-        } else {
-            rr++;
-        }
+        n = step_all(s, slots, n, gens, &kv_used);
         update_gauges(s, slots, n);
     }
     update_gauges(s, slots, 0);
     srv_metrics_set_waiting(s->metrics, 0);
     free(slots);
+    free(gens);
+    eng_prefix_free(s->prefix);
+    s->prefix = NULL;
     return NULL;
 }
 

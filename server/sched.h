@@ -4,8 +4,8 @@
  * srv_sched_new() starts one compute thread that loads the model and its
  * tokenizer (so the compute pool's first participant, pinned by the pool, is
  * that thread), reports the result to the loop, then runs jobs: a bounded
- * FIFO of waiting jobs, up to `parallel` of them with a session each,
- * advanced one eng_session_feed at a time in round-robin order. Generated
+ * FIFO of waiting jobs, up to `parallel` of them with a session each, all
+ * advanced together, one batched eng_gen_step per step. Generated
  * text (after detokenization and stop strings) and the end of each job reach
  * the loop thread through a uv_async and a locked list; the compute thread
  * never touches a socket.
@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "engine/prefix.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
@@ -36,7 +37,21 @@ typedef struct srv_sched_opts {
     int parallel;         /* sessions generating at once (>= 1) */
     int queue;            /* jobs that may wait for a session (>= 0) */
     int64_t ctx;          /* longest sequence (prompt + generated); 0 = the model's context length */
-    int64_t prefill_chunk; /* prompt tokens per step, so a long prompt does not stall the others; 0 = whole prompt */
+    int64_t prefill_chunk; /* prompt tokens per step at most; 0 = no limit */
+    /*
+     * While streams decode, a step's prompt tokens are held to what keeps the
+     * step within this many seconds (from the measured step times); 0 = twice
+     * the decode step's own time, at least 50 ms.
+     */
+    double step_target;
+    /*
+     * The prompt-prefix cache (engine/prefix.h): its byte budget (0: a
+     * quarter of kv_budget, or 1 GiB without one), counted inside
+     * kv_budget, and the shortest prompt it keeps; off with no_prefix_cache.
+     */
+    uint64_t prefix_bytes;
+    int64_t prefix_min;
+    bool no_prefix_cache;
     uint64_t kv_budget;   /* KV bytes the running sessions may reserve together; 0 = no budget */
     double stall_cap;     /* seconds: no step may run longer and count as well (see srv_sched_beat); 0 = 15 */
 } srv_sched_opts;
@@ -83,6 +98,9 @@ void srv_sched_cancel_all(srv_sched *s);
 
 /* Jobs waiting and running now. */
 void srv_sched_counts(srv_sched *s, int *waiting, int *running);
+
+/* The prefix cache's figures (all zero without one). Any thread. */
+void srv_sched_prefix_stats(srv_sched *s, eng_prefix_stats *out);
 /* Whether a job submitted now would be refused with SRV_EFULL. */
 bool srv_sched_full(srv_sched *s);
 
@@ -138,6 +156,7 @@ typedef struct srv_job_params {
     double deadline;         /* srv_now() seconds; 0 = none */
     double t_received;       /* srv_now() when the request had fully arrived; TTFT counts from it (0: submission) */
     const char *id;          /* for logs; copied */
+    const char *scope;       /* whose cached prefixes it may reuse (the API key's name; NULL = ""); copied */
 } srv_job_params;
 
 /* Called on the loop thread when JOB has new text or has ended. */
@@ -160,6 +179,7 @@ typedef struct srv_job_update {
     char *text;             /* new text (malloc'd, caller frees; NULL when none) */
     size_t len;
     int64_t n_prompt, n_generated;
+    int64_t n_cached;       /* prompt tokens reused from the prefix cache */
     bool done;
     srv_finish finish;
     char message[160];      /* SRV_FINISH_ERROR: what failed */

@@ -181,6 +181,30 @@ clean-serve:
 	-rm -rf $(builddir)/tests/serve-model $(builddir)/tests/serve_api-work $(builddir)/tests/serve_ops-work
 .PHONY: clean-serve
 
+# Generations (engine/gen.h): the step loop against plain session feeds,
+# prefill chunks, stop strings and the limits.
+check_PROGRAMS += tests/test_gen
+tests_test_gen_SOURCES = tests/test_gen.c
+tests_test_gen_CFLAGS = $(TEST_CFLAGS)
+tests_test_gen_LDADD = $(TEST_LDADD)
+TESTS += tests/test_gen
+
+# Batch invariance: a generation's logits and ids alone and beside others,
+# on every kernel level the CPU runs.
+check_PROGRAMS += tests/test_batch
+tests_test_batch_SOURCES = tests/test_batch.c
+tests_test_batch_CFLAGS = $(TEST_CFLAGS)
+tests_test_batch_LDADD = $(TEST_LDADD)
+TESTS += tests/test_batch
+
+# The prompt-prefix cache: reused prefixes against cold prefills, eviction,
+# scopes, and a cancelled request's prefix.
+check_PROGRAMS += tests/test_prefix
+tests_test_prefix_SOURCES = tests/test_prefix.c
+tests_test_prefix_CFLAGS = $(TEST_CFLAGS)
+tests_test_prefix_LDADD = $(TEST_LDADD)
+TESTS += tests/test_prefix
+
 # Sessions of one model are isolated; freed sessions return their memory.
 check_PROGRAMS += tests/test_session
 tests_test_session_SOURCES = tests/test_session.c

@@ -117,6 +117,51 @@ START_TEST(many_sessions_are_independent)
 }
 END_TEST
 
+/* A prefix copied into a cache of another capacity lands at the same (token, head) places; a trimmed
+ * cache keeps its first rows and gives back the pages past them. */
+START_TEST(copy_prefix_and_trim)
+{
+    kv_geometry small = geo;
+    small.capacity = 300;
+    kv_cache *src = kv_new(&geo), *dst = kv_new(&small);
+    ck_assert_int_eq(kv_reserve_tokens(src, 200), 0);
+    int64_t hs = kv_head_stride(src), hd = kv_head_stride(dst);
+    for (int64_t l = 0; l < 3; l++)
+        for (int64_t h = 0; h < 2; h++)
+            for (int64_t i = 0; i < 200 * 64; i++) {
+                ((float *)kv_keys(src, l))[h * hs + i] = (float)(l * 1000000 + h * 100000 + i);
+                ((float *)kv_values(src, l))[h * hs + i] = -(float)(l * 1000000 + h * 100000 + i);
+            }
+    kv_set_length(src, 200);
+    ck_assert_int_eq(kv_copy_prefix(dst, src, 201), -1); /* more than src holds */
+    ck_assert_int_eq(kv_copy_prefix(dst, src, 150), 150 * 64 * 4 * 2 * 2 * 3);
+    ck_assert_int_eq(kv_length(dst), 150);
+    for (int64_t l = 0; l < 3; l++)
+        for (int64_t h = 0; h < 2; h++)
+            for (int64_t i = 0; i < 150 * 64; i++) {
+                ck_assert(((float *)kv_keys(dst, l))[h * hd + i] == (float)(l * 1000000 + h * 100000 + i));
+                ck_assert(((float *)kv_values(dst, l))[h * hd + i] == -(float)(l * 1000000 + h * 100000 + i));
+            }
+    kv_geometry f16 = geo;
+    f16.type = KV_F16;
+    kv_cache *other = kv_new(&f16);
+    ck_assert_int_eq(kv_copy_prefix(other, src, 10), -1); /* another element type */
+    kv_free(other);
+
+    uint64_t before = kv_bytes_committed(src);
+    kv_trim(src, 20);
+    ck_assert_int_eq(kv_length(src), 20);
+    ck_assert_uint_lt(kv_bytes_committed(src), before);
+    for (int64_t i = 0; i < 20 * 64; i++)
+        ck_assert(((float *)kv_keys(src, 2))[hs + i] == (float)(2 * 1000000 + 100000 + i));
+    /* rows past the kept ones can be committed and written again */
+    ck_assert_int_eq(kv_reserve_tokens(src, 200), 0);
+    ((float *)kv_values(src, 1))[hs + 199 * 64] = 1.0f;
+    kv_free(src);
+    kv_free(dst);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kvcache");
@@ -125,6 +170,7 @@ int main(void)
     tcase_add_test(tc, types_and_bad_geometry);
     tcase_add_test(tc, overflowing_geometry_refused);
     tcase_add_test(tc, many_sessions_are_independent);
+    tcase_add_test(tc, copy_prefix_and_trim);
     suite_add_tcase(s, tc);
     return qd_run_suite(s);
 }

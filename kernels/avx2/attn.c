@@ -408,7 +408,8 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const bool F16)
 /* Prefill: query rows in vector lanes                                         */
 
 /*
- * With several new tokens (S > 1) every set's rows share one kv head, and the
+ * With several new tokens (S > 1), or prompt rows (krn_gqa_args.prompt), every
+ * set's rows share one kv head, and the
  * set is processed with its rows in the lanes of two vectors: the queries are
  * transposed once to qt[d][row], so a score tile is a chain of FMAs of one
  * broadcast key element against the 16 rows' query elements (no horizontal
@@ -717,7 +718,7 @@ static bool one_head_one_range(const krn_gqa_args *a, const rowset *rs)
 
 static void run_set(const krn_gqa_args *a, const rowset *rs)
 {
-    if (a->seq > 1)
+    if (a->seq > 1 || a->prompt)
         run_set_lanes(a, rs);
     else if (one_head_one_range(a, rs))
         a->kv_type == KRN_KV_F16 ? attend_dec(a, rs, true) : attend_dec(a, rs, false);
@@ -761,7 +762,7 @@ void krn_avx2_gqa(const krn_gqa_args *a, size_t i_begin, size_t i_end)
     const size_t hpr = group < RMAX ? group : RMAX; /* heads per set */
     const size_t qb = RMAX / hpr;                    /* tokens per set */
     /* Token-major caches (a token's kv heads adjacent): decode passes span kv heads. */
-    if (a->seq == 1 && a->kv_tok_stride >= a->kv_head_stride) {
+    if (a->seq == 1 && !a->prompt && a->kv_tok_stride >= a->kv_head_stride) {
         run_token_heads(a, 0, i_begin, i_end - i_begin);
         return;
     }

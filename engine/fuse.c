@@ -1,0 +1,126 @@
+/*
+ * fuse: plan rewrites that run several graph steps as one, each keeping the
+ * unfused steps as the reference it is tested against (`--no-fusion`):
+ * an RMSNorm that quantizes its rows for its int8 MatMulNBits readers, and
+ * SiLU(gate) * up as one kernel.
+ *
+ * Threads: called while a plan is built, on the building thread.
+ */
+#include "engine/plan_internal.h"
+
+/* ---- plan ----------------------------------------------------------------------- */
+
+/* Number of steps reading value v (graph outputs count as one more reader). */
+static int readers(const eng_plan *p, int v)
+{
+    int n = p->vals[v].graph_output ? 1 : 0;
+    for (size_t i = 0; i < p->n_steps; i++)
+        for (int k = 0; k < p->steps[i].n_in; k++)
+            n += p->steps[i].in[k] == v;
+    return n;
+}
+
+int plan_producer_step(const eng_plan *p, int v)
+{
+    return p->vals[v].kind == PV_NODE ? p->vals[v].def : -1;
+}
+
+/* Step R is an int8-mode MatMulNBits whose A is value V. */
+static bool int8_mmnb_reading(const step *r, int v)
+{
+    return r->op && r->op == &op_matmulnbits && r->in[0] == v && r->p.mmnb.int8;
+}
+
+/*
+ * Plan rewrite: an RMSNorm (Simplified or SkipSimplifiedLayerNormalization
+ * over the last axis) whose output is read by int8-mode MatMulNBits nodes
+ * quantizes its rows itself, once, for all of them (the Qwen3 gate and up
+ * projections share one). Readers of another width or block size would need
+ * other records, so the fusion applies only when all int8 readers agree; any
+ * other reader just reads the float output, which is still written.
+ */
+void plan_fuse_norm_quant(eng_plan *p)
+{
+    for (size_t i = 0; i < p->n_steps; i++) {
+        step *ns = &p->steps[i];
+        if (!ns->op || (ns->op != &op_sln && ns->op != &op_skip_sln) || ns->out[0] < 0)
+            continue;
+        if (ns->op == &op_sln && ns->p.norm.axis != -1)
+            continue; /* the width per row is the last axis only when axis is -1 */
+        size_t k = 0, bs = 0, readers_n = 0;
+        bool agree = true;
+        for (size_t j = i + 1; j < p->n_steps; j++) {
+            const step *r = &p->steps[j];
+            if (!int8_mmnb_reading(r, ns->out[0]))
+                continue;
+            if (readers_n++ && (r->p.mmnb.w.k != k || r->p.mmnb.w.block_size != bs))
+                agree = false;
+            k = r->p.mmnb.w.k;
+            bs = r->p.mmnb.w.block_size;
+        }
+        if (!readers_n || !agree)
+            continue;
+        ns->p.norm.qa_block = bs;
+        ns->p.norm.qa_k = k;
+        for (size_t j = i + 1; j < p->n_steps; j++) {
+            step *r = &p->steps[j];
+            if (int8_mmnb_reading(r, ns->out[0])) {
+                r->p.mmnb.qa_from_norm = true;
+                snprintf(r->kernel, sizeof r->kernel, "%s%s (activations quantized by the norm)",
+                         p->krn.mmnb_i8.name, plan_pack_note(&r->p.mmnb.w));
+            }
+        }
+        size_t len = strlen(ns->kernel);
+        snprintf(ns->kernel + len, sizeof ns->kernel - len, " + %s", p->krn.quant_a8.name);
+    }
+}
+
+/*
+ * Plan rewrite: Mul(Mul(g, Sigmoid(g)), u) becomes one silu_mul step when the
+ * intermediate values have no other reader. The Sigmoid and the first Mul
+ * are deferred to the final Mul, which decides per run: equal float shapes
+ * run the fused kernel, anything else runs the three steps in order. The
+ * kernel rounds exactly like the three steps it replaces.
+ */
+void plan_fuse_silu(eng_plan *p)
+{
+    for (size_t i = 0; i < p->n_steps; i++) {
+        step *m2 = &p->steps[i];
+        if (m2->op != &op_mul)
+            continue;
+        for (int side = 0; side < 2; side++) {
+            int silu = m2->in[side], u = m2->in[1 - side];
+            int i1 = plan_producer_step(p, silu);
+            if (i1 < 0 || readers(p, silu) != 1)
+                continue;
+            step *m1 = &p->steps[i1];
+            if (m1->op != &op_mul)
+                continue;
+            for (int gs = 0; gs < 2; gs++) {
+                int gate = m1->in[gs], sig = m1->in[1 - gs];
+                int i0 = plan_producer_step(p, sig);
+                if (i0 < 0 || readers(p, sig) != 1 || p->steps[i0].op != &op_sigmoid ||
+                    p->steps[i0].in[0] != gate || gate == u)
+                    continue;
+                p->steps[i0].silu_head = (int)i;
+                m1->silu_head = (int)i;
+                m2->silu_gate = gate;
+                m2->silu_up = u;
+                m2->silu_steps[0] = i0;
+                m2->silu_steps[1] = i1;
+                /* The replaced steps are deferred to the fused one (which
+                 * runs them itself when shapes rule the fusion out), so
+                 * gate and the Sigmoid's output must live until then. */
+                if (!p->vals[gate].graph_output && p->vals[gate].last < (int)i)
+                    p->vals[gate].last = (int)i;
+                if (p->vals[sig].last < (int)i)
+                    p->vals[sig].last = (int)i;
+                snprintf(p->steps[i0].kernel, sizeof p->steps[i0].kernel, "fused into SiLU(gate) * up");
+                snprintf(m1->kernel, sizeof m1->kernel, "fused into SiLU(gate) * up");
+                snprintf(m2->kernel, sizeof m2->kernel, "%s (SiLU(gate) * up fused)", p->krn.silu_mul.name);
+                goto next;
+            }
+        }
+    next:;
+    }
+}

