@@ -14,7 +14,7 @@
 // warm-up (see rssBytes), every completed greedy output equals the
 // single-request one, no 5xx other than 503 queue_full, no request timed
 // out, and qwen3d_requests_total equals, per endpoint and code, what the
-// clients counted (see the 499/503 note in main). It prints a report and
+// clients counted (see the note on abandoned requests in main). It prints a report and
 // exits 0 when all of that holds, 1 otherwise.
 //
 // usage: node soak.js BASE_URL PID [SECONDS [CLIENTS]]
@@ -444,15 +444,18 @@ async function main() {
   const server = new Map();
   for (const s of m.samples)
     if (s.name === 'qwen3d_requests_total') server.set(`${s.labels.endpoint} ${s.labels.code}`, s.value);
-  // A plain request the client abandons may have been answered 503 (full
-  // queue) an instant before: the client counts a 499 the server counted as
-  // a 503. Per endpoint those two are compared as a sum, and the server may
-  // not have counted more 499s than the clients abandoned.
+  // A plain request the client abandons may have been answered an instant
+  // before the client gave up: 503 (full queue), or 200 when its generation
+  // had just ended. The client counts a 499 either way. So per endpoint the
+  // codes 200, 499 and 503 are compared as a sum; the server may not have
+  // counted more 499s than the clients abandoned, nor more 200s than the
+  // clients saw plus those they abandoned.
+  const ANSWERED = ['200', '499', '503'];
   const merged = (m) => {
     const out = new Map();
     for (const [k, v] of m) {
       const [ep, code] = k.split(' ');
-      const key = code === '499' || code === '503' ? `${ep} 499+503` : k;
+      const key = ANSWERED.includes(code) ? `${ep} ${ANSWERED.join('+')}` : k;
       out.set(key, (out.get(key) || 0) + v);
     }
     return out;
@@ -464,9 +467,15 @@ async function main() {
     const a = ms.get(k) || 0, b = me.get(k) || 0;
     if (a !== b) metricMismatches.push(`${k}: server ${a}, clients ${b}`);
   }
-  for (const [k, v] of server)
+  for (const [k, v] of server) {
     if (k.endsWith(' 499') && v > (expected.get(k) || 0))
       metricMismatches.push(`${k}: server ${v}, more than the clients abandoned (${expected.get(k) || 0})`);
+    if (k.endsWith(' 200')) {
+      const ep = k.slice(0, -4), saw = expected.get(k) || 0, gaveUp = expected.get(`${ep} 499`) || 0;
+      if (v < saw || v > saw + gaveUp)
+        metricMismatches.push(`${k}: server ${v}, clients saw ${saw} and abandoned ${gaveUp}`);
+    }
+  }
 
   const sessions = one('qwen3d_sessions_active'), waiting = one('qwen3d_requests_waiting');
   const growth = (rssEnd.anon - rssWarm.anon) / rssWarm.anon;
