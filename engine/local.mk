@@ -20,7 +20,8 @@ libqwen3d_a_SOURCES += \
 	engine/synth.c engine/synth.h
 
 # Tokenizer: Hugging Face tokenizer.json, byte-level BPE (PCRE2, utf8proc).
-libqwen3d_a_SOURCES += engine/tokenizer.c engine/tokenizer.h
+libqwen3d_a_SOURCES += engine/tokenizer.c engine/tokenizer.h engine/tok_internal.h engine/tok_load.c \
+	engine/tok_unicode.c
 
 # Execution: the plan (node binding and the op registry), its fusions and
 # packed weights, the op adapters by family, the executor, the compute pool

@@ -327,6 +327,165 @@ out:
     return rc;
 }
 
+/* What the cases of one bench run share. */
+typedef struct bench_run {
+    const bench_opts *o;
+    eng_model *m;
+    bench_progress bp;
+    double *times;     /* room for every step of a case */
+    int64_t *ids;      /* the prompt, as long as the longest */
+    double load_ms;
+    uint64_t prepared;
+    int64_t limit;     /* the model's context */
+    int case_no, n_cases;
+} bench_run;
+
+/* A prompt case: o->repeat generations of a P-token prompt; prints its row. */
+static int prompt_case(bench_run *b, int64_t P, eng_diag *d)
+{
+    const bench_opts *o = b->o;
+    eng_gen *g = NULL;
+    json_t *row = NULL;
+    if (P + o->gen > b->limit) {
+        eng_diag_add(d, "--prompt-len %lld + --gen %lld exceeds the model's context of %lld", (long long)P,
+                     (long long)o->gen, (long long)b->limit);
+        goto fail;
+    }
+    double ttft[1000], prefill[1000];
+    size_t n_times = 0;
+    uint64_t moved = 0, committed = 0;
+    row = json_object();
+    b->case_no++;
+    for (int64_t r = 0; r < o->repeat; r++) {
+        snprintf(b->bp.where, sizeof b->bp.where, "prompt %lld (case %d of %d), run %lld of %lld", (long long)P, b->case_no,
+                 b->n_cases, (long long)r + 1, (long long)o->repeat);
+        progress_draw(&b->bp, true, "prefill");
+        g = bench_gen(b->m, b->ids, (size_t)P, o->gen, P + o->gen, d);
+        if (!g)
+            goto fail;
+        eng_exec *x = eng_session_exec(eng_gen_session(g));
+        eng_exec_set_profiling(x, o->profile && r == o->repeat - 1);
+        /* The prefill step ends with the first token: its time is the time to first token. */
+        double a = now_ms();
+        if (eng_gen_step(&g, 1, NULL, d) != 0)
+            goto fail;
+        ttft[r] = now_ms() - a;
+        prefill[r] = ttft[r];
+        progress_prefill(&b->bp, P, prefill[r]);
+        eng_prof_entry at_prefill[32];
+        size_t n_at_prefill = eng_exec_profile(x, at_prefill, 32);
+        uint64_t before = eng_session_kv_bytes_moved(eng_gen_session(g));
+        if (timed_steps(g, o->gen - 1 > 0 ? o->gen - 1 : 0, b->times + n_times, &b->bp, d) != 0)
+            goto fail;
+        n_times += (size_t)(o->gen - 1);
+        moved += eng_session_kv_bytes_moved(eng_gen_session(g)) - before;
+        committed = eng_session_kv_bytes_committed(eng_gen_session(g));
+        if (o->profile && r == o->repeat - 1) {
+            eng_prof_entry at_end[32];
+            size_t n_end = eng_exec_profile(x, at_end, 32);
+            print_profile(row, "profile_prefill_ms", "prefill profile (ms for the prompt, share)", at_prefill,
+                          n_at_prefill, NULL, 0, 1, o->json);
+            if (o->gen > 1)
+                print_profile(row, "profile_decode_ms_per_token", "decode profile (ms per token, share)", at_end,
+                              n_end, at_prefill, n_at_prefill, (double)(o->gen - 1), o->json);
+        }
+        eng_gen_free(g);
+        g = NULL;
+    }
+    qsort(b->times, n_times, sizeof *b->times, cmp_double);
+    qsort(ttft, (size_t)o->repeat, sizeof(double), cmp_double);
+    qsort(prefill, (size_t)o->repeat, sizeof(double), cmp_double);
+    double med = pct(b->times, n_times, 0.5), p90 = pct(b->times, n_times, 0.9);
+    double ttft_med = pct(ttft, (size_t)o->repeat, 0.5), pre_med = pct(prefill, (size_t)o->repeat, 0.5);
+    double per_token = n_times ? (double)moved / (double)n_times : 0;
+    cli_progress_clear(&b->bp.line);
+    if (o->json) {
+        json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:f, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I}",
+                                "case", "prompt", "prompt_len", (json_int_t)P, "gen", (json_int_t)o->gen,
+                                "threads", (json_int_t)eng_pool_threads(eng_model_pool(b->m)), "kv_mode", eng_kv_mode_name(o->engine.kv_mode),
+                                "kv_type", kv_type_name(o->engine.kv_type), "load_ms", b->load_ms, "prepared_bytes",
+                                (json_int_t)b->prepared, "rss_bytes", (json_int_t)rss_bytes(), "ttft_ms", ttft_med,
+                                "prefill_tokens_per_s", pre_med > 0 ? (double)P * 1000.0 / pre_med : 0.0,
+                                "decode_ms_median", med, "decode_ms_p90", p90, "decode_tokens_per_s",
+                                med > 0 ? 1000.0 / med : 0.0, "kv_bytes_copied_per_token", per_token,
+                                "kv_bytes_committed", (json_int_t)committed);
+        json_object_update(obj, row);
+        json_object_set_new(obj, "repeat", json_integer(o->repeat));
+        json_dumpf(obj, stdout, JSON_COMPACT);
+        putchar('\n');
+        json_decref(obj);
+    } else {
+        printf("prompt %5lld: ttft %8.2f ms, prefill %8.1f tok/s, decode median %7.3f ms (p90 %7.3f) = %7.1f tok/s, "
+               "kv bytes/token %.0f, kv committed %llu, rss %llu\n",
+               (long long)P, ttft_med, pre_med > 0 ? (double)P * 1000.0 / pre_med : 0.0, med, p90,
+               med > 0 ? 1000.0 / med : 0.0, per_token, (unsigned long long)committed,
+               (unsigned long long)rss_bytes());
+    }
+    json_decref(row);
+    fflush(stdout);
+    return 0;
+fail:
+    eng_gen_free(g);
+    json_decref(row);
+    return -1;
+}
+
+/* A context case: decode steps after a synthetic context of C tokens; prints its row. */
+static int context_case(bench_run *b, int64_t C, eng_diag *d)
+{
+    const bench_opts *o = b->o;
+    eng_gen *g = NULL;
+    if (C + o->context_steps + 1 > b->limit) {
+        eng_diag_add(d, "context %lld + %lld steps exceeds the model's context of %lld", (long long)C,
+                     (long long)o->context_steps, (long long)b->limit);
+        goto fail;
+    }
+    if (o->engine.kv_type != KV_F32) {
+        if (!o->json)
+            printf("context %5lld: skipped (synthetic fill needs the f32 cache)\n", (long long)C);
+        return 0;
+    }
+    snprintf(b->bp.where, sizeof b->bp.where, "context %lld (case %d of %d)", (long long)C, ++b->case_no, b->n_cases);
+    progress_draw(&b->bp, true, "filling the cache");
+    /* The first step feeds one id after the synthetic context, every later one its sampled id. */
+    g = bench_gen(b->m, b->ids, 1, o->context_steps, C + o->context_steps + 1, d);
+    if (!g || eng_session_fill_synthetic(eng_gen_session(g), C, d) != 0)
+        goto fail;
+    eng_session *cs = eng_gen_session(g);
+    uint64_t before = eng_session_kv_bytes_moved(cs);
+    if (timed_steps(g, o->context_steps, b->times, &b->bp, d) != 0)
+        goto fail;
+    uint64_t moved = eng_session_kv_bytes_moved(cs) - before;
+    uint64_t committed = eng_session_kv_bytes_committed(cs);
+    eng_gen_free(g);
+    g = NULL;
+    qsort(b->times, (size_t)o->context_steps, sizeof *b->times, cmp_double);
+    double med = pct(b->times, (size_t)o->context_steps, 0.5), p90 = pct(b->times, (size_t)o->context_steps, 0.9);
+    double per_token = (double)moved / (double)o->context_steps;
+    cli_progress_clear(&b->bp.line);
+    if (o->json) {
+        json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:f, s:f, s:f, s:f, s:I, s:I}", "case", "context",
+                                "context", (json_int_t)C, "steps", (json_int_t)o->context_steps, "threads",
+                                (json_int_t)eng_pool_threads(eng_model_pool(b->m)), "kv_mode", eng_kv_mode_name(o->engine.kv_mode), "kv_type",
+                                kv_type_name(o->engine.kv_type), "decode_ms_median", med, "decode_ms_p90", p90,
+                                "decode_tokens_per_s", med > 0 ? 1000.0 / med : 0.0, "kv_bytes_copied_per_token",
+                                per_token, "kv_bytes_committed", (json_int_t)committed, "rss_bytes",
+                                (json_int_t)rss_bytes());
+        json_dumpf(obj, stdout, JSON_COMPACT);
+        putchar('\n');
+        json_decref(obj);
+    } else {
+        printf("context %5lld: decode median %7.3f ms (p90 %7.3f) = %7.1f tok/s, kv bytes/token %.0f, "
+               "kv committed %llu\n",
+               (long long)C, med, p90, med > 0 ? 1000.0 / med : 0.0, per_token, (unsigned long long)committed);
+    }
+    fflush(stdout);
+    return 0;
+fail:
+    eng_gen_free(g);
+    return -1;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     bench_opts o = {.prompts = {32, 512}, .n_prompts = 2, .contexts = {128, 1024, 4096}, .n_contexts = 3,
@@ -337,195 +496,66 @@ int cmd_bench(int argc, char **argv)
     rc = 1;
     eng_diag d;
     eng_diag_init(&d);
-    eng_model *m = NULL;
-    eng_gen *g = NULL;
-    double *times = NULL;
-    int64_t *ids = NULL;
-    bench_progress bp = {0};
+    bench_run b = {.o = &o};
 
     if (cli_place(CMD, &o.place)) { /* before the model and the pool's threads */
         rc = 2;
         goto out;
     }
-    cli_progress_init(&bp.line, o.json);
+    cli_progress_init(&b.bp.line, o.json);
     double t0 = now_ms();
-    if (cli_model_open(&bp.line, o.model, &o.engine, &m, &d) != 0)
+    if (cli_model_open(&b.bp.line, o.model, &o.engine, &b.m, &d) != 0)
         goto out;
-    double load_ms = now_ms() - t0;
-    int n_cases = (int)o.n_prompts + (o.engine.kv_type == KV_F32 ? (int)o.n_contexts : 0), case_no = 0;
-    for (size_t i = 0; i < o.n_prompts; i++) {
-        bp.toks_left += o.prompts[i] * o.repeat;
-        bp.steps_left += (o.gen - 1) * o.repeat;
+    b.load_ms = now_ms() - t0;
+    size_t n_prompt_cases = o.n_batches && !o.prompts_given ? 0 : o.n_prompts;
+    b.n_cases = (int)n_prompt_cases + (o.engine.kv_type == KV_F32 ? (int)o.n_contexts : 0);
+    for (size_t i = 0; i < n_prompt_cases; i++) {
+        b.bp.toks_left += o.prompts[i] * o.repeat;
+        b.bp.steps_left += (o.gen - 1) * o.repeat;
     }
     if (o.engine.kv_type == KV_F32)
-        bp.steps_left += (int64_t)o.n_contexts * o.context_steps;
-    int64_t V = eng_model_geometry(m)->vocab, limit = eng_model_max_context(m);
-    uint64_t prepared = eng_plan_prepared_bytes(eng_model_plan(m));
+        b.bp.steps_left += (int64_t)o.n_contexts * o.context_steps;
+    int64_t V = eng_model_geometry(b.m)->vocab;
+    b.limit = eng_model_max_context(b.m);
+    b.prepared = eng_plan_prepared_bytes(eng_model_plan(b.m));
     size_t max_steps = (size_t)(o.gen * o.repeat > o.context_steps ? o.gen * o.repeat : o.context_steps);
-    times = malloc(max_steps * sizeof *times);
+    b.times = malloc(max_steps * sizeof *b.times);
     int64_t max_prompt = 1;
     for (size_t i = 0; i < o.n_prompts; i++)
         if (o.prompts[i] > max_prompt)
             max_prompt = o.prompts[i];
-    ids = malloc((size_t)max_prompt * sizeof *ids);
-    if (!times || !ids) {
+    b.ids = malloc((size_t)max_prompt * sizeof *b.ids);
+    if (!b.times || !b.ids) {
         eng_diag_add(&d, "out of memory");
         goto out;
     }
-    prompt_ids(ids, max_prompt, V);
-    char placement[256];
-    eng_pool_describe(eng_model_pool(m), placement, sizeof placement);
-    if (!o.json)
+    prompt_ids(b.ids, max_prompt, V);
+    if (!o.json) {
+        char placement[256];
+        eng_pool_describe(eng_model_pool(b.m), placement, sizeof placement);
         printf("compute pool: %s\n", placement);
-    eng_pool_describe_placement(placement, sizeof placement);
-    if (!o.json)
+        eng_pool_describe_placement(placement, sizeof placement);
         printf("placement: %s\n", placement);
-    if (!o.json)
-        printf("model %s: load %.1f ms, prepared weights %llu bytes, %lld threads, kv %s/%s\n", o.model, load_ms,
-               (unsigned long long)prepared, (long long)eng_pool_threads(eng_model_pool(m)), eng_kv_mode_name(o.engine.kv_mode),
-               kv_type_name(o.engine.kv_type));
-
-    size_t n_prompt_cases = o.n_batches && !o.prompts_given ? 0 : o.n_prompts;
-    for (size_t pi = 0; pi < n_prompt_cases; pi++) {
-        int64_t P = o.prompts[pi];
-        if (P + o.gen > limit) {
-            eng_diag_add(&d, "--prompt-len %lld + --gen %lld exceeds the model's context of %lld", (long long)P,
-                         (long long)o.gen, (long long)limit);
-            goto out;
-        }
-        double ttft[1000], prefill[1000];
-        size_t n_times = 0;
-        uint64_t moved = 0, committed = 0;
-        json_t *row = json_object();
-        case_no++;
-        for (int64_t r = 0; r < o.repeat; r++) {
-            snprintf(bp.where, sizeof bp.where, "prompt %lld (case %d of %d), run %lld of %lld", (long long)P, case_no,
-                     n_cases, (long long)r + 1, (long long)o.repeat);
-            progress_draw(&bp, true, "prefill");
-            g = bench_gen(m, ids, (size_t)P, o.gen, P + o.gen, &d);
-            if (!g)
-                goto out;
-            eng_exec *x = eng_session_exec(eng_gen_session(g));
-            eng_exec_set_profiling(x, o.profile && r == o.repeat - 1);
-            /* The prefill step ends with the first token: its time is the time to first token. */
-            double a = now_ms();
-            if (eng_gen_step(&g, 1, NULL, &d) != 0)
-                goto out;
-            ttft[r] = now_ms() - a;
-            prefill[r] = ttft[r];
-            progress_prefill(&bp, P, prefill[r]);
-            eng_prof_entry at_prefill[32];
-            size_t n_at_prefill = eng_exec_profile(x, at_prefill, 32);
-            uint64_t before = eng_session_kv_bytes_moved(eng_gen_session(g));
-            if (timed_steps(g, o.gen - 1 > 0 ? o.gen - 1 : 0, times + n_times, &bp, &d) != 0)
-                goto out;
-            n_times += (size_t)(o.gen - 1);
-            moved += eng_session_kv_bytes_moved(eng_gen_session(g)) - before;
-            committed = eng_session_kv_bytes_committed(eng_gen_session(g));
-            if (o.profile && r == o.repeat - 1) {
-                eng_prof_entry at_end[32];
-                size_t n_end = eng_exec_profile(x, at_end, 32);
-                print_profile(row, "profile_prefill_ms", "prefill profile (ms for the prompt, share)", at_prefill,
-                              n_at_prefill, NULL, 0, 1, o.json);
-                if (o.gen > 1)
-                    print_profile(row, "profile_decode_ms_per_token", "decode profile (ms per token, share)", at_end,
-                                  n_end, at_prefill, n_at_prefill, (double)(o.gen - 1), o.json);
-            }
-            eng_gen_free(g);
-            g = NULL;
-        }
-        qsort(times, n_times, sizeof *times, cmp_double);
-        qsort(ttft, (size_t)o.repeat, sizeof(double), cmp_double);
-        qsort(prefill, (size_t)o.repeat, sizeof(double), cmp_double);
-        double med = pct(times, n_times, 0.5), p90 = pct(times, n_times, 0.9);
-        double ttft_med = pct(ttft, (size_t)o.repeat, 0.5), pre_med = pct(prefill, (size_t)o.repeat, 0.5);
-        double per_token = n_times ? (double)moved / (double)n_times : 0;
-        cli_progress_clear(&bp.line);
-        if (o.json) {
-            json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:f, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I}",
-                                    "case", "prompt", "prompt_len", (json_int_t)P, "gen", (json_int_t)o.gen,
-                                    "threads", (json_int_t)eng_pool_threads(eng_model_pool(m)), "kv_mode", eng_kv_mode_name(o.engine.kv_mode),
-                                    "kv_type", kv_type_name(o.engine.kv_type), "load_ms", load_ms, "prepared_bytes",
-                                    (json_int_t)prepared, "rss_bytes", (json_int_t)rss_bytes(), "ttft_ms", ttft_med,
-                                    "prefill_tokens_per_s", pre_med > 0 ? (double)P * 1000.0 / pre_med : 0.0,
-                                    "decode_ms_median", med, "decode_ms_p90", p90, "decode_tokens_per_s",
-                                    med > 0 ? 1000.0 / med : 0.0, "kv_bytes_copied_per_token", per_token,
-                                    "kv_bytes_committed", (json_int_t)committed);
-            json_object_update(obj, row);
-            json_object_set_new(obj, "repeat", json_integer(o.repeat));
-            json_dumpf(obj, stdout, JSON_COMPACT);
-            putchar('\n');
-            json_decref(obj);
-        } else {
-            printf("prompt %5lld: ttft %8.2f ms, prefill %8.1f tok/s, decode median %7.3f ms (p90 %7.3f) = %7.1f tok/s, "
-                   "kv bytes/token %.0f, kv committed %llu, rss %llu\n",
-                   (long long)P, ttft_med, pre_med > 0 ? (double)P * 1000.0 / pre_med : 0.0, med, p90,
-                   med > 0 ? 1000.0 / med : 0.0, per_token, (unsigned long long)committed,
-                   (unsigned long long)rss_bytes());
-        }
-        json_decref(row);
-        fflush(stdout);
+        printf("model %s: load %.1f ms, prepared weights %llu bytes, %lld threads, kv %s/%s\n", o.model, b.load_ms,
+               (unsigned long long)b.prepared, (long long)eng_pool_threads(eng_model_pool(b.m)),
+               eng_kv_mode_name(o.engine.kv_mode), kv_type_name(o.engine.kv_type));
     }
-
-    for (size_t ci = 0; ci < o.n_contexts; ci++) {
-        int64_t C = o.contexts[ci];
-        if (C + o.context_steps + 1 > limit) {
-            eng_diag_add(&d, "context %lld + %lld steps exceeds the model's context of %lld", (long long)C,
-                         (long long)o.context_steps, (long long)limit);
+    for (size_t i = 0; i < n_prompt_cases; i++)
+        if (prompt_case(&b, o.prompts[i], &d) != 0)
             goto out;
-        }
-        if (o.engine.kv_type != KV_F32) {
-            if (!o.json)
-                printf("context %5lld: skipped (synthetic fill needs the f32 cache)\n", (long long)C);
-            continue;
-        }
-        snprintf(bp.where, sizeof bp.where, "context %lld (case %d of %d)", (long long)C, ++case_no, n_cases);
-        progress_draw(&bp, true, "filling the cache");
-        /* The first step feeds one id after the synthetic context, every later one its sampled id. */
-        g = bench_gen(m, ids, 1, o.context_steps, C + o.context_steps + 1, &d);
-        if (!g || eng_session_fill_synthetic(eng_gen_session(g), C, &d) != 0)
+    for (size_t i = 0; i < o.n_contexts; i++)
+        if (context_case(&b, o.contexts[i], &d) != 0)
             goto out;
-        eng_session *cs = eng_gen_session(g);
-        uint64_t before = eng_session_kv_bytes_moved(cs);
-        if (timed_steps(g, o.context_steps, times, &bp, &d) != 0)
-            goto out;
-        uint64_t moved = eng_session_kv_bytes_moved(cs) - before;
-        uint64_t committed = eng_session_kv_bytes_committed(cs);
-        eng_gen_free(g);
-        g = NULL;
-        qsort(times, (size_t)o.context_steps, sizeof *times, cmp_double);
-        double med = pct(times, (size_t)o.context_steps, 0.5), p90 = pct(times, (size_t)o.context_steps, 0.9);
-        double per_token = (double)moved / (double)o.context_steps;
-        cli_progress_clear(&bp.line);
-        if (o.json) {
-            json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:f, s:f, s:f, s:f, s:I, s:I}", "case", "context",
-                                    "context", (json_int_t)C, "steps", (json_int_t)o.context_steps, "threads",
-                                    (json_int_t)eng_pool_threads(eng_model_pool(m)), "kv_mode", eng_kv_mode_name(o.engine.kv_mode), "kv_type",
-                                    kv_type_name(o.engine.kv_type), "decode_ms_median", med, "decode_ms_p90", p90,
-                                    "decode_tokens_per_s", med > 0 ? 1000.0 / med : 0.0, "kv_bytes_copied_per_token",
-                                    per_token, "kv_bytes_committed", (json_int_t)committed, "rss_bytes",
-                                    (json_int_t)rss_bytes());
-            json_dumpf(obj, stdout, JSON_COMPACT);
-            putchar('\n');
-            json_decref(obj);
-        } else {
-            printf("context %5lld: decode median %7.3f ms (p90 %7.3f) = %7.1f tok/s, kv bytes/token %.0f, "
-                   "kv committed %llu\n",
-                   (long long)C, med, p90, med > 0 ? 1000.0 / med : 0.0, per_token, (unsigned long long)committed);
-        }
-        fflush(stdout);
-    }
-    for (size_t bi = 0; bi < o.n_batches; bi++)
-        if (batch_case(m, &o, (size_t)o.batches[bi], times, &d) != 0)
+    for (size_t i = 0; i < o.n_batches; i++)
+        if (batch_case(b.m, &o, (size_t)o.batches[i], b.times, &d) != 0)
             goto out;
     rc = 0;
 out:
-    cli_progress_clear(&bp.line);
+    cli_progress_clear(&b.bp.line);
     eng_diag_print(&d, stderr, "qwen3d: " CMD);
     eng_diag_clear(&d);
-    eng_gen_free(g);
-    eng_model_free(m);
-    free(times);
-    free(ids);
+    eng_model_free(b.m);
+    free(b.times);
+    free(b.ids);
     return rc;
 }

@@ -215,6 +215,72 @@ static int parse_args(int argc, char **argv, gen_opts *o)
     return 0;
 }
 
+/* --prompt: its text encoded into o->prompt. */
+static int encode_prompt(eng_tok *tok, gen_opts *o, eng_diag *diag)
+{
+    eng_tok_ids enc = {0};
+    int er = eng_tok_encode(tok, o->prompt_text, strlen(o->prompt_text), 0, &enc);
+    if (er != 0 || !enc.n) {
+        eng_diag_add(diag, "--prompt: %s", er ? eng_tok_strerror(er) : "encodes to no tokens");
+        eng_tok_ids_free(&enc);
+        return -1;
+    }
+    o->prompt = malloc(enc.n * sizeof *o->prompt);
+    if (!o->prompt) {
+        eng_tok_ids_free(&enc);
+        eng_diag_add(diag, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < enc.n; i++)
+        o->prompt[i] = enc.ids[i];
+    o->n_prompt = enc.n;
+    eng_tok_ids_free(&enc);
+    return 0;
+}
+
+/* The ids of option FLAG lie in the vocabulary [0, V). */
+static int check_ids(const char *flag, const int64_t *ids, size_t n, int64_t V, eng_diag *diag)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= V) {
+            eng_diag_add(diag, "%s: id %lld is outside the vocabulary [0, %lld)", flag, (long long)ids[i],
+                         (long long)V);
+            return -1;
+        }
+    return 0;
+}
+
+typedef struct gen_timings {
+    double load_ms, prefill_ms, decode_ms; /* decode_ms: per step */
+} gen_timings;
+
+/* Prints the generation: JSON, its text (TEXT given), or its ids. */
+static void print_result(const gen_opts *o, const int64_t *ids, size_t n_ids, const eng_tok_text *text,
+                         const char *finish, const gen_timings *tm)
+{
+    if (o->json) {
+        json_t *pj = json_array(), *gj = json_array();
+        for (size_t i = 0; i < o->n_prompt; i++)
+            json_array_append_new(pj, json_integer(o->prompt[i]));
+        for (size_t i = 0; i < n_ids; i++)
+            json_array_append_new(gj, json_integer(ids[i]));
+        json_t *root = json_pack("{s:o, s:o, s:s, s:s, s:{s:f, s:f, s:f, s:f}}", "prompt_ids", pj, "ids", gj,
+                                 "text", text && text->s ? text->s : "", "finish_reason", finish, "timings", "load_ms",
+                                 tm->load_ms, "prefill_ms", tm->prefill_ms, "decode_ms", tm->decode_ms, "tokens_per_s",
+                                 tm->decode_ms > 0 ? 1000.0 / tm->decode_ms : 0.0);
+        json_dumpf(root, stdout, JSON_COMPACT);
+        putchar('\n');
+        json_decref(root);
+    } else if (text) {
+        fwrite(text->s ? text->s : "", 1, text->len, stdout);
+        printf("\n");
+    } else {
+        for (size_t i = 0; i < n_ids; i++)
+            printf("%s%lld", i ? " " : "", (long long)ids[i]);
+        printf("\n");
+    }
+}
+
 int cmd_generate(int argc, char **argv)
 {
     gen_opts o = {.engine = {.threads = 0}, .place = CLI_PLACEMENT_NONE};
@@ -253,25 +319,8 @@ int cmd_generate(int argc, char **argv)
         if (eng_tok_load(tok_path, &tok, &diag) != 0)
             goto out;
     }
-    if (o.prompt_text) {
-        eng_tok_ids enc = {0};
-        int er = eng_tok_encode(tok, o.prompt_text, strlen(o.prompt_text), 0, &enc);
-        if (er != 0 || !enc.n) {
-            eng_diag_add(&diag, "--prompt: %s", er ? eng_tok_strerror(er) : "encodes to no tokens");
-            eng_tok_ids_free(&enc);
-            goto out;
-        }
-        o.prompt = malloc(enc.n * sizeof *o.prompt);
-        if (!o.prompt) {
-            eng_tok_ids_free(&enc);
-            eng_diag_add(&diag, "out of memory");
-            goto out;
-        }
-        for (size_t i = 0; i < enc.n; i++)
-            o.prompt[i] = enc.ids[i];
-        o.n_prompt = enc.n;
-        eng_tok_ids_free(&enc);
-    }
+    if (o.prompt_text && encode_prompt(tok, &o, &diag) != 0)
+        goto out;
     double load_ms = now_ms() - t0;
     int64_t V = eng_model_geometry(m)->vocab;
     int64_t ctx = (int64_t)o.n_prompt + o.max_tokens;
@@ -280,18 +329,9 @@ int cmd_generate(int argc, char **argv)
                      (long long)o.max_tokens, (long long)eng_model_max_context(m));
         goto out;
     }
-    for (size_t i = 0; i < o.n_prompt; i++)
-        if (o.prompt[i] >= V) {
-            eng_diag_add(&diag, "--prompt-ids: id %lld is outside the vocabulary [0, %lld)", (long long)o.prompt[i],
-                         (long long)V);
-            goto out;
-        }
-    for (size_t i = 0; i < o.n_teacher; i++)
-        if (o.teacher[i] >= V) {
-            eng_diag_add(&diag, "--teacher-ids: id %lld is outside the vocabulary [0, %lld)", (long long)o.teacher[i],
-                         (long long)V);
-            goto out;
-        }
+    if (check_ids("--prompt-ids", o.prompt, o.n_prompt, V, &diag) != 0 ||
+        check_ids("--teacher-ids", o.teacher, o.n_teacher, V, &diag) != 0)
+        goto out;
     /* The text is decoded from the ids at the end (special tokens included), so no detokenizer here. */
     eng_gen_params gp = {.prompt = o.prompt, .n_prompt = o.n_prompt, .max_tokens = o.max_tokens, .capacity = ctx,
                          .sampling = o.sampling, .teacher = o.n_teacher ? o.teacher : NULL, .n_teacher = o.n_teacher};
@@ -352,27 +392,8 @@ int cmd_generate(int argc, char **argv)
             goto out;
         }
     }
-    if (o.json) {
-        json_t *pj = json_array(), *gj = json_array();
-        for (size_t i = 0; i < o.n_prompt; i++)
-            json_array_append_new(pj, json_integer(o.prompt[i]));
-        for (size_t i = 0; i < n_ids; i++)
-            json_array_append_new(gj, json_integer(ids[i]));
-        json_t *root = json_pack("{s:o, s:o, s:s, s:s, s:{s:f, s:f, s:f, s:f}}", "prompt_ids", pj, "ids", gj,
-                                 "text", text.s ? text.s : "", "finish_reason", finish, "timings", "load_ms", load_ms, "prefill_ms",
-                                 prefill_ms, "decode_ms", decode_ms, "tokens_per_s",
-                                 decode_ms > 0 ? 1000.0 / decode_ms : 0.0);
-        json_dumpf(root, stdout, JSON_COMPACT);
-        putchar('\n');
-        json_decref(root);
-    } else if (tok) {
-        fwrite(text.s ? text.s : "", 1, text.len, stdout);
-        printf("\n");
-    } else {
-        for (size_t i = 0; i < n_ids; i++)
-            printf("%s%lld", i ? " " : "", (long long)ids[i]);
-        printf("\n");
-    }
+    gen_timings tm = {load_ms, prefill_ms, decode_ms};
+    print_result(&o, ids, n_ids, tok ? &text : NULL, finish, &tm);
     rc = 0;
 out:
     if (dump)

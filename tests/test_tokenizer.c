@@ -1,5 +1,5 @@
 /*
- * test_tokenizer: engine/tokenizer.c.
+ * test_tokenizer: the tokenizer (engine/tokenizer.c, tok_load.c, tok_unicode.c).
  *
  * Small tokenizer.json files are built here with jansson (a byte-level vocab
  * of the 256 byte tokens plus a few merges) and written under the build tree,
