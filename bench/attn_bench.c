@@ -25,7 +25,6 @@
 
 #include "bench/bench_util.h"
 #include "kernels/krn.h"
-#include "kernels/krn_internal.h"
 
 typedef struct shape {
     const char *model;
@@ -52,7 +51,7 @@ static void *make_cache(size_t elems, krn_kv_type t)
     for (size_t i = 0; i < elems; i++) {
         float v = rnd();
         if (t == KRN_KV_F16)
-            ((uint16_t *)c)[i] = krn_f32_to_f16(v);
+            ((uint16_t *)c)[i] = krn_f16_from_f32(v);
         else
             ((float *)c)[i] = v;
     }

@@ -51,6 +51,7 @@ typedef struct eng_model_opts {
 const char *eng_kv_mode_name(eng_kv_mode m);
 int eng_kv_mode_parse(const char *s, eng_kv_mode *out);
 
+/* Runs on the kernels krn_init() chose: call that first, once, before any thread (else the reference kernels run). */
 int eng_model_open(const char *dir, const eng_model_opts *opts, eng_model **out, eng_diag *diag);
 void eng_model_free(eng_model *m);
 

@@ -429,3 +429,8 @@ int krn_gqa_check(const krn_gqa_args *a)
         return KRN_EINVAL;
     return KRN_OK;
 }
+
+uint16_t krn_f16_from_f32(float f)
+{
+    return krn_f32_to_f16(f);
+}

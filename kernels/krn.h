@@ -410,4 +410,7 @@ int krn_table_for_level(krn_level level, krn_table *out);
  */
 int krn_describe(char *buf, size_t len);
 
+/* F to IEEE binary16 as the f16 cache stores it (F16C rounding: nearest even). Pure. */
+uint16_t krn_f16_from_f32(float f);
+
 #endif

@@ -211,6 +211,23 @@ static inline int krn_q4_zp(const krn_q4_weights *w, size_t n, size_t b)
 #define KRN_Q4P_BLOCK_BYTES_F32 (KRN_Q4P_WEIGHT_BYTES + KRN_Q4P_NR * 4)
 #define KRN_Q4P_BLOCK_BYTES_BF16 (KRN_Q4P_WEIGHT_BYTES + KRN_Q4P_NR * 2)
 
+/* The two record forms, as the packer writes and the kernels read them. */
+typedef struct krn_q4p_record_f32 {
+    uint8_t weights[4][32];           /* vector h, lane c (4 bytes): column 8t + c, bytes 4h..4h+3 */
+    float scales[KRN_Q4P_NR];
+} krn_q4p_record_f32;
+
+typedef struct krn_q4p_record_bf16 {
+    uint8_t weights[4][32];
+    uint16_t scales[KRN_Q4P_NR];      /* the upper halves of the fp32 scales */
+} krn_q4p_record_bf16;
+
+_Static_assert(KRN_Q4P_WEIGHT_BYTES == KRN_Q4P_NR * 32 / 2, "a record holds one 32-weight block of eight columns");
+_Static_assert(sizeof(krn_q4p_record_f32) == KRN_Q4P_BLOCK_BYTES_F32, "fp32 records are unpadded");
+_Static_assert(sizeof(krn_q4p_record_bf16) == KRN_Q4P_BLOCK_BYTES_BF16, "bf16 records are unpadded");
+_Static_assert(offsetof(krn_q4p_record_f32, scales) == KRN_Q4P_WEIGHT_BYTES, "scales follow the weights");
+_Static_assert(offsetof(krn_q4p_record_bf16, scales) == KRN_Q4P_WEIGHT_BYTES, "scales follow the weights");
+
 static inline size_t krn_q4p_block_bytes(bool bf16)
 {
     return bf16 ? KRN_Q4P_BLOCK_BYTES_BF16 : KRN_Q4P_BLOCK_BYTES_F32;

@@ -23,7 +23,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum kv_type { KV_F32 = 0, KV_F16 = 1 } kv_type;
+#include "kernels/krn.h"
+
+/* The element type of a cache: the kernels' own, so a cache's type goes to them as is. */
+typedef krn_kv_type kv_type;
+#define KV_F32 KRN_KV_F32
+#define KV_F16 KRN_KV_F16
 
 typedef struct kv_cache kv_cache;
 

@@ -292,7 +292,6 @@ int cmd_inspect(int argc, char **argv)
     eng_graph_geometry(g, &geo, &diag);
     if (eng_diag_failed(&diag))
         goto out;
-    krn_init();
     if (eng_plan_new(g, &opts, &plan, &diag) != 0)
         goto out;
     the_plan = plan;

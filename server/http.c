@@ -42,7 +42,6 @@
 
 #include "server/error.h"
 #include "server/log.h"
-#include "server/sched.h"
 
 #define MAX_HEADERS 8
 #define STREAM_BLOCK (16 * 1024)

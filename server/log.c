@@ -95,3 +95,10 @@ const char *srv_log_quote(char *buf, size_t cap, const char *s, size_t n)
     buf[w < cap ? w : cap - 1] = '\0';
     return buf;
 }
+
+double srv_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}

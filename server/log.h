@@ -30,4 +30,7 @@ void srv_log(srv_log_level level, const char *event, const char *fmt, ...) __att
 /* Writes S (N bytes) as a log value into BUF (quoted when needed); returns BUF. */
 const char *srv_log_quote(char *buf, size_t cap, const char *s, size_t n);
 
+/* Monotonic clock in seconds: what the server's durations and deadlines are measured with. Any thread. */
+double srv_now(void);
+
 #endif

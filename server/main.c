@@ -1,12 +1,14 @@
 /*
- * qwen3d: entry point. Dispatches to the subcommand named by argv[1]; each
- * subcommand lives in server/cmd_*.c and owns its options.
+ * qwen3d: entry point. Chooses the kernels (krn_init) and dispatches to the
+ * subcommand named by argv[1]; each subcommand lives in server/cmd_*.c and
+ * owns its options.
  */
 #include "config.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/krn.h"
 #include "server/cli.h"
 
 typedef int (*cmd_fn)(int argc, char **argv);
@@ -46,9 +48,18 @@ int main(int argc, char **argv)
         printf("%s\n", PACKAGE_STRING);
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return commands[i].fn(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name))
+            continue;
+        /* Once, on this thread, before any command starts a thread (kernels/krn.h). */
+        if (krn_init() == KRN_EENV) {
+            char line[256];
+            krn_describe(line, sizeof line);
+            fprintf(stderr, "qwen3d: warning: an unknown name in QWEN3D_KERNELS or QWEN3D_CPU_HIDE was ignored: %s\n",
+                    line);
+        }
+        return commands[i].fn(argc - 1, argv + 1);
+    }
     fprintf(stderr, "qwen3d: unknown command '%s' (try qwen3d --help)\n", argv[1]);
     return 2;
 }

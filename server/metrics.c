@@ -53,9 +53,12 @@ struct srv_metrics {
 
 const char *srv_endpoint_name(srv_endpoint ep)
 {
-    static const char *const names[SRV_EP_COUNT] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
-                                                     "/health", "/health/live", "/health/ready", "/metrics",
-                                                     "other"};
+    static const char *const names[SRV_EP_COUNT] = {
+#define SRV_EP_PATH(name, path) [SRV_EP_##name] = path,
+        SRV_ENDPOINTS(SRV_EP_PATH)
+#undef SRV_EP_PATH
+        [SRV_EP_OTHER] = "other",
+    };
     return ep < SRV_EP_COUNT ? names[ep] : "other";
 }
 

@@ -14,19 +14,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * The endpoints: each one's path, which is also its metric label. routes.c
+ * routes by this table, so a path is written once.
+ */
+#define SRV_ENDPOINTS(X)                          \
+    X(COMPLETIONS, "/v1/completions")             \
+    X(CHAT, "/v1/chat/completions")               \
+    X(MODELS, "/v1/models")                       \
+    X(HEALTH, "/health")                          \
+    X(HEALTH_LIVE, "/health/live")                \
+    X(HEALTH_READY, "/health/ready")              \
+    X(METRICS, "/metrics")
+
 typedef enum srv_endpoint {
-    SRV_EP_COMPLETIONS,
-    SRV_EP_CHAT,
-    SRV_EP_MODELS,
-    SRV_EP_HEALTH,
-    SRV_EP_HEALTH_LIVE,
-    SRV_EP_HEALTH_READY,
-    SRV_EP_METRICS,
-    SRV_EP_OTHER,
+#define SRV_EP_ENUM(name, path) SRV_EP_##name,
+    SRV_ENDPOINTS(SRV_EP_ENUM)
+#undef SRV_EP_ENUM
+    SRV_EP_OTHER, /* every other path: label "other" */
     SRV_EP_COUNT
 } srv_endpoint;
 
-/* The endpoint label of EP ("/v1/completions", ..., "other"). */
+/* The path and label of EP ("/v1/completions", ..., "other"). */
 const char *srv_endpoint_name(srv_endpoint ep);
 
 typedef struct srv_metrics srv_metrics;

@@ -652,21 +652,21 @@ static void do_generate(call *c, api_kind kind)
 
 /* ---- dispatch -------------------------------------------------------------- */
 
+/* An endpoint's method and whether it needs the API key; its path is srv_endpoint_name(ep). */
 typedef struct route {
-    const char *path;
     srv_endpoint ep;
     const char *method;  /* GET also answers HEAD */
     bool auth;
 } route;
 
 static const route ROUTES[] = {
-    {"/v1/completions", SRV_EP_COMPLETIONS, "POST", true},
-    {"/v1/chat/completions", SRV_EP_CHAT, "POST", true},
-    {"/v1/models", SRV_EP_MODELS, "GET", true},
-    {"/health", SRV_EP_HEALTH, "GET", false},
-    {"/health/live", SRV_EP_HEALTH_LIVE, "GET", false},
-    {"/health/ready", SRV_EP_HEALTH_READY, "GET", false},
-    {"/metrics", SRV_EP_METRICS, "GET", false},
+    {SRV_EP_COMPLETIONS, "POST", true},
+    {SRV_EP_CHAT, "POST", true},
+    {SRV_EP_MODELS, "GET", true},
+    {SRV_EP_HEALTH, "GET", false},
+    {SRV_EP_HEALTH_LIVE, "GET", false},
+    {SRV_EP_HEALTH_READY, "GET", false},
+    {SRV_EP_METRICS, "GET", false},
 };
 
 static bool authorized(srv_routes *rt, srv_req *r)
@@ -701,12 +701,12 @@ void srv_routes_on_request(void *user, srv_req *r)
     const char *path = srv_req_path(r), *method = srv_req_method(r);
     const route *rte = NULL;
     for (size_t i = 0; i < sizeof ROUTES / sizeof *ROUTES; i++)
-        if (!strcmp(path, ROUTES[i].path))
+        if (!strcmp(path, srv_endpoint_name(ROUTES[i].ep)))
             rte = &ROUTES[i];
     if (rte)
         c->ep = rte->ep;
     /* The web UI's pages and files (no key), and its /status.json (an API call). */
-    route page = {path, SRV_EP_OTHER, "GET", false};
+    route page = {SRV_EP_OTHER, "GET", false};
     if (!rte && srv_webui_match(rt->o.webui, path, &page.auth))
         rte = &page;
     snprintf(c->id, sizeof c->id, "%s-%016" PRIx64, c->ep == SRV_EP_CHAT ? "chatcmpl" : c->ep == SRV_EP_COMPLETIONS ? "cmpl" : "req",

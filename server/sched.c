@@ -179,13 +179,6 @@ typedef struct slot {
     double t_admit, t_first, t_prev;
 } slot;
 
-double srv_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 const char *srv_finish_name(srv_finish f)
 {
     switch (f) {

@@ -192,7 +192,5 @@ typedef struct srv_job_update {
 /* Takes the job's new text and its state (loop thread). */
 void srv_job_take(srv_job *j, srv_job_update *u);
 
-/* Monotonic clock in seconds. */
-double srv_now(void);
 
 #endif

@@ -27,6 +27,7 @@
 #include <sys/time.h>
 
 #include "kernels/krn.h"
+#include "server/log.h"
 #include "server/webui_assets.h"
 
 /* The page may load its own files and talk to its own origin, nothing else;

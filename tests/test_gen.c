@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "engine/gen.h"
+#include "kernels/krn.h"
 #include "tests/check_main.h"
 
 static char model_dir[1024];
@@ -421,6 +422,7 @@ END_TEST
 
 int main(void)
 {
+    krn_init(); /* as main.c does: the best kernels, before any thread */
     setup();
     Suite *su = suite_create("gen");
     TCase *tc = tcase_create("gen");

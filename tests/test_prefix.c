@@ -14,6 +14,7 @@
 
 #include "engine/gen.h"
 #include "engine/prefix.h"
+#include "kernels/krn.h"
 #include "tests/check_main.h"
 
 static char model_dir[1024];
@@ -235,6 +236,7 @@ END_TEST
 
 int main(void)
 {
+    krn_init(); /* as main.c does: the best kernels, before any thread */
     setup_model();
     Suite *su = suite_create("prefix");
     TCase *tc = tcase_create("prefix");

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "engine/runner.h"
+#include "kernels/krn.h"
 #include "tests/check_main.h"
 
 static char model_dir[1024];
@@ -230,6 +231,7 @@ END_TEST
 
 int main(void)
 {
+    krn_init(); /* as main.c does: the best kernels, before any thread */
     setup_model();
     Suite *su = suite_create("session");
     TCase *tc = tcase_create("session");
