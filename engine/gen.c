@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/prefix.h"
 #include "engine/stop.h"
@@ -54,6 +55,12 @@ struct eng_gen {
     eng_gen_event ev;
     char *text;                  /* the event's text */
     size_t text_len, text_cap;
+    const eng_grammar *grammar;  /* constrained decoding, or NULL */
+    const eng_gvocab *gvocab;
+    eng_gmatch *match;
+    uint64_t *mask;              /* [mask words] the ids the grammar allows next */
+    double mask_s;               /* time spent in eng_gmatch_mask */
+    int64_t n_masks;
     /* this step's plan */
     size_t feed_n;               /* ids fed by the step; 0: not in it */
 };
@@ -83,6 +90,8 @@ void eng_gen_free(eng_gen *g)
     eng_sampler_free(g->samp);
     eng_stop_free(g->stop);
     eng_tok_stream_free(g->ts);
+    eng_gmatch_free(g->match);
+    free(g->mask);
     free(g->prompt);
     free(g->teacher);
     free(g->ids);
@@ -117,6 +126,11 @@ eng_gen *eng_gen_new(eng_model *m, const eng_gen_params *p, eng_diag *diag)
                          (long long)V);
             return NULL;
         }
+    if (p->grammar && (!p->gvocab || (int64_t)eng_gvocab_n(p->gvocab) != V || p->teacher || p->ignore_eos)) {
+        eng_diag_add(diag, "a grammar needs a vocabulary of the model's %lld ids, and no teacher ids or ignore_eos",
+                     (long long)V);
+        return NULL;
+    }
     int64_t cap = p->capacity;
     if (cap <= 0) {
         /* prompt + max_tokens, without overflow: both are far below INT64_MAX / 2 once capped */
@@ -172,6 +186,14 @@ eng_gen *eng_gen_new(eng_model *m, const eng_gen_params *p, eng_diag *diag)
         goto oom;
     if (p->tok && !(g->ts = eng_tok_stream_new(p->tok, true)))
         goto oom;
+    if (p->grammar) {
+        g->grammar = p->grammar;
+        g->gvocab = p->gvocab;
+        g->match = eng_gmatch_new(p->grammar, p->gvocab);
+        g->mask = malloc(eng_gvocab_mask_words(p->gvocab) * sizeof *g->mask);
+        if (!g->match || !g->mask)
+            goto oom;
+    }
     if (p->prefix) {
         g->prefix = p->prefix;
         if (!(g->scope = strdup(p->scope ? p->scope : "")))
@@ -189,7 +211,8 @@ eng_gen *eng_gen_new(eng_model *m, const eng_gen_params *p, eng_diag *diag)
         eng_gen_free(g);
         return NULL;
     }
-    eng_session_set_greedy(g->sess, eng_sampler_is_greedy(g->samp));
+    /* The fused argmax sees the whole row; a grammar's mask must come first. */
+    eng_session_set_greedy(g->sess, eng_sampler_is_greedy(g->samp) && !g->match);
     g->ev.token = -1;
     return g;
 oom:
@@ -260,12 +283,48 @@ static void end_with(eng_gen *g, eng_gen_finish why)
         g->finish = why;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The next id among those the grammar allows, advancing its matcher; -1 after fail(). */
+static int32_t constrained_sample(eng_gen *g, const float *logits)
+{
+    char msg[160];
+    double t0 = now_s();
+    int n = eng_gmatch_mask(g->match, g->mask);
+    g->mask_s += now_s() - t0;
+    g->n_masks++;
+    if (n < 0) {
+        snprintf(msg, sizeof msg, "constrained decoding: %s", eng_grammar_strerror(n));
+        fail(g, msg);
+        return -1;
+    }
+    int32_t id = eng_sampler_sample_masked(g->samp, logits, g->mask);
+    int rc = id < 0 ? ENG_GRAMMAR_ENOMEM : eng_gmatch_accept(g->match, id);
+    if (rc != 0) {
+        snprintf(msg, sizeof msg, "constrained decoding: %s", eng_grammar_strerror(rc));
+        fail(g, msg);
+        return -1;
+    }
+    return id;
+}
+
 /* Samples after a feed that asked for the next id, and applies the limits. */
 static void take_token(eng_gen *g, const float *logits)
 {
     g->logits = logits;
     g->logits_run = eng_model_runs(g->m);
-    int32_t id = eng_sampler_sample_known(g->samp, logits, eng_session_argmax(g->sess));
+    int32_t id;
+    if (g->match) {
+        if ((id = constrained_sample(g, logits)) < 0)
+            return;
+    } else {
+        id = eng_sampler_sample_known(g->samp, logits, eng_session_argmax(g->sess));
+    }
     g->ev.token = id;
     if (g->logprobs) {
         eng_logprobs(logits, (size_t)eng_model_geometry(g->m)->vocab, id, (size_t)g->top, g->ev.top_ids,
@@ -412,7 +471,7 @@ eng_gen *eng_gen_fork(const eng_gen *parent, const eng_sampling *sampling, eng_d
                         .n_stop = parent->n_stops, .tok = parent->tok, .teacher = parent->teacher,
                         .n_teacher = parent->n_teacher, .prefill_chunk = parent->chunk,
                         .ignore_eos = !parent->stop_at_eos && !parent->teacher, .logprobs = parent->logprobs,
-                        .top_logprobs = parent->top};
+                        .top_logprobs = parent->top, .grammar = parent->grammar, .gvocab = parent->gvocab};
     eng_gen *g = eng_gen_new(parent->m, &p, diag);
     if (!g)
         return NULL;
@@ -444,3 +503,9 @@ const float *eng_gen_logits(const eng_gen *g)
     return g->logits && g->logits_run == eng_model_runs(g->m) ? g->logits : NULL;
 }
 eng_session *eng_gen_session(eng_gen *g) { return g->sess; }
+double eng_gen_mask_seconds(const eng_gen *g, int64_t *n_masks)
+{
+    if (n_masks)
+        *n_masks = g->n_masks;
+    return g->mask_s;
+}

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "engine/diag.h"
+#include "engine/grammar.h"
 #include "engine/prefix.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
@@ -81,6 +82,19 @@ typedef struct eng_gen_params {
      */
     bool logprobs;
     int top_logprobs;
+    /*
+     * Constrained decoding (NULL: off): every sampled id is drawn from the
+     * ids GRAMMAR allows next (eng_sampler_sample_masked, with every sampler
+     * setting), end-of-sequence ids only where its text is complete. GVOCAB
+     * must have the model's vocabulary width. Both are only read and must
+     * outlive the generation. A grammar that allows nothing (which a
+     * compiled grammar never should) ends the generation with ENG_GEN_ERROR
+     * before any id is taken, so no text outside the grammar is released.
+     * Not with teacher ids or ignore_eos. The greedy argmax fused into the LM
+     * head is not used for such a generation (its mask must see the row).
+     */
+    const eng_grammar *grammar;
+    const eng_gvocab *gvocab;
 } eng_gen_params;
 
 /*
@@ -174,6 +188,9 @@ double eng_gen_cum_logprob(const eng_gen *g);
  * seed), reported in its last event. It keeps nothing in a prefix cache.
  */
 eng_gen *eng_gen_fork(const eng_gen *parent, const eng_sampling *sampling, eng_diag *diag);
+
+/* Seconds spent computing grammar masks so far, and how many (benchmarks). */
+double eng_gen_mask_seconds(const eng_gen *g, int64_t *n_masks);
 
 /* The generation's session (KV figures, benchmarks' synthetic fills before the first step). */
 eng_session *eng_gen_session(eng_gen *g);

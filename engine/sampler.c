@@ -74,6 +74,7 @@ struct eng_sampler {
     double *blk;      /* [n_vocab / BLOCK + 1] sums of e per block of BLOCK ids */
     float *pen;       /* [n_vocab] penalized copy of the row, only with penalties */
     uint32_t *hist;   /* [n_vocab] history words, only with penalties */
+    float *masked;    /* [n_vocab] the row with disallowed ids at -inf, on first masked sample */
     int32_t *ids;     /* [n_ids] the ids whose history word is non-zero */
     size_t n_ids, cap_ids;
     uint64_t rng[4];  /* xoshiro256** state */
@@ -208,6 +209,7 @@ void eng_sampler_free(eng_sampler *s)
     free(s->blk);
     free(s->pen);
     free(s->hist);
+    free(s->masked);
     free(s->ids);
     free(s);
 }
@@ -905,6 +907,39 @@ int32_t eng_sampler_sample(eng_sampler *s, const float *logits)
         break;
     }
     return draw_cand(s, s->cand, sv.n, sv.sum);
+}
+
+int32_t eng_sampler_sample_masked(eng_sampler *s, const float *logits, const uint64_t *mask)
+{
+    const size_t V = s->n_vocab;
+    if (!s->masked && !(s->masked = malloc(V * sizeof *s->masked)))
+        return -1;
+    float *row = s->masked;
+    int32_t first = -1;
+    bool finite = false;
+    for (size_t w = 0, lo = 0; lo < V; w++, lo += 64) {
+        size_t hi = lo + 64 < V ? lo + 64 : V;
+        uint64_t bits = mask[w];
+        if (first < 0 && bits)
+            first = (int32_t)(lo + (size_t)__builtin_ctzll(bits));
+        if (bits == UINT64_MAX && hi - lo == 64) {
+            memcpy(row + lo, logits + lo, 64 * sizeof *row);
+            for (size_t i = lo; i < hi && !finite; i++)
+                finite = logits[i] > -INFINITY;
+            continue;
+        }
+        for (size_t i = lo; i < hi; i++) {
+            bool on = (bits >> (i - lo)) & 1;
+            row[i] = on ? logits[i] : -INFINITY;
+            finite |= on && logits[i] > -INFINITY;
+        }
+    }
+    if (first < 0)
+        return -1;
+    /* Every allowed logit is -inf or NaN: the sampler's fallback (id 0) may be disallowed. */
+    if (!finite)
+        return first;
+    return eng_sampler_sample(s, row);
 }
 
 void eng_sampler_probs(eng_sampler *s, const float *logits, float *probs)

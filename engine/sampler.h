@@ -107,6 +107,17 @@ int eng_sampler_accept(eng_sampler *s, int32_t id);
 int32_t eng_sampler_sample(eng_sampler *s, const float *logits);
 
 /*
+ * eng_sampler_sample() restricted to the ids set in MASK (bit i%64 of word
+ * i/64; ceil(n_vocab / 64) words, at least one id set): the ids outside it
+ * count as -inf logits before every other step, so penalties, temperature
+ * and the filters act on the allowed ids alone (constrained decoding). When
+ * no allowed id has a logit above -inf, the lowest allowed id is returned.
+ * Its own scratch row (4 bytes per vocabulary entry) is allocated on first
+ * use; returns -1 when that fails or when MASK allows nothing.
+ */
+int32_t eng_sampler_sample_masked(eng_sampler *s, const float *logits, const uint64_t *mask);
+
+/*
  * Writes to PROBS (n_vocab floats) the distribution eng_sampler_sample()
  * draws from for LOGITS: after the penalties, temperature and filters,
  * normalized over the survivors, 0 elsewhere; greedy settings give 1 at the

@@ -406,6 +406,195 @@ START_TEST(forks_after_the_prefill)
 }
 END_TEST
 
+/* ---- constrained decoding ------------------------------------------------- */
+
+/* {"n": D, "s": "L"} with 1-6 digits D and 0-8 letters L: every text ends within a few tokens. */
+static eng_grammar *small_grammar(void)
+{
+    eng_gbuild *b = eng_gbuild_new();
+    ck_assert_ptr_nonnull(b);
+    int32_t root = eng_gb_rule(b);
+    eng_gexpr parts[] = {eng_gb_str(b, "{\"n\": "), eng_gb_repeat(b, eng_gb_range(b, '0', '9'), 1, 6),
+                         eng_gb_str(b, ", \"s\": \""), eng_gb_repeat(b, eng_gb_range(b, 'a', 'z'), 0, 8),
+                         eng_gb_str(b, "\"}")};
+    eng_gb_define(b, root, eng_gb_seq(b, parts, sizeof parts / sizeof *parts));
+    eng_grammar *g = NULL;
+    char msg[160];
+    ck_assert_msg(eng_gbuild_finish(b, root, &g, msg, sizeof msg) == 0, "%s", msg);
+    eng_gbuild_free(b);
+    return g;
+}
+
+static eng_gvocab *model_gvocab(void)
+{
+    const eng_genai_config *cfg = eng_model_config(model);
+    int32_t eos[ENG_MAX_EOS];
+    for (int i = 0; i < cfg->n_eos; i++)
+        eos[i] = (int32_t)cfg->eos_token_id[i];
+    eng_gvocab *v = eng_gvocab_new(tok, (size_t)V, eos, (size_t)cfg->n_eos);
+    ck_assert_ptr_nonnull(v);
+    return v;
+}
+
+/*
+ * Each sampled id is one the grammar allows at its point (checked by a
+ * matcher of the test's own), the text ends complete with an
+ * end-of-sequence id, and greedy picks the largest logit among the allowed
+ * ids of the row it sampled from; for every sampler setting.
+ */
+START_TEST(constrained_generation)
+{
+    eng_grammar *gr = small_grammar();
+    eng_gvocab *gv = model_gvocab();
+    eng_gmatch *ref = eng_gmatch_new(gr, gv);
+    uint64_t *mask = malloc(eng_gvocab_mask_words(gv) * sizeof *mask);
+    ck_assert(ref && mask);
+    static const eng_sampling settings[] = {
+        {.temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f},
+        {.temperature = 0.8f, .top_p = 1.0f, .repetition_penalty = 1.0f, .seed = 7},
+        {.temperature = 1.0f, .top_p = 0.9f, .top_k = 40, .min_p = 0.05f, .repetition_penalty = 1.0f, .seed = 8},
+        {.temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.3f, .frequency_penalty = 0.5f},
+    };
+    for (size_t si = 0; si < sizeof settings / sizeof *settings; si++) {
+        eng_gen_params p = params(64);
+        p.ignore_eos = false;
+        p.sampling = settings[si];
+        p.grammar = gr;
+        p.gvocab = gv;
+        eng_gen *g = new_gen(&p);
+        eng_gmatch_reset(ref);
+        char text[512];
+        size_t len = 0;
+        while (eng_gen_state(g) == ENG_GEN_RUNNING) {
+            ck_assert_int_gt(eng_gmatch_mask(ref, mask), 0);
+            step(&g, 1, NULL);
+            const eng_gen_event *ev = eng_gen_last(g);
+            ck_assert_uint_lt(len + ev->len, sizeof text);
+            memcpy(text + len, ev->text, ev->len);
+            len += ev->len;
+            if (ev->token < 0)
+                continue;
+            ck_assert_msg(mask[ev->token / 64] >> (ev->token % 64) & 1, "setting %zu: id %d is not allowed", si,
+                          ev->token);
+            if (settings[si].temperature == 0.0f && settings[si].repetition_penalty == 1.0f) {
+                const float *row = eng_gen_logits(g);
+                ck_assert_ptr_nonnull(row);
+                for (int64_t i = 0; i < V; i++)
+                    if (mask[i / 64] >> (i % 64) & 1)
+                        ck_assert_msg(row[i] < row[ev->token] || (row[i] == row[ev->token] && i >= ev->token),
+                                      "greedy took %d over the allowed %lld", ev->token, (long long)i);
+            }
+            ck_assert_int_eq(eng_gmatch_accept(ref, ev->token), 0);
+        }
+        ck_assert_msg(eng_gen_state(g) == ENG_GEN_STOP, "setting %zu ended %s: %s", si,
+                      eng_gen_finish_name(eng_gen_state(g)), eng_gen_error(g));
+        ck_assert(eng_gmatch_ended(ref));
+        text[len] = '\0';
+        ck_assert_msg(!strncmp(text, "{\"n\": ", 6) && len >= 16 && !strcmp(text + len - 2, "\"}"), "text %s", text);
+        int64_t n_masks = 0;
+        ck_assert(eng_gen_mask_seconds(g, &n_masks) >= 0.0);
+        ck_assert_int_eq(n_masks, eng_gen_generated(g));
+        eng_gen_free(g);
+    }
+    eng_gmatch_free(ref);
+    free(mask);
+    eng_gvocab_free(gv);
+    eng_grammar_free(gr);
+}
+END_TEST
+
+/*
+ * A constrained and an unconstrained greedy generation stepping together
+ * give what each gives alone (the unconstrained one keeps the fused argmax).
+ */
+START_TEST(constrained_in_a_batch)
+{
+    eng_grammar *gr = small_grammar();
+    eng_gvocab *gv = model_gvocab();
+    eng_gen_params pc = params(40), pf = params(12);
+    pc.ignore_eos = false;
+    pc.grammar = gr;
+    pc.gvocab = gv;
+    trace alone[2] = {{0}, {0}}, both[2] = {{0}, {0}};
+    eng_gen *g[2] = {new_gen(&pc), new_gen(&pf)};
+    for (int i = 0; i < 2; i++) {
+        run_alone(g[i], 0, &alone[i]);
+        eng_gen_free(g[i]);
+    }
+    g[0] = new_gen(&pc);
+    g[1] = new_gen(&pf);
+    while (eng_gen_state(g[0]) == ENG_GEN_RUNNING || eng_gen_state(g[1]) == ENG_GEN_RUNNING) {
+        eng_gen *live[2];
+        int idx[2];
+        size_t n = 0;
+        for (int i = 0; i < 2; i++)
+            if (eng_gen_state(g[i]) == ENG_GEN_RUNNING) {
+                idx[n] = i;
+                live[n++] = g[i];
+            }
+        step(live, n, NULL);
+        for (size_t i = 0; i < n; i++)
+            record(live[i], &both[idx[i]]);
+    }
+    for (int i = 0; i < 2; i++) {
+        ck_assert_str_eq(both[i].text, alone[i].text);
+        ck_assert_uint_eq(both[i].n_rows, alone[i].n_rows);
+        ck_assert(memcmp(both[i].rows, alone[i].rows, alone[i].n_rows * (size_t)V * sizeof(float)) == 0);
+        free(both[i].rows);
+        free(alone[i].rows);
+        eng_gen_free(g[i]);
+    }
+    eng_gvocab_free(gv);
+    eng_grammar_free(gr);
+}
+END_TEST
+
+/*
+ * A grammar the vocabulary cannot spell (a dead end at the first step) ends
+ * the generation with an error before any id or text; a grammar with
+ * teacher ids or ignore_eos is refused.
+ */
+START_TEST(constrained_dead_end)
+{
+    eng_gbuild *b = eng_gbuild_new();
+    int32_t root = eng_gb_rule(b);
+    eng_gb_define(b, root, eng_gb_str(b, "b"));
+    eng_grammar *gr = NULL;
+    ck_assert_int_eq(eng_gbuild_finish(b, root, &gr, NULL, 0), 0);
+    eng_gbuild_free(b);
+    const char **toks = calloc((size_t)V, sizeof *toks);
+    size_t *lens = calloc((size_t)V, sizeof *lens);
+    toks[0] = "a";
+    lens[0] = 1;
+    int32_t eos = 1;
+    eng_gvocab *gv = eng_gvocab_new_bytes(toks, lens, (size_t)V, &eos, 1);
+    ck_assert_ptr_nonnull(gv);
+    eng_gen_params p = params(8);
+    p.ignore_eos = false;
+    p.grammar = gr;
+    p.gvocab = gv;
+    eng_gen *g = new_gen(&p);
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_gen_step(&g, 1, NULL, &d);
+    eng_diag_clear(&d);
+    ck_assert_int_eq(eng_gen_state(g), ENG_GEN_ERROR);
+    ck_assert_int_eq(eng_gen_last(g)->token, -1);
+    ck_assert_uint_eq(eng_gen_last(g)->len, 0);
+    ck_assert_int_eq(eng_gen_generated(g), 0);
+    ck_assert_msg(strstr(eng_gen_error(g), "dead end") != NULL, "%s", eng_gen_error(g));
+    eng_gen_free(g);
+    p.ignore_eos = true;
+    eng_diag_init(&d);
+    ck_assert_ptr_null(eng_gen_new(model, &p, &d));
+    eng_diag_clear(&d);
+    free(toks);
+    free(lens);
+    eng_gvocab_free(gv);
+    eng_grammar_free(gr);
+}
+END_TEST
+
 int main(void)
 {
     krn_init(); /* as main.c does: the best kernels, before any thread */
@@ -422,6 +611,9 @@ int main(void)
     tcase_add_test(tc, refusals_and_outside_end);
     tcase_add_test(tc, logprobs_of_the_model_distribution);
     tcase_add_test(tc, forks_after_the_prefill);
+    tcase_add_test(tc, constrained_generation);
+    tcase_add_test(tc, constrained_in_a_batch);
+    tcase_add_test(tc, constrained_dead_end);
     suite_add_tcase(su, tc);
     return qd_run_suite(su);
 }

@@ -795,6 +795,70 @@ START_TEST(full_vocabulary_rows)
 }
 END_TEST
 
+/* ---- masked sampling ------------------------------------------------------ */
+
+/*
+ * A masked draw is the draw over the row with the disallowed ids at -inf,
+ * for every setting (same seed, same history), and never leaves the mask;
+ * a mask whose ids all have -inf or NaN logits gives its lowest id.
+ */
+START_TEST(masked_sampling)
+{
+    const size_t n = 1000, words = (n + 63) / 64;
+    static const eng_sampling settings[] = {
+        {.temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f},
+        {.temperature = 0.8f, .top_p = 1.0f, .repetition_penalty = 1.0f},
+        {.temperature = 1.0f, .top_p = 1.0f, .top_k = 5, .repetition_penalty = 1.0f},
+        {.temperature = 1.0f, .top_p = 0.9f, .repetition_penalty = 1.0f},
+        {.temperature = 1.0f, .top_p = 1.0f, .min_p = 0.2f, .repetition_penalty = 1.0f},
+        {.temperature = 0.7f, .top_p = 1.0f, .repetition_penalty = 1.3f, .presence_penalty = 0.5f,
+         .frequency_penalty = 0.5f},
+        {.temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.5f},
+    };
+    float *x = malloc(n * sizeof *x), *ref = malloc(n * sizeof *ref);
+    uint64_t *mask = calloc(words, sizeof *mask);
+    ck_assert(x && ref && mask);
+    const int32_t prompt[] = {3, 17, 500, 999};
+    for (size_t si = 0; si < sizeof settings / sizeof *settings; si++) {
+        eng_sampling p = settings[si];
+        p.seed = 42 + si;
+        eng_sampler *a = make(&p, n), *b = make(&p, n);
+        ck_assert_int_eq(eng_sampler_accept_prompt(a, prompt, 4), 0);
+        ck_assert_int_eq(eng_sampler_accept_prompt(b, prompt, 4), 0);
+        for (int round = 0; round < 200; round++) {
+            fill_row(x, n, -6.0, 6.0, round % 3 ? 0.0 : 0.5);
+            memset(mask, 0, words * sizeof *mask);
+            /* full words, empty words and sparse ones, a sparse tail */
+            for (size_t i = 0; i < n; i++)
+                if ((i / 64) % 3 == 0 || next_u64() % 7 == 0)
+                    mask[i / 64] |= 1ull << (i % 64);
+            for (size_t i = 0; i < n; i++)
+                ref[i] = mask[i / 64] >> (i % 64) & 1 ? x[i] : -INFINITY;
+            int32_t got = eng_sampler_sample_masked(a, x, mask), want = eng_sampler_sample(b, ref);
+            ck_assert_msg(got == want, "setting %zu round %d: masked %d, reference %d", si, round, got, want);
+            ck_assert(mask[got / 64] >> (got % 64) & 1);
+            eng_sampler_accept(a, got);
+            eng_sampler_accept(b, want);
+        }
+        /* every allowed logit -inf or NaN: the lowest allowed id, never the sampler's fallback 0 */
+        for (size_t i = 0; i < n; i++)
+            x[i] = 1.0f;
+        memset(mask, 0, words * sizeof *mask);
+        mask[2] = 1ull << 5 | 1ull << 9;
+        x[133] = -INFINITY;
+        x[137] = NAN;
+        ck_assert_int_eq(eng_sampler_sample_masked(a, x, mask), 133);
+        memset(mask, 0, words * sizeof *mask);
+        ck_assert_int_eq(eng_sampler_sample_masked(a, x, mask), -1);
+        eng_sampler_free(a);
+        eng_sampler_free(b);
+    }
+    free(x);
+    free(ref);
+    free(mask);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("sampler");
@@ -820,6 +884,7 @@ int main(void)
     tcase_add_test(tc, seeded_determinism);
     tcase_add_test(tc, invalid_params_named);
     tcase_add_test(tc, non_finite_logits);
+    tcase_add_test(tc, masked_sampling);
     suite_add_tcase(su, tc);
     tc = tcase_create("full_vocabulary");
     tcase_set_timeout(tc, 60);
