@@ -54,7 +54,7 @@ const char *api_error_code(int err);
 typedef struct api_error {
     int code;           /* API_E* */
     char param[64];     /* e.g. "messages[1].role"; empty = null */
-    char message[256];
+    char message[512];  /* room for a schema error with the limits it broke */
 } api_error;
 
 /*

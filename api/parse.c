@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/schema.h"
 #include "engine/stop.h"
 
 /* Largest request arrays accepted, far above what a context holds. */
@@ -37,6 +38,7 @@ void api_request_free(api_request *r)
     for (size_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->stop);
+    free(r->format_schema);
     free(r);
 }
 
@@ -222,19 +224,6 @@ static int refuse_tool_choice(const json_t *v, const char *field, api_error *err
     return s && (!strcmp(s, "none") || !strcmp(s, "auto")) ? 0 : refuse(field, err);
 }
 
-/* response_format: {"type": "text"} is what the server produces anyway. */
-static int refuse_format(const json_t *v, const char *field, api_error *err)
-{
-    if (!json_is_object(v))
-        return type_error(err, field, "an object", v);
-    const char *type = json_string_value(json_object_get(v, "type"));
-    if (type && !strcmp(type, "text"))
-        return 0;
-    return api_error_set(err, API_EUNSUPPORTED, field,
-                         "'%s' of type %.40s is not supported: this server generates unconstrained text", field,
-                         type ? type : "(none)");
-}
-
 /* modalities: ["text"] is what the server produces anyway. */
 static int refuse_modalities(const json_t *v, const char *field, api_error *err)
 {
@@ -302,7 +291,7 @@ static const field_rule FIELDS[] = {
     REFUSED("logprobs", IN_BOTH, refuse_logprobs),
     REFUSED("top_logprobs", IN_CHAT, refuse_nonzero),
     REFUSED("logit_bias", IN_BOTH, refuse_nonempty_object),
-    REFUSED("response_format", IN_CHAT, refuse_format),
+    READ("response_format", IN_CHAT),
     REFUSED("tools", IN_CHAT, refuse_nonempty_array),
     REFUSED("tool_choice", IN_CHAT, refuse_tool_choice),
     REFUSED("functions", IN_CHAT, refuse_nonempty_array),
@@ -615,6 +604,135 @@ static int parse_sampling(json_t *root, api_request *r, api_error *err)
     return 0;
 }
 
+/* Keys of OBJ outside the NULL-terminated list KNOWN are refused, so none is dropped unseen. */
+static int known_keys(json_t *obj, const char *field, const char *const *known, api_error *err)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        size_t i = 0;
+        while (known[i] && strcmp(known[i], key))
+            i++;
+        if (!known[i]) {
+            char p[128];
+            fieldf(p, sizeof p, "%s.%s", field, key);
+            return refuse(p, err);
+        }
+    }
+    return 0;
+}
+
+/* json_schema.name: 1-64 of a-z, A-Z, 0-9, '_' and '-', as OpenAI's API requires. */
+static bool schema_name_ok(const char *s, size_t n)
+{
+    if (n < 1 || n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+              s[i] == '_' || s[i] == '-'))
+            return false;
+    return true;
+}
+
+/* response_format: text, json_object, or json_schema {name, description, schema, strict}. */
+static int parse_format(json_t *root, api_request *r, api_error *err)
+{
+    json_t *f = json_object_get(root, "response_format");
+    if (!f || json_is_null(f))
+        return 0;
+    if (!json_is_object(f))
+        return type_error(err, "response_format", "an object", f);
+    static const char *const keys[] = {"type", "json_schema", NULL};
+    int rc = known_keys(f, "response_format", keys, err);
+    if (rc)
+        return rc;
+    json_t *type = json_object_get(f, "type");
+    if (!type)
+        return api_error_set(err, API_EMISSING, "response_format.type", "'response_format.type' is required");
+    if (!json_is_string(type))
+        return type_error(err, "response_format.type", "a string", type);
+    const char *t = json_string_value(type);
+    json_t *js = json_object_get(f, "json_schema");
+    if (strcmp(t, "json_schema") && js && !json_is_null(js))
+        return api_error_set(err, API_ERANGE, "response_format.json_schema",
+                             "'response_format.json_schema' belongs to type \"json_schema\" only");
+    if (!strcmp(t, "text"))
+        return 0;
+    if (!strcmp(t, "json_object")) {
+        r->format = API_FORMAT_JSON_OBJECT;
+        return 0;
+    }
+    if (strcmp(t, "json_schema"))
+        return api_error_set(err, API_EUNSUPPORTED, "response_format.type",
+                             "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", not "
+                             "\"%.40s\"", t);
+    if (!js || json_is_null(js))
+        return api_error_set(err, API_EMISSING, "response_format.json_schema",
+                             "'response_format.json_schema' is required with type \"json_schema\"");
+    if (!json_is_object(js))
+        return type_error(err, "response_format.json_schema", "an object", js);
+    static const char *const js_keys[] = {"name", "description", "schema", "strict", NULL};
+    if ((rc = known_keys(js, "response_format.json_schema", js_keys, err)))
+        return rc;
+    json_t *name = json_object_get(js, "name"), *desc = json_object_get(js, "description"),
+           *schema = json_object_get(js, "schema"), *strict = json_object_get(js, "strict");
+    if (!name)
+        return api_error_set(err, API_EMISSING, "response_format.json_schema.name",
+                             "'response_format.json_schema.name' is required");
+    if (!json_is_string(name))
+        return type_error(err, "response_format.json_schema.name", "a string", name);
+    if (!schema_name_ok(json_string_value(name), json_string_length(name)))
+        return api_error_set(err, API_ERANGE, "response_format.json_schema.name",
+                             "'response_format.json_schema.name' must be 1 to 64 of a-z, A-Z, 0-9, _ and -");
+    if (desc && !json_is_null(desc) && !json_is_string(desc))
+        return type_error(err, "response_format.json_schema.description", "a string", desc);
+    /* strict or not, the output follows the schema: there is no weaker mode to choose. */
+    if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+        return type_error(err, "response_format.json_schema.strict", "a boolean", strict);
+    if (schema && !json_is_null(schema) && !json_is_object(schema) && !json_is_boolean(schema))
+        return type_error(err, "response_format.json_schema.schema", "an object", schema);
+    /* Without a schema, any JSON value. */
+    r->format = API_FORMAT_JSON_SCHEMA;
+    r->format_schema = schema && !json_is_null(schema) ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY)
+                                                       : strdup("true");
+    return r->format_schema ? 0 : api_error_set(err, API_ENOMEM, NULL, NULL);
+}
+
+int api_request_grammar(const api_request *r, eng_grammar **out, api_error *err)
+{
+    *out = NULL;
+    if (r->format == API_FORMAT_TEXT)
+        return 0;
+    api_schema_error se;
+    int rc;
+    const char *param = "response_format.json_schema.schema";
+    if (r->format == API_FORMAT_JSON_OBJECT) {
+        param = "response_format";
+        rc = api_schema_json_object(out, &se);
+    } else {
+        json_error_t je;
+        json_t *schema = json_loads(r->format_schema, JSON_DECODE_ANY, &je);
+        if (!schema)
+            return api_error_set(err, API_ENOMEM, NULL, NULL);
+        rc = api_schema_compile(schema, out, &se);
+        json_decref(schema);
+    }
+    if (rc == 0)
+        return 0;
+    if (rc == API_SCHEMA_ENOMEM)
+        return api_error_set(err, API_ENOMEM, NULL, NULL);
+    if (rc == API_SCHEMA_ETOOBIG)
+        return api_error_set(err, API_ERANGE, param,
+                             "'%s': %s; the limits are nesting depth %d, %d subschemas, %d properties per object, "
+                             "%d for minItems/maxItems/prefixItems, %d enum values, %d bytes of enum and const "
+                             "text, lengths up to %d, and %d grammar states",
+                             param, se.message, API_SCHEMA_MAX_DEPTH, API_SCHEMA_MAX_NODES, API_SCHEMA_MAX_PROPERTIES,
+                             API_SCHEMA_MAX_ITEMS, API_SCHEMA_MAX_ENUM, API_SCHEMA_MAX_LITERAL, API_SCHEMA_MAX_LENGTH,
+                             ENG_GRAMMAR_MAX_STATES);
+    return api_error_set(err, rc == API_SCHEMA_EUNSUPPORTED ? API_EUNSUPPORTED : API_ERANGE, param, "'%s': %s", param,
+                         se.message);
+}
+
 static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *err)
 {
     int rc;
@@ -652,7 +770,7 @@ static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *er
 
     if ((rc = parse_sampling(root, r, err)) || (rc = parse_stop(root, r, err)))
         return rc;
-    if ((rc = get_bool(root, "stream", &r->stream, err)))
+    if ((rc = get_bool(root, "stream", &r->stream, err)) || (rc = parse_format(root, r, err)))
         return rc;
     json_t *so = json_object_get(root, "stream_options");
     if (so && !json_is_null(so)) {

@@ -20,7 +20,15 @@
 
 #include "api/chat_template.h"
 #include "api/error.h"
+#include "engine/grammar.h"
 #include "engine/sampler.h"
+
+/* response_format: what the output must be. */
+typedef enum api_format {
+    API_FORMAT_TEXT = 0,     /* absent, or {"type": "text"} */
+    API_FORMAT_JSON_OBJECT,  /* {"type": "json_object"}: any JSON object */
+    API_FORMAT_JSON_SCHEMA,  /* {"type": "json_schema", "json_schema": {...}} */
+} api_format;
 
 typedef enum api_kind {
     API_KIND_COMPLETION = 0, /* POST /v1/completions */
@@ -50,6 +58,9 @@ typedef struct api_request {
     size_t n_stop;
     bool stream;
     bool include_usage;           /* stream_options.include_usage */
+
+    api_format format;            /* response_format */
+    char *format_schema;          /* API_FORMAT_JSON_SCHEMA: json_schema.schema as JSON text */
 } api_request;
 
 /*
@@ -61,6 +72,17 @@ typedef struct api_request {
 int api_parse_request(api_kind kind, const char *body, size_t len, const eng_sampling *defaults, api_request **out,
                       api_error *err);
 void api_request_free(api_request *r);
+
+/*
+ * The grammar R's output must follow (response_format), into *OUT; NULL
+ * when it asks for none. Apart from api_parse_request() because compiling
+ * a large schema takes long enough to keep it off the event loop. Returns 0,
+ * or a negative API_E* code with ERR naming the schema keyword and its JSON
+ * pointer (400 unsupported_value for a keyword outside the supported
+ * subset, invalid_value for an invalid schema or one past a limit, the
+ * limits then listed in the message).
+ */
+int api_request_grammar(const api_request *r, eng_grammar **out, api_error *err);
 
 /*
  * What the server does with a top-level request field of the OpenAI

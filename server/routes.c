@@ -88,6 +88,7 @@ typedef struct call {
     bool gone;                /* the request ended while tokenizing */
     eng_tok *tok;
     eng_tok_ids ids;
+    eng_grammar *grammar;     /* response_format's, until the job takes it */
     api_error err;
     int rc;
     double tokenize_s;        /* chat template and tokenizer, on the work pool */
@@ -469,6 +470,7 @@ static void call_free(call *c)
     free(c->text);
     api_request_free(c->q);
     eng_tok_ids_free(&c->ids);
+    eng_grammar_free(c->grammar);
     free(c);
 }
 
@@ -478,6 +480,8 @@ static void tokenize_work(uv_work_t *w)
     call *c = w->data;
     double t0 = srv_now();
     c->rc = prompt_ids(c, c->q, &c->ids, &c->err);
+    if (!c->rc)
+        c->rc = api_request_grammar(c->q, &c->grammar, &c->err);
     c->tokenize_s = srv_now() - t0;
 }
 
@@ -541,12 +545,14 @@ static void submit(call *c)
         .deadline = srv_req_start(c->r) + rt->o.request_timeout,
         .t_received = c->t_received,
         .id = c->id,
+        .grammar = c->grammar,
     };
     job = srv_job_new(&p, on_job, c);
     if (!job) {
         api_error_set(&e, API_ENOMEM, NULL, NULL);
         goto reject;
     }
+    c->grammar = NULL; /* the job's now */
     c->stream = q->stream;
     c->include_usage = q->include_usage;
     c->created = (int64_t)time(NULL);

@@ -105,6 +105,7 @@ struct srv_job {
     double t_received;
     char *id;
     char *scope;
+    eng_grammar *grammar;        /* or NULL */
     uint64_t kv_need;            /* KV bytes its session reserves; set by submit, then immutable */
     /* loop thread only */
     srv_job_fn fn;
@@ -145,6 +146,7 @@ struct srv_sched {
     /* written by the compute thread before `loaded` is set, then read-only */
     eng_model *model;
     eng_tok *tok;
+    eng_gvocab *gvocab;          /* the tokenizer's vocabulary for grammars */
     srv_model_info info;
 
     pthread_mutex_t mu;
@@ -220,6 +222,7 @@ srv_job *srv_job_new(const srv_job_params *p, srv_job_fn fn, void *user)
         j->n_stop = i + 1;
     }
     j->max_tokens = p->max_tokens;
+    j->grammar = p->grammar;
     j->sampling = p->sampling;
     j->deadline = p->deadline;
     j->t_received = p->t_received;
@@ -242,6 +245,7 @@ void srv_job_release(srv_job *j)
     free(j->stop);
     free(j->id);
     free(j->scope);
+    eng_grammar_free(j->grammar);
     free(j->text);
     free(j);
 }
@@ -632,6 +636,15 @@ static int load(srv_sched *s)
         goto out;
     }
     const eng_geometry *g = eng_model_geometry(s->model);
+    /* Grammars' masks need each token's bytes in a trie: built once for the model. */
+    const eng_genai_config *cfg = eng_model_config(s->model);
+    int32_t eos[ENG_MAX_EOS];
+    for (int i = 0; i < cfg->n_eos; i++)
+        eos[i] = (int32_t)cfg->eos_token_id[i];
+    if (!(s->gvocab = eng_gvocab_new(s->tok, (size_t)g->vocab, eos, (size_t)cfg->n_eos))) {
+        eng_diag_add(&diag, "out of memory for the grammar vocabulary");
+        goto out;
+    }
     s->info.ctx = s->opts.ctx > 0 ? s->opts.ctx : max_ctx;
     s->info.vocab = g->vocab;
     s->info.weight_bytes = eng_plan_prepared_bytes(eng_model_plan(s->model));
@@ -675,6 +688,8 @@ static bool slot_setup(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
                         .stop = (const char *const *)j->stop, .n_stop = j->n_stop, .tok = s->tok};
     p.prefix = s->prefix;
     p.scope = j->scope;
+    p.grammar = j->grammar;
+    p.gvocab = s->gvocab;
     sl->gen = eng_gen_new(s->model, &p, &diag);
     if (!sl->gen)
         snprintf(msg, msg_cap, "%s", diag.n_kept ? diag.lines[0] : "out of memory for a session");
@@ -1108,6 +1123,7 @@ void srv_sched_free(srv_sched *s)
         s->ready_head = j->ready_next;
         srv_job_release(j);
     }
+    eng_gvocab_free(s->gvocab);
     eng_tok_free(s->tok);
     eng_model_free(s->model);
     pthread_mutex_destroy(&s->mu);

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "engine/grammar.h"
 #include "engine/prefix.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
@@ -157,6 +158,7 @@ typedef struct srv_job_params {
     double t_received;       /* srv_now() when the request had fully arrived; TTFT counts from it (0: submission) */
     const char *id;          /* for logs; copied */
     const char *scope;       /* whose cached prefixes it may reuse (the API key's name; NULL = ""); copied */
+    eng_grammar *grammar;    /* constrained decoding, or NULL; the job takes it (freed with the job) */
 } srv_job_params;
 
 /* Called on the loop thread when JOB has new text or has ended. */

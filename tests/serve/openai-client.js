@@ -2,8 +2,8 @@
 // models.list, completions and chat completions, streaming and not (greedy
 // streams must equal the non-streamed text), usage in streams, the
 // client's typed errors for the documented statuses, and the fields that
-// are refused rather than ignored (response_format, logit_bias, logprobs,
-// tools). With MODE=auth the
+// are refused rather than ignored (response_format of an unknown type,
+// logit_bias, logprobs, tools). With MODE=auth the
 // daemon requires KEY: the right key works, a wrong one is a 401.
 //
 // usage: node openai-client.js BASE_URL MODEL_NAME [auth KEY]
@@ -103,8 +103,7 @@ async function main() {
   // never ignored: the client must not get prose where it asked for JSON.
   const messages = [{ role: 'user', content: 'Give me a JSON object.' }];
   const refused = [
-    ['response_format', { response_format: { type: 'json_object' } }],
-    ['response_format', { response_format: { type: 'json_schema', json_schema: { name: 'a', schema: { type: 'object' } } }, stream: true }],
+    ['response_format.type', { response_format: { type: 'regex' } }],
     ['logit_bias', { logit_bias: { 151645: -100 } }],
     ['logprobs', { logprobs: true, top_logprobs: 2 }],
     ['tools', { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }],
