@@ -1,13 +1,16 @@
 /*
  * fuzz_parse: request bodies of POST /v1/completions and
  * /v1/chat/completions through api_parse_request(), and a parsed chat
- * request on through api_chat_render(), as the server's routes do.
+ * request on through api_chat_render() and its response_format through
+ * api_request_grammar(), as the server's routes do.
  *
  * Input: byte 0 picks the endpoint (bit 0: chat), the rest is the body.
  * Checked: a rejected body yields an error code of the API table, a 4xx or
  * 5xx status and an error body that is valid JSON naming message, type,
  * param and code; an accepted one holds exactly one prompt form, fields in
- * the ranges the engine accepts, and (chat) renders without error.
+ * the ranges the engine accepts, and (chat) renders without error; its
+ * response_format either compiles or is rejected with a 4xx naming a
+ * response_format parameter (or runs out of memory).
  */
 #include <jansson.h>
 #include <string.h>
@@ -64,6 +67,18 @@ static void check_request(const api_request *r, api_kind kind)
         return;
     }
     FUZZ_CHECK(!r->prompt && !r->prompt_ids && r->n_messages >= 1);
+    FUZZ_CHECK((r->format == API_FORMAT_JSON_SCHEMA) == (r->format_schema != NULL));
+    eng_grammar *g = NULL;
+    api_error ge;
+    int grc = api_request_grammar(r, &g, &ge);
+    if (grc == 0) {
+        FUZZ_CHECK((g != NULL) == (r->format != API_FORMAT_TEXT));
+    } else {
+        FUZZ_CHECK(!g);
+        check_error(grc, &ge);
+        FUZZ_CHECK(grc == API_ENOMEM || !strncmp(ge.param, "response_format", 15));
+    }
+    eng_grammar_free(g);
     for (size_t i = 0; i < r->n_messages; i++) {
         const api_chat_msg *m = &r->messages[i];
         FUZZ_CHECK(m->role && m->content);
