@@ -37,7 +37,7 @@ bench_attn_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 # `qwen3d serve` under HTTP load (TTFT and inter-token percentiles, tokens/s),
 # and its overhead over `qwen3d bench` with --compare (bench/README.md):
 #   node $(srcdir)/bench/http-load.js --qwen3d ./qwen3d --model DIR [--compare]
-EXTRA_DIST += bench/http-load.js bench/README.md
+EXTRA_DIST += bench/http-load.js bench/README.md bench/structured.sh
 
 # Constrained decoding: the mask time per generated token (p50/p95/max) on
 # the schemas of tests/grammar/schemas.json with the Qwen3 vocabulary:
@@ -46,3 +46,11 @@ EXTRA_DIST += bench/http-load.js bench/README.md
 check_PROGRAMS += bench/grammar_bench
 bench_grammar_bench_SOURCES = bench/grammar_bench.c tests/grammar/rng.h
 bench_grammar_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
+
+# The decode step with and without a JSON Schema on a model, and the mask
+# time per token inside it (bench/README.md):
+#   make bench/structured_bench && bench/structured_bench --model DIR \
+#     --schemas $(srcdir)/tests/serve/structured-schemas.json
+check_PROGRAMS += bench/structured_bench
+bench_structured_bench_SOURCES = bench/structured_bench.c
+bench_structured_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)

