@@ -53,6 +53,8 @@ void api_chat_opts_default(api_chat_opts *o)
 {
     o->add_generation_prompt = true;
     o->enable_thinking = true;
+    o->tools = NULL;
+    o->n_tools = 0;
 }
 
 /* ---- byte spans ---------------------------------------------------------- */
@@ -189,7 +191,7 @@ static void puts_(sbuf *b, const char *s) { put(b, span_of(s)); }
 
 /* ---- rendering ----------------------------------------------------------- */
 
-enum role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT };
+enum role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT, ROLE_TOOL };
 
 /* Fills ERR: the param ("messages[I].FIELD") followed by WHAT. */
 static int fail(api_chat_error *err, int code, int index, const char *field, const char *what)
@@ -222,6 +224,8 @@ static int check_messages(const api_chat_msg *msgs, size_t n, enum role *roles, 
             roles[i] = ROLE_USER;
         else if (strcmp(role, "assistant") == 0)
             roles[i] = ROLE_ASSISTANT;
+        else if (strcmp(role, "tool") == 0)
+            roles[i] = ROLE_TOOL;
         else {
             /* Quote at most 32 bytes of the client's role, cut on a UTF-8
              * character boundary so the message stays valid UTF-8. */
@@ -233,12 +237,17 @@ static int check_messages(const api_chat_msg *msgs, size_t n, enum role *roles, 
             }
             char what[96];
             snprintf(what, sizeof what,
-                     ": unsupported role '%.*s' (expected system, user or assistant)", (int)shown,
+                     ": unsupported role '%.*s' (expected system, user, assistant or tool)", (int)shown,
                      role);
             return fail(err, API_CHAT_EROLE, idx, "role", what);
         }
         if (!msgs[i].content)
             return fail(err, API_CHAT_ECONTENT, idx, "content", " must be a string");
+        for (size_t k = 0; k < msgs[i].n_tool_calls; k++)
+            if (roles[i] != ROLE_ASSISTANT || !msgs[i].tool_calls[k].name || !msgs[i].tool_calls[k].arguments)
+                return fail(err, API_CHAT_ECONTENT, idx, "tool_calls",
+                            roles[i] != ROLE_ASSISTANT ? " belong to assistant messages only"
+                                                       : " need a name and arguments");
     }
     return API_CHAT_OK;
 }
@@ -276,6 +285,16 @@ static void render_assistant(sbuf *b, const api_chat_msg *m, bool keep_think)
         put(b, lstrip_nl(content));
     } else {
         put(b, content);
+    }
+    /* "(loop.first and content) or (not loop.first)": a newline before every block but a first one after no content. */
+    for (size_t k = 0; k < m->n_tool_calls; k++) {
+        if (k > 0 || content.n > 0)
+            puts_(b, "\n");
+        puts_(b, "<tool_call>\n{\"name\": \"");
+        puts_(b, m->tool_calls[k].name);
+        puts_(b, "\", \"arguments\": ");
+        puts_(b, m->tool_calls[k].arguments);
+        puts_(b, "}\n</tool_call>");
     }
     puts_(b, "<|im_end|>\n");
 }
@@ -327,7 +346,22 @@ int api_chat_render(const api_chat_msg *msgs, size_t n, const api_chat_opts *opt
     }
 
     sbuf b = {0};
-    if (roles[0] == ROLE_SYSTEM) {
+    if (opts->n_tools) {
+        puts_(&b, "<|im_start|>system\n");
+        if (roles[0] == ROLE_SYSTEM) {
+            puts_(&b, msgs[0].content);
+            puts_(&b, "\n\n");
+        }
+        puts_(&b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided "
+                  "with function signatures within <tools></tools> XML tags:\n<tools>");
+        for (size_t k = 0; k < opts->n_tools; k++) {
+            puts_(&b, "\n");
+            puts_(&b, opts->tools[k]);
+        }
+        puts_(&b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+                  "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+                  "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+    } else if (roles[0] == ROLE_SYSTEM) {
         puts_(&b, "<|im_start|>system\n");
         puts_(&b, msgs[0].content);
         puts_(&b, "<|im_end|>\n");
@@ -349,6 +383,16 @@ int api_chat_render(const api_chat_msg *msgs, size_t n, const api_chat_opts *opt
             break;
         case ROLE_ASSISTANT:
             render_assistant(&b, &msgs[i], keeps_think(&msgs[i], i, n, lq));
+            break;
+        case ROLE_TOOL:
+            /* A run of tool messages is one user turn. */
+            if (i == 0 || roles[i - 1] != ROLE_TOOL)
+                puts_(&b, "<|im_start|>user");
+            puts_(&b, "\n<tool_response>\n");
+            puts_(&b, msgs[i].content);
+            puts_(&b, "\n</tool_response>");
+            if (i == n - 1 || roles[i + 1] != ROLE_TOOL)
+                puts_(&b, "<|im_end|>\n");
             break;
         }
     }

@@ -3,7 +3,7 @@
  *
  * Renders what the chat_template of Qwen3's tokenizer_config.json renders
  * (as Hugging Face's Jinja runtimes do) for conversations of system, user
- * and assistant messages without tools:
+ * and assistant messages, with or without tools:
  *
  *   - a system message first becomes "<|im_start|>system\n{content}<|im_end|>\n";
  *     a later one is rendered in place like a user message;
@@ -12,6 +12,13 @@
  *     "<think>" and "</think>" (or reasoning_content when given). Turns after
  *     the last user query keep it as "<think>\n{reasoning}\n</think>\n\n"
  *     (the final message always does); earlier turns lose it;
+ *   - with tools, the system message opens with the system prompt (if the
+ *     first message is one) and the template's "# Tools" block listing each
+ *     tool's JSON; an assistant message's tool calls follow its content as
+ *     "<tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>" blocks
+ *     (a newline between blocks, and before the first after content);
+ *     consecutive tool messages share one user turn, each wrapped in
+ *     "\n<tool_response>\n...\n</tool_response>";
  *   - the generation prompt "<|im_start|>assistant\n", followed by the empty
  *     "<think>\n\n</think>\n\n" when thinking is disabled.
  * Whitespace follows the template exactly (see the .c file for each strip).
@@ -43,16 +50,27 @@ const char *api_chat_strerror(int err);
 int api_chat_http_status(int err);
 const char *api_chat_error_type(int err);
 
+/* A tool call of an earlier assistant turn. */
+typedef struct api_chat_call {
+    const char *name;
+    const char *arguments;         /* JSON text, rendered as given (OpenAI sends it as a string) */
+} api_chat_call;
+
 /* One message, as the request parser fills it. Strings are NUL-terminated UTF-8. */
 typedef struct api_chat_msg {
-    const char *role;              /* "system", "user" or "assistant" */
+    const char *role;              /* "system", "user", "assistant" or "tool" */
     const char *content;           /* NULL when the request's content is not a string */
     const char *reasoning_content; /* assistant only, optional (NULL = absent) */
+    const api_chat_call *tool_calls; /* assistant only: N_TOOL_CALLS calls */
+    size_t n_tool_calls;
 } api_chat_msg;
 
 typedef struct api_chat_opts {
     bool add_generation_prompt;    /* end with the assistant header (chat completions) */
     bool enable_thinking;          /* chat_template_kwargs.enable_thinking */
+    /* Tools as JSON text in the template's tojson form (separators ", " and ": ", keys in order). */
+    const char *const *tools;
+    size_t n_tools;
 } api_chat_opts;
 
 /* Generation prompt on, thinking on: the template's defaults for a chat request. */

@@ -39,11 +39,11 @@ static char *render_ok(const api_chat_msg *m, size_t n, const api_chat_opts *o)
 START_TEST(roles_and_generation_prompt)
 {
     const api_chat_msg m[] = {
-        {"system", "You are terse.", NULL},
-        {"user", "Hi", NULL},
-        {"assistant", "Hello.", NULL},
-        {"system", "Now be verbose.", NULL},
-        {"user", "Why?", NULL},
+        {"system", "You are terse.", NULL, NULL, 0},
+        {"user", "Hi", NULL, NULL, 0},
+        {"assistant", "Hello.", NULL, NULL, 0},
+        {"system", "Now be verbose.", NULL, NULL, 0},
+        {"user", "Why?", NULL, NULL, 0},
     };
     api_chat_opts o;
     api_chat_opts_default(&o);
@@ -83,11 +83,11 @@ START_TEST(assistant_reasoning_history)
     /* The earlier turn loses its reasoning, the turn after the last user
      * query keeps it, the final message always has a think block. */
     const api_chat_msg m[] = {
-        {"user", "Q1", NULL},
-        {"assistant", "<think>\nR1\n</think>\n\nA1", NULL},
-        {"user", "Q2", NULL},
-        {"assistant", "<think>\nR2\n</think>\n\nA2", NULL},
-        {"assistant", "A3 without reasoning", NULL},
+        {"user", "Q1", NULL, NULL, 0},
+        {"assistant", "<think>\nR1\n</think>\n\nA1", NULL, NULL, 0},
+        {"user", "Q2", NULL, NULL, 0},
+        {"assistant", "<think>\nR2\n</think>\n\nA2", NULL, NULL, 0},
+        {"assistant", "A3 without reasoning", NULL, NULL, 0},
     };
     char want[1024], *p = want;
     p = block(p, "user", "Q1");
@@ -102,8 +102,8 @@ START_TEST(assistant_reasoning_history)
 
     /* reasoning_content, when given, is used instead of a split. */
     const api_chat_msg r[] = {
-        {"user", "Q", NULL},
-        {"assistant", "\n\nA", "\nthought\n"},
+        {"user", "Q", NULL, NULL, 0},
+        {"assistant", "\n\nA", "\nthought\n", NULL, 0},
     };
     p = block(want, "user", "Q");
     p = block(p, "assistant", "<think>\nthought\n</think>\n\nA");
@@ -118,9 +118,9 @@ END_TEST
 START_TEST(bad_messages_named)
 {
     const api_chat_msg m[] = {
-        {"system", "s", NULL},
-        {"user", "u", NULL},
-        {"tool", "t", NULL},
+        {"system", "s", NULL, NULL, 0},
+        {"user", "u", NULL, NULL, 0},
+        {"function", "t", NULL, NULL, 0},
     };
     char *out = (char *)1;
     api_chat_error err;
@@ -129,27 +129,27 @@ START_TEST(bad_messages_named)
     ck_assert_int_eq(err.index, 2);
     ck_assert_str_eq(err.param, "messages[2].role");
     ck_assert_ptr_nonnull(strstr(err.message, "messages[2].role"));
-    ck_assert_ptr_nonnull(strstr(err.message, "'tool'"));
+    ck_assert_ptr_nonnull(strstr(err.message, "'function'"));
     ck_assert_int_eq(api_chat_http_status(API_CHAT_EROLE), 400);
     ck_assert_str_eq(api_chat_error_type(API_CHAT_EROLE), "invalid_request_error");
 
-    const api_chat_msg no_content[] = {{"user", "u", NULL}, {"assistant", NULL, NULL}};
+    const api_chat_msg no_content[] = {{"user", "u", NULL, NULL, 0}, {"assistant", NULL, NULL, NULL, 0}};
     ck_assert_int_eq(api_chat_render(no_content, 2, NULL, &out, NULL, &err), API_CHAT_ECONTENT);
     ck_assert_str_eq(err.param, "messages[1].content");
     ck_assert_ptr_nonnull(strstr(err.message, "must be a string"));
 
-    const api_chat_msg no_role[] = {{NULL, "u", NULL}};
+    const api_chat_msg no_role[] = {{NULL, "u", NULL, NULL, 0}};
     ck_assert_int_eq(api_chat_render(no_role, 1, NULL, &out, NULL, &err), API_CHAT_EROLE);
     ck_assert_str_eq(err.param, "messages[0].role");
 
     /* Roles are case-sensitive, as in the template; long roles are cut on a
      * character boundary in the message. */
-    const api_chat_msg upper[] = {{"User", "u", NULL}};
+    const api_chat_msg upper[] = {{"User", "u", NULL, NULL, 0}};
     ck_assert_int_eq(api_chat_render(upper, 1, NULL, &out, NULL, &err), API_CHAT_EROLE);
     const api_chat_msg longrole[] = {
         {"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
          "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9x\xc3\xa9\xc3\xa9",
-         "u", NULL}};
+         "u", NULL, NULL, 0}};
     ck_assert_int_eq(api_chat_render(longrole, 1, NULL, &out, NULL, &err), API_CHAT_EROLE);
     ck_assert_ptr_nonnull(strstr(err.message, "x'"));
     ck_assert_ptr_null(strstr(err.message, "x\xc3"));

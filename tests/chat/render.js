@@ -19,6 +19,7 @@ function render(template, c) {
   };
   // Like chat_template_kwargs: only passed when the request sets it.
   if (c.enable_thinking !== undefined) ctx.enable_thinking = c.enable_thinking;
+  if (c.tools !== undefined) ctx.tools = c.tools;
   return template.render(ctx);
 }
 

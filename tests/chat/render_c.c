@@ -42,14 +42,41 @@ int main(int argc, char **argv)
             fprintf(stderr, "render_c: out of memory\n");
             return 1;
         }
-        for (size_t k = 0; k < n; k++) {
+        /* tool calls: OpenAI's form, {"function": {"name", "arguments" (a string)}} */
+        api_chat_call *calls = NULL;
+        size_t n_calls = 0;
+        for (size_t k = 0; k < n; k++)
+            n_calls += json_array_size(json_object_get(json_array_get(msgs, k), "tool_calls"));
+        calls = calloc(n_calls ? n_calls : 1, sizeof *calls);
+        n_calls = 0;
+        for (size_t k = 0; k < n && calls; k++) {
             json_t *mj = json_array_get(msgs, k);
             m[k].role = opt_string(mj, "role");
             m[k].content = opt_string(mj, "content");
             m[k].reasoning_content = opt_string(mj, "reasoning_content");
+            json_t *tc = json_object_get(mj, "tool_calls");
+            m[k].tool_calls = calls + n_calls;
+            m[k].n_tool_calls = json_array_size(tc);
+            for (size_t t = 0; t < json_array_size(tc); t++, n_calls++) {
+                json_t *f = json_object_get(json_array_get(tc, t), "function");
+                calls[n_calls].name = opt_string(f, "name");
+                calls[n_calls].arguments = opt_string(f, "arguments");
+            }
         }
         api_chat_opts o;
         api_chat_opts_default(&o);
+        /* tools in the tojson form: jansson's separators without JSON_COMPACT are ", " and ": " */
+        json_t *tools = json_object_get(c, "tools");
+        size_t n_tools = json_array_size(tools);
+        char **tool_text = calloc(n_tools ? n_tools : 1, sizeof *tool_text);
+        for (size_t t = 0; t < n_tools && tool_text; t++)
+            tool_text[t] = json_dumps(json_array_get(tools, t), JSON_PRESERVE_ORDER);
+        o.tools = (const char *const *)tool_text;
+        o.n_tools = n_tools;
+        if (!calls || !tool_text) {
+            fprintf(stderr, "render_c: out of memory\n");
+            return 1;
+        }
         json_t *v = json_object_get(c, "add_generation_prompt");
         if (json_is_boolean(v))
             o.add_generation_prompt = json_is_true(v);
@@ -64,6 +91,10 @@ int main(int argc, char **argv)
         else
             json_array_append_new(results, json_pack("{s:s}", "error", err.message));
         free(out);
+        for (size_t t = 0; t < n_tools; t++)
+            free(tool_text[t]);
+        free(tool_text);
+        free(calls);
         free(m);
     }
     char *text = json_dumps(results, JSON_INDENT(1) | JSON_ENSURE_ASCII);

@@ -8,8 +8,8 @@
  * first byte picks its role (low two bits: system, user, assistant, or the
  * message text itself as the role) and whether it carries a
  * reasoning_content (bit 2: the text after its first 0x01 byte).
- * Checked: rendering fails exactly when a role is not system, user or
- * assistant (or there is no message), with an error naming the message and
+ * Checked: rendering fails exactly when a role is not system, user,
+ * assistant or tool (or there is no message), with an error naming the message and
  * a message that is valid UTF-8 when the role was; the text rendered is
  * NUL-free, starts with "<|im_start|>", ends with the generation prompt when
  * asked, and holds every user and system text; split ranges lie inside
@@ -73,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         unsigned sel = (unsigned char)p[0];
         char *text = p + 1;
         api_chat_msg *m = &msgs[n++];
-        m->reasoning_content = NULL;
+        *m = (api_chat_msg){0};
         if (sel & 4) {
             char *cut = strchr(text, '\1');
             if (cut) {
@@ -84,7 +84,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         m->content = text;
         if ((sel & 3) == 3) {
             m->role = text;
-            roles_ok = roles_ok && (!strcmp(text, "system") || !strcmp(text, "user") || !strcmp(text, "assistant"));
+            roles_ok = roles_ok && (!strcmp(text, "system") || !strcmp(text, "user") || !strcmp(text, "assistant") ||
+                                    !strcmp(text, "tool"));
             roles_utf8 = roles_utf8 && fuzz_utf8_valid(text, strlen(text));
         } else {
             m->role = roles[sel & 3];
