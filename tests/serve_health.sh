@@ -103,17 +103,17 @@ serve_stop
 # The requests of the not-ready period take well under a second; the log is
 # read after them, so a machine too slow for the delay fails for that reason.
 notify_listen 120
-printf 'model = %s\ndrain-delay = 8\n' "$MODEL" >"$work/delay.conf"
+printf 'model = %s\ndrain-delay = 15\n' "$MODEL" >"$work/delay.conf"
 NOTIFY_SOCKET="$NOTIFY_SOCK" SERVE_DRAIN_DELAY=default serve_start --config "$work/delay.conf"
 expect /health/ready 200
 kill -TERM "$PID"
-wait_until "the not_ready line" grep -q 'event=not_ready reason=SIGTERM drain_delay_s=8' "$LOG"
+wait_until "the not_ready line" grep -q 'event=not_ready reason=SIGTERM drain_delay_s=15' "$LOG"
 code_of() { json "$work/body" 'j.error ? j.error.code : j.status || j.object' 2>/dev/null || true; }
 ready="$(http GET /health/ready) $(code_of)"
 health="$(http GET /health) $(code_of)"
 live="$(http GET /health/live) $(code_of)"
 gen="$(http POST /v1/completions '{"prompt":"Hello","max_tokens":3}') $(code_of)"
-! grep -q 'event=shutdown' "$LOG" || fail "the requests of the not-ready period outlasted --drain-delay 8"
+! grep -q 'event=shutdown' "$LOG" || fail "the requests of the not-ready period outlasted --drain-delay 15"
 [ "$ready" = "503 shutting_down" ] || fail "/health/ready in the not-ready period: $ready"
 [ "$health" = "503 shutting_down" ] || fail "/health in the not-ready period: $health"
 [ "$live" = "200 ok" ] || fail "/health/live in the not-ready period: $live"
