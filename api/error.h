@@ -37,7 +37,9 @@
     X(API_EHEADER, -20, 431, "invalid_request_error", "request_header_too_large",                          \
       "request headers too large")                                                                         \
     X(API_EKVBUDGET, -21, 503, "server_error", "kv_budget_exceeded",                                       \
-      "the request needs more KV cache than the server's budget")
+      "the request needs more KV cache than the server's budget")                                   \
+    X(API_ECORS, -31, 403, "invalid_request_error", "cors_origin_not_allowed",                            \
+      "the request's Origin is not allowed by --cors-origin")
 
 enum {
 #define API_ERR_ENUM(name, value, status, type, code, msg) name = value,

@@ -72,8 +72,11 @@ static json_t *envelope(api_kind kind, const api_meta *m, bool chunk)
 {
     const char *object = kind == API_KIND_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
                                                : "text_completion";
-    return json_pack("{s:s, s:s, s:I, s:s}", "id", m->id, "object", object, "created", (json_int_t)m->created, "model",
-                     m->model);
+    json_t *e = json_pack("{s:s, s:s, s:I, s:s}", "id", m->id, "object", object, "created", (json_int_t)m->created,
+                          "model", m->model);
+    if (e && m->fingerprint)
+        json_object_set_new(e, "system_fingerprint", json_string(m->fingerprint));
+    return e;
 }
 
 char *api_render_result(api_kind kind, const api_meta *meta, const char *text, size_t len, const char *finish_reason,
@@ -141,7 +144,7 @@ enum split_mode {
 
 struct api_stream {
     api_kind kind;
-    char *id, *model;
+    char *id, *model, *fingerprint;
     int64_t created;
     bool include_usage;
     enum split_mode mode;
@@ -162,10 +165,11 @@ api_stream *api_stream_new(api_kind kind, const api_meta *meta, bool include_usa
     s->kind = kind;
     s->id = strdup(meta->id);
     s->model = strdup(meta->model);
+    s->fingerprint = meta->fingerprint ? strdup(meta->fingerprint) : NULL;
     s->created = meta->created;
     s->include_usage = include_usage;
     s->mode = kind == API_KIND_CHAT ? MODE_UNDECIDED : MODE_CONTENT;
-    if (!s->id || !s->model) {
+    if (!s->id || !s->model || (meta->fingerprint && !s->fingerprint)) {
         api_stream_free(s);
         return NULL;
     }
@@ -182,6 +186,7 @@ void api_stream_free(api_stream *s)
     free(s->pend);
     free(s->id);
     free(s->model);
+    free(s->fingerprint);
     free(s);
 }
 
@@ -216,7 +221,7 @@ char *api_stream_next(api_stream *s)
 /* A chunk with one choice holding DELTA (chat) or TEXT (completions). */
 static json_t *chunk_new(api_stream *s, json_t *delta_or_text, const char *finish_reason)
 {
-    api_meta m = {s->id, s->created, s->model};
+    api_meta m = {s->id, s->created, s->model, s->fingerprint};
     json_t *root = envelope(s->kind, &m, true);
     json_t *choice = json_pack("{s:i, s:n}", "index", 0, "logprobs");
     if (!root || !choice || !delta_or_text) {
@@ -383,7 +388,7 @@ int api_stream_end(api_stream *s, const char *finish_reason, const api_usage *us
         return rc;
     if (!s->include_usage)
         return 0;
-    api_meta m = {s->id, s->created, s->model};
+    api_meta m = {s->id, s->created, s->model, s->fingerprint};
     json_t *u = envelope(s->kind, &m, true);
     if (!u)
         return API_ENOMEM;

@@ -45,6 +45,7 @@ typedef struct api_meta {
     const char *id;
     int64_t created;
     const char *model;
+    const char *fingerprint;  /* system_fingerprint; NULL: left out */
 } api_meta;
 
 /* Non-streaming body of a finished generation of KIND, malloc'd; NULL on out-of-memory. */

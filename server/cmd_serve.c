@@ -33,7 +33,9 @@
 #include "server/cli.h"
 #include "server/options.h"
 #include "server/error.h"
+#include "server/fingerprint.h"
 #include "server/http.h"
+#include "server/keys.h"
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/notify.h"
@@ -55,12 +57,19 @@ typedef struct serve {
     srv_routes *routes;
     srv_webui *webui;         /* NULL with --no-webui */
     srv_http *http;
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sighup;
+    int argc;                 /* the command line, read again on SIGHUP */
+    char **argv;
     uv_timer_t watchdog, drain_delay, drain_poll, drain_deadline;
     bool loaded, stopping, finished, deadline_passed;
     const char *stop_reason;  /* the signal's name */
     int exit_code;
     srv_sysmem mem;           /* read at start, before the model takes its share */
+    srv_model_info info;      /* the loaded model's, once have_info */
+    bool have_info, have_fingerprint;
+    uv_work_t fingerprint_req;
+    int fingerprint_rc;
+    char fingerprint[SRV_FINGERPRINT_MAX], fingerprint_err[300];
 } serve;
 
 static void close_handle(uv_handle_t *h)
@@ -80,6 +89,7 @@ static void finish(serve *sv)
     srv_webui_close(sv->webui);
     close_handle((uv_handle_t *)&sv->sigterm);
     close_handle((uv_handle_t *)&sv->sigint);
+    close_handle((uv_handle_t *)&sv->sighup);
     /* Closing the handles restored the default actions: a repeated SIGTERM
      * must not turn the orderly exit that follows into a kill. */
     signal(SIGTERM, SIG_IGN);
@@ -155,6 +165,69 @@ static void on_signal(uv_signal_t *s, int signum)
     uv_timer_start(&sv->drain_delay, on_drain_delay, (uint64_t)sv->cfg.drain_delay * 1000, 0);
 }
 
+static srv_log_level parse_level(const char *s)
+{
+    if (!s || !strcmp(s, "info"))
+        return SRV_LOG_INFO;
+    if (!strcmp(s, "debug"))
+        return SRV_LOG_DEBUG;
+    if (!strcmp(s, "warn"))
+        return SRV_LOG_WARN;
+    return SRV_LOG_ERROR;
+}
+
+/*
+ * SIGHUP: reads the command line and its --config file again, and the
+ * key file they name, and applies what may change while serving:
+ * the API keys, --log-level, --log-prompts, --cors-origin, --max-tokens
+ * and --request-timeout. Connections and running requests are untouched;
+ * requests arriving from now on see the new values. Anything wrong (a bad
+ * option, an unreadable key file, keys turned off) changes nothing and is
+ * logged; the server serves on as before.
+ */
+static void on_sighup(uv_signal_t *s, int signum)
+{
+    (void)signum;
+    serve *sv = s->data;
+    srv_config next;
+    char err[512], q[600];
+    if (srv_config_parse(sv->argc, sv->argv, &next) != 0) {
+        srv_log(SRV_LOG_ERROR, "reload_failed", "reason=\"the options or the --config file are invalid (see stderr); "
+                "nothing changed\"");
+        return;
+    }
+    srv_keys *keys = NULL;
+    if (!next.api_key_file && sv->cfg.api_key_file) {
+        srv_log(SRV_LOG_ERROR, "reload_failed", "reason=\"api-key-file is gone: keys cannot be turned off by a "
+                "reload; nothing changed\"");
+        goto out;
+    }
+    if (next.api_key_file && srv_keys_load(next.api_key_file, &keys, err, sizeof err) != 0) {
+        srv_log(SRV_LOG_ERROR, "reload_failed", "reason=%s", srv_log_quote(q, sizeof q, err, strlen(err)));
+        goto out;
+    }
+    size_t n_keys = srv_keys_count(keys);
+    srv_routes_reload_opts ro = {
+        .keys = keys,
+        .cors_origins = next.cors_origin,
+        .log_prompts = next.log_prompts,
+        .request_timeout = (double)next.request_timeout,
+        .max_tokens = next.max_tokens,
+    };
+    if (srv_routes_reload(sv->routes, &ro) != 0) {
+        srv_keys_free(keys);
+        srv_log(SRV_LOG_ERROR, "reload_failed", "reason=\"out of memory\"");
+        goto out;
+    }
+    srv_log_set_level(parse_level(next.log_level));
+    srv_log(SRV_LOG_INFO, "reloaded", "keys=%zu log_level=%s log_prompts=%d cors_origins=%s max_tokens=%lld "
+            "request_timeout_s=%lld", n_keys, next.log_level ? next.log_level : "info", next.log_prompts,
+            next.cors_origin ? srv_log_quote(q, sizeof q, next.cors_origin, strlen(next.cors_origin)) : "-",
+            (long long)next.max_tokens, (long long)next.request_timeout);
+out:
+    srv_config_clear(&next);
+}
+
 static void on_watchdog(uv_timer_t *t)
 {
     serve *sv = t->data;
@@ -211,6 +284,33 @@ static int derive_kv_budget(serve *sv, const srv_model_info *info)
     return 0;
 }
 
+static void become_ready(serve *sv);
+
+/* Work pool: the system_fingerprint (build id and a digest of the model folder). */
+static void fingerprint_work(uv_work_t *w)
+{
+    serve *sv = w->data;
+    sv->fingerprint_rc = srv_fingerprint(PACKAGE_VERSION, sv->cfg.model, sv->fingerprint, sizeof sv->fingerprint,
+                                         sv->fingerprint_err, sizeof sv->fingerprint_err);
+}
+
+static void fingerprint_done(uv_work_t *w, int status)
+{
+    serve *sv = w->data;
+    char q[600];
+    if (status != 0 || sv->fingerprint_rc != 0) {
+        const char *why = status != 0 ? "the work was cancelled" : sv->fingerprint_err;
+        srv_log(SRV_LOG_ERROR, "fingerprint_failed", "error=%s", srv_log_quote(q, sizeof q, why, strlen(why)));
+        fprintf(stderr, "qwen3d: serve: %s\n", why);
+        sv->exit_code = 1;
+        finish(sv);
+        return;
+    }
+    srv_log(SRV_LOG_INFO, "fingerprint", "system_fingerprint=%s", sv->fingerprint);
+    sv->have_fingerprint = true;
+    become_ready(sv);
+}
+
 static void on_loaded(void *user, int status, const srv_model_info *info, const char *message)
 {
     serve *sv = user;
@@ -227,9 +327,23 @@ static void on_loaded(void *user, int status, const srv_model_info *info, const 
     }
     if (sv->finished)
         return;
+    sv->info = *info;
+    sv->have_info = true;
+    become_ready(sv);
+}
+
+/*
+ * The model is loaded and the fingerprint known (in either order): the
+ * KV budget, then generation is accepted and systemd told READY.
+ */
+static void become_ready(serve *sv)
+{
+    if (!sv->have_info || !sv->have_fingerprint || sv->finished)
+        return;
+    const srv_model_info *info = &sv->info;
     char err[256], q[600];
     int src = derive_kv_budget(sv, info);
-    if (!src && (src = srv_routes_set_loaded(sv->routes, info, err, sizeof err)) != 0) {
+    if (!src && (src = srv_routes_set_loaded(sv->routes, info, sv->fingerprint, err, sizeof err)) != 0) {
         srv_log(SRV_LOG_ERROR, "sampling_defaults", "error=%s", srv_log_quote(q, sizeof q, err, strlen(err)));
         fprintf(stderr, "qwen3d: serve: %s (--sampling-defaults openai does without them)\n", err);
     }
@@ -241,6 +355,7 @@ static void on_loaded(void *user, int status, const srv_model_info *info, const 
     sv->loaded = true;
     srv_webui_set_loaded(sv->webui, info, (uint64_t)sv->cfg.kv_budget);
     srv_metrics_set_model(sv->metrics, info->weight_bytes, info->load_seconds);
+    srv_metrics_set_kv_budget(sv->metrics, (uint64_t)sv->cfg.kv_budget);
     srv_log(SRV_LOG_INFO, "model_loaded",
             "model=%s name=%s ctx=%lld vocab=%lld threads=%d weight_bytes=%llu load_ms=%.1f kv_bytes_full_ctx=%llu "
             "kv_budget=%llu",
@@ -256,43 +371,6 @@ static void on_loaded(void *user, int status, const srv_model_info *info, const 
                 "advice=\"set --kv-budget or lower --ctx or --parallel\"", (long long)sv->cfg.parallel,
                 (unsigned long long)worst, (unsigned long long)pages * (unsigned long long)page);
     srv_notifyf("READY=1\nSTATUS=serving %s on port %d", sv->cfg.model_name, srv_http_port(sv->http));
-}
-
-/* Reads the API key: the file's first line without surrounding whitespace. */
-static int read_api_key(const char *path, char **out)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return cli_fail(CMD, "--api-key-file: cannot open '%s': %s", path, strerror(errno));
-    char buf[1024];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    bool more = !feof(f) && fgetc(f) != EOF;
-    fclose(f);
-    buf[n] = '\0';
-    if (more)
-        return cli_fail(CMD, "--api-key-file: '%s' is larger than %zu bytes", path, sizeof buf - 1);
-    char *s = buf;
-    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
-        s++;
-    size_t len = strcspn(s, "\r\n");
-    while (len && (s[len - 1] == ' ' || s[len - 1] == '\t'))
-        len--;
-    if (!len)
-        return cli_fail(CMD, "--api-key-file: '%s' holds no key", path);
-    if (!(*out = strndup(s, len)))
-        return cli_fail(CMD, "out of memory");
-    return 0;
-}
-
-static srv_log_level parse_level(const char *s)
-{
-    if (!s || !strcmp(s, "info"))
-        return SRV_LOG_INFO;
-    if (!strcmp(s, "debug"))
-        return SRV_LOG_DEBUG;
-    if (!strcmp(s, "warn"))
-        return SRV_LOG_WARN;
-    return SRV_LOG_ERROR;
 }
 
 int cmd_serve(int argc, char **argv)
@@ -322,11 +400,16 @@ int cmd_serve(int argc, char **argv)
     /* Before the model takes its share. */
     if (cfg->kv_budget < 0)
         srv_sysmem_read(NULL, &sv.mem);
-    char *api_key = NULL;
-    if (cfg->api_key_file && (rc = read_api_key(cfg->api_key_file, &api_key))) {
+    srv_keys *keys = NULL;
+    char kerr[512];
+    if (cfg->api_key_file && srv_keys_load(cfg->api_key_file, &keys, kerr, sizeof kerr) != 0) {
+        cli_fail(CMD, "--api-key-file: %s", kerr);
         srv_config_clear(cfg);
-        return rc;
+        return 2;
     }
+    size_t n_keys = srv_keys_count(keys);
+    sv.argc = argc;
+    sv.argv = argv;
     /* A client that closes its socket mid-write must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
 
@@ -338,17 +421,19 @@ int cmd_serve(int argc, char **argv)
     }
     uv_signal_init(&sv.loop, &sv.sigterm);
     uv_signal_init(&sv.loop, &sv.sigint);
+    uv_signal_init(&sv.loop, &sv.sighup);
     uv_timer_init(&sv.loop, &sv.watchdog);
     uv_timer_init(&sv.loop, &sv.drain_delay);
     uv_timer_init(&sv.loop, &sv.drain_poll);
     uv_timer_init(&sv.loop, &sv.drain_deadline);
-    sv.sigterm.data = sv.sigint.data = &sv;
+    sv.sigterm.data = sv.sigint.data = sv.sighup.data = &sv;
     sv.watchdog.data = sv.drain_delay.data = sv.drain_poll.data = sv.drain_deadline.data = &sv;
 
     if (!(sv.metrics = srv_metrics_new(PACKAGE_VERSION))) {
         cli_fail(CMD, "out of memory");
         goto out;
     }
+    srv_metrics_set_model_name(sv.metrics, cfg->model_name);
     /* A step may run up to half of the watchdog's interval: see sched.c. */
     uint64_t wd = srv_notify_watchdog_usec();
     srv_sched_opts so = {
@@ -379,7 +464,8 @@ int cmd_serve(int argc, char **argv)
     }
     srv_routes_opts ro = {
         .model_name = cfg->model_name,
-        .api_key = api_key,
+        .keys = keys,
+        .cors_origins = cfg->cors_origin,
         .log_prompts = cfg->log_prompts,
         .request_timeout = (double)cfg->request_timeout,
         .max_tokens = cfg->max_tokens,
@@ -404,27 +490,36 @@ int cmd_serve(int argc, char **argv)
         goto out;
     }
     if (!(sv.routes = srv_routes_new(&ro, &sv.loop, sv.sched, sv.metrics))) {
+        srv_keys_free(keys);
         cli_fail(CMD, "out of memory");
         goto out;
     }
+    keys = NULL; /* the routes' now */
     if (srv_http_new(&sv.loop, &ho, &hh, sv.routes, &sv.http, err, sizeof err) != 0) {
         cli_fail(CMD, "%s", err);
         goto out;
     }
     char q[600];
     srv_log(SRV_LOG_INFO, "listening",
-            "host=%s port=%d model=%s parallel=%lld queue=%lld auth=%s kv_mode=%s webui=%d pid=%ld version=%s",
+            "host=%s port=%d model=%s parallel=%lld queue=%lld auth=%s kv_mode=%s webui=%d pid=%ld version=%s "
+            "keys=%zu",
             cfg->host, srv_http_port(sv.http), srv_log_quote(q, sizeof q, cfg->model, strlen(cfg->model)),
-            (long long)cfg->parallel, (long long)cfg->queue, api_key ? "bearer" : "none",
+            (long long)cfg->parallel, (long long)cfg->queue, n_keys ? "bearer" : "none",
             eng_kv_mode_name(cfg->engine.kv_mode), sv.webui != NULL,
-            (long)getpid(), PACKAGE_VERSION);
+            (long)getpid(), PACKAGE_VERSION, n_keys);
     eng_placement pl;
     eng_pool_placement(&pl);
     srv_log(SRV_LOG_INFO, "placement", "cpus=%s cores=%d membind=%s numa_nodes=%s", pl.cpus, pl.cores,
             pl.membind ? "bind" : "first_touch", pl.mem_nodes);
     srv_notify("STATUS=loading the model");
+    sv.fingerprint_req.data = &sv;
+    if (uv_queue_work(&sv.loop, &sv.fingerprint_req, fingerprint_work, fingerprint_done) != 0) {
+        cli_fail(CMD, "cannot start the model folder's digest");
+        goto out;
+    }
     uv_signal_start(&sv.sigterm, on_signal, SIGTERM);
     uv_signal_start(&sv.sigint, on_signal, SIGINT);
+    uv_signal_start(&sv.sighup, on_sighup, SIGHUP);
     if (wd) {
         uint64_t every = wd / 2000;
         uv_timer_start(&sv.watchdog, on_watchdog, every ? every : 1, every ? every : 1);
@@ -442,7 +537,7 @@ out:
     srv_metrics_free(sv.metrics);
     uv_loop_close(&sv.loop);
 out_noloop:
-    free(api_key);
+    srv_keys_free(keys);
     srv_config_clear(cfg);
     return rc;
 }

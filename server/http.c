@@ -43,7 +43,8 @@
 #include "server/error.h"
 #include "server/log.h"
 
-#define MAX_HEADERS 8
+/* Response headers the routes may add: the web UI's, CORS, X-Request-Id, ... */
+#define MAX_HEADERS 24
 #define STREAM_BLOCK (16 * 1024)
 /* Longest wait between two MHD runs (see run()). */
 #define RUN_CEILING_MS 1000

@@ -14,7 +14,9 @@ libqwen3d_a_SOURCES += \
 	server/cmd_serve.c \
 	server/options.c server/options.h \
 	server/error.c server/error.h \
+	server/fingerprint.c server/fingerprint.h \
 	server/http.c server/http.h \
+	server/keys.c server/keys.h \
 	server/log.c server/log.h \
 	server/metrics.c server/metrics.h \
 	server/notify.c server/notify.h \

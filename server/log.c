@@ -1,6 +1,6 @@
 /*
  * log: the structured log sink (see log.h). The level is the only state,
- * written once before threads start.
+ * atomic: the loop thread sets it at start-up and on SIGHUP.
  */
 #include "server/log.h"
 
@@ -11,7 +11,7 @@
 #include <sys/time.h>
 #include <time.h>
 
-static srv_log_level min_level = SRV_LOG_INFO;
+static _Atomic srv_log_level min_level = SRV_LOG_INFO;
 
 void srv_log_set_level(srv_log_level level) { min_level = level; }
 

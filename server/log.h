@@ -17,7 +17,7 @@
 
 typedef enum srv_log_level { SRV_LOG_DEBUG, SRV_LOG_INFO, SRV_LOG_WARN, SRV_LOG_ERROR } srv_log_level;
 
-/* Lines below LEVEL are dropped (default info). Set once at start-up. */
+/* Lines below LEVEL are dropped (default info). Any thread. */
 void srv_log_set_level(srv_log_level level);
 
 /*

@@ -23,8 +23,26 @@ static const double ITL_BOUNDS[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.0
 static const double DURATION_BOUNDS[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
 static const double QUEUE_BOUNDS[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 
+/* Token counts of one request. */
+static const double TOKEN_BOUNDS[] = {1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
+
 #define MAX_BOUNDS 16
 #define MAX_CODES 16
+/* Key names with series of their own in request_finished_total; more count under "other". */
+#define MAX_KEYS 64
+#define KEY_NAME_MAX 64
+
+#define REASON_ENUM(r) REASON_##r,
+enum { SRV_FINISHED_REASONS(REASON_ENUM) N_REASONS };
+#undef REASON_ENUM
+#define REASON_NAME(r) #r,
+static const char *const REASONS[N_REASONS] = {SRV_FINISHED_REASONS(REASON_NAME)};
+#undef REASON_NAME
+
+typedef struct finished_row {
+    char key[KEY_NAME_MAX + 1];   /* "" without keys */
+    uint64_t n[N_REASONS];
+} finished_row;
 
 typedef struct histogram {
     const double *bounds;
@@ -49,6 +67,11 @@ struct srv_metrics {
     uint64_t kv_bytes, weight_bytes;
     double load_seconds;
     double start_time;
+    char model_name[256];
+    uint64_t kv_budget;
+    finished_row finished[MAX_KEYS + 1]; /* the last absorbs key names beyond MAX_KEYS */
+    size_t n_finished;
+    histogram prompt_len, gen_len, decode;
 };
 
 const char *srv_endpoint_name(srv_endpoint ep)
@@ -90,6 +113,9 @@ srv_metrics *srv_metrics_new(const char *version)
     hist_init(&m->duration, DURATION_BOUNDS, sizeof DURATION_BOUNDS / sizeof *DURATION_BOUNDS);
     hist_init(&m->queue, QUEUE_BOUNDS, sizeof QUEUE_BOUNDS / sizeof *QUEUE_BOUNDS);
     hist_init(&m->prefill, TTFT_BOUNDS, sizeof TTFT_BOUNDS / sizeof *TTFT_BOUNDS);
+    hist_init(&m->prompt_len, TOKEN_BOUNDS, sizeof TOKEN_BOUNDS / sizeof *TOKEN_BOUNDS);
+    hist_init(&m->gen_len, TOKEN_BOUNDS, sizeof TOKEN_BOUNDS / sizeof *TOKEN_BOUNDS);
+    hist_init(&m->decode, DURATION_BOUNDS, sizeof DURATION_BOUNDS / sizeof *DURATION_BOUNDS);
     struct timeval tv;
     gettimeofday(&tv, NULL);
     m->start_time = (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
@@ -149,6 +175,43 @@ void srv_metrics_set_model(srv_metrics *m, uint64_t weight_bytes, double load_se
     LOCKED(m->weight_bytes = weight_bytes; m->load_seconds = load_seconds);
 }
 
+void srv_metrics_set_model_name(srv_metrics *m, const char *name)
+{
+    LOCKED(snprintf(m->model_name, sizeof m->model_name, "%s", name ? name : ""));
+}
+
+void srv_metrics_set_kv_budget(srv_metrics *m, uint64_t bytes) { LOCKED(m->kv_budget = bytes); }
+
+void srv_metrics_finished(srv_metrics *m, const char *reason, const char *key)
+{
+    size_t r = REASON_error;
+    for (size_t i = 0; i < N_REASONS; i++)
+        if (reason && !strcmp(reason, REASONS[i]))
+            r = i;
+    if (!key)
+        key = "";
+    pthread_mutex_lock(&m->mu);
+    size_t i = 0;
+    while (i < m->n_finished && i < MAX_KEYS && strcmp(m->finished[i].key, key) != 0)
+        i++;
+    if (i == m->n_finished) {
+        snprintf(m->finished[i].key, sizeof m->finished[i].key, "%s", i < MAX_KEYS ? key : "other");
+        m->n_finished++;
+    }
+    m->finished[i].n[r]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_job_done(srv_metrics *m, int64_t n_prompt, int64_t n_generated, double decode_s)
+{
+    pthread_mutex_lock(&m->mu);
+    hist_observe(&m->prompt_len, (double)n_prompt);
+    hist_observe(&m->gen_len, (double)n_generated);
+    if (decode_s >= 0)
+        hist_observe(&m->decode, decode_s);
+    pthread_mutex_unlock(&m->mu);
+}
+
 /* ---- exposition ---------------------------------------------------------- */
 
 typedef struct out {
@@ -191,17 +254,75 @@ static void family(out *o, const char *name, const char *type, const char *help)
     outf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void hist_render(out *o, const char *name, const char *help, const histogram *h)
+/* A histogram's samples; LABELS ("" or 'a="b",...') go before le. */
+static void hist_render_labels(out *o, const char *name, const char *help, const char *labels, const histogram *h)
 {
     family(o, name, "histogram", help);
+    const char *sep = *labels ? "," : "";
     uint64_t cum = 0;
     for (size_t i = 0; i < h->n_bounds; i++) {
         cum += h->counts[i];
-        outf(o, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cum);
+        outf(o, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, h->bounds[i], (unsigned long long)cum);
     }
     cum += h->counts[h->n_bounds];
-    outf(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
-    outf(o, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
+    outf(o, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, (unsigned long long)cum);
+    if (*labels)
+        outf(o, "%s_sum{%s} %.9g\n%s_count{%s} %llu\n", name, labels, h->sum, name, labels,
+             (unsigned long long)h->count);
+    else
+        outf(o, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
+}
+
+static void hist_render(out *o, const char *name, const char *help, const histogram *h)
+{
+    hist_render_labels(o, name, help, "", h);
+}
+
+/* S as a label value (backslash, quote and newline escaped) into BUF. */
+static const char *label_value(char *buf, size_t cap, const char *s)
+{
+    size_t n = 0;
+    for (; *s && n + 3 < cap; s++) {
+        if (*s == '\\' || *s == '"' || *s == '\n')
+            buf[n++] = '\\';
+        buf[n++] = *s == '\n' ? 'n' : *s;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* The request-level families dashboards read (see the README's table of vLLM names). */
+static void render_requests(out *o, const srv_metrics *m)
+{
+    char model[600], labels[640];
+    label_value(model, sizeof model, m->model_name);
+    snprintf(labels, sizeof labels, "model_name=\"%s\"", model);
+    family(o, "qwen3d_request_finished_total", "counter",
+           "Generation requests ended, by finish reason (cancelled: the client left; error: the server failed "
+           "or stopped) and API key name.");
+    finished_row none = {.key = ""};
+    const finished_row *rows = m->n_finished ? m->finished : &none;
+    for (size_t i = 0; i < (m->n_finished ? m->n_finished : 1); i++)
+        for (size_t r = 0; r < N_REASONS; r++) {
+            char key[2 * KEY_NAME_MAX + 16] = "";
+            if (rows[i].key[0]) {
+                char v[2 * KEY_NAME_MAX + 2];
+                snprintf(key, sizeof key, ",key_name=\"%s\"", label_value(v, sizeof v, rows[i].key));
+            }
+            outf(o, "qwen3d_request_finished_total{%s,finished_reason=\"%s\"%s} %llu\n", labels, REASONS[r], key,
+                 (unsigned long long)rows[i].n[r]);
+        }
+    hist_render_labels(o, "qwen3d_request_prompt_tokens", "Prompt tokens of each request that got a session.", labels,
+                       &m->prompt_len);
+    hist_render_labels(o, "qwen3d_request_generation_tokens", "Tokens generated by each request that got a session.",
+                       labels, &m->gen_len);
+    hist_render_labels(o, "qwen3d_request_decode_seconds",
+                       "Decode time of each request: from its first generated token to its last.", labels, &m->decode);
+    if (m->kv_budget) {
+        family(o, "qwen3d_kv_cache_usage_ratio", "gauge",
+               "KV cache committed by active sessions over the KV budget (--kv-budget), 0 to 1.");
+        outf(o, "qwen3d_kv_cache_usage_ratio{%s} %.6f\n", labels, (double)m->kv_bytes / (double)m->kv_budget);
+    }
 }
 
 /* Resident set size from /proc/self/statm (pages), 0 if unreadable. */
@@ -238,6 +359,7 @@ char *srv_metrics_render(srv_metrics *m, size_t *len)
         for (size_t i = 0; i < MAX_CODES && m->requests[ep][i].code; i++)
             outf(&o, "qwen3d_requests_total{endpoint=\"%s\",code=\"%d\"} %llu\n", srv_endpoint_name(ep),
                  m->requests[ep][i].code, (unsigned long long)m->requests[ep][i].n);
+    render_requests(&o, m);
     family(&o, "qwen3d_prompt_tokens_total", "counter", "Prompt tokens prefilled.");
     outf(&o, "qwen3d_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
     family(&o, "qwen3d_generation_tokens_total", "counter", "Tokens generated.");
@@ -262,7 +384,9 @@ char *srv_metrics_render(srv_metrics *m, size_t *len)
     family(&o, "qwen3d_model_load_seconds", "gauge", "Time the model took to load and prepare.");
     outf(&o, "qwen3d_model_load_seconds %.6f\n", m->load_seconds);
     family(&o, "qwen3d_build_info", "gauge", "Build information; the value is always 1.");
-    outf(&o, "qwen3d_build_info{version=\"%s\"} 1\n", m->version);
+    char model[600];
+    outf(&o, "qwen3d_build_info{version=\"%s\",model_name=\"%s\"} 1\n", m->version,
+         label_value(model, sizeof model, m->model_name));
     double start = m->start_time;
     pthread_mutex_unlock(&m->mu);
 

@@ -61,6 +61,28 @@ void srv_metrics_set_sessions(srv_metrics *m, int64_t active, uint64_t kv_bytes)
 void srv_metrics_set_waiting(srv_metrics *m, int64_t waiting);
 void srv_metrics_set_model(srv_metrics *m, uint64_t weight_bytes, double load_seconds);
 
+/* The model_name label of the request-level metrics below (the served id, --model-name). */
+void srv_metrics_set_model_name(srv_metrics *m, const char *name);
+/* The KV budget: kv_cache_usage_ratio is kv_cache_bytes over it (0 = no budget: no ratio). */
+void srv_metrics_set_kv_budget(srv_metrics *m, uint64_t bytes);
+
+/* The finished_reason values of request_finished_total. */
+#define SRV_FINISHED_REASONS(X) X(stop) X(length) X(tool_calls) X(cancelled) X(error)
+
+/*
+ * A generation request ended: request_finished_total{finished_reason,
+ * key_name}. REASON is one of SRV_FINISHED_REASONS (any other counts as
+ * "error"); KEY is the API key's name, or NULL without keys. The first 64
+ * key names get series of their own, later ones count under "other".
+ */
+void srv_metrics_finished(srv_metrics *m, const char *reason, const char *key);
+/*
+ * A job that had a session ended (compute thread): the request_prompt_tokens
+ * and request_generation_tokens histograms, and request_decode_seconds
+ * (first token to last; DECODE_S < 0 when no token came).
+ */
+void srv_metrics_job_done(srv_metrics *m, int64_t n_prompt, int64_t n_generated, double decode_s);
+
 /* The exposition text, malloc'd and NUL-terminated (*len bytes); NULL on out-of-memory. */
 char *srv_metrics_render(srv_metrics *m, size_t *len);
 

@@ -39,6 +39,9 @@ static const opt_def OPTS[] = {
     INT("ctx", ctx, 1, INT32_MAX, "N", "longest sequence per request (default: the model's context length)"),
     INT("queue", queue, 0, 1 << 20, "N", "requests that may wait for a session (default 64; more get 503)"),
     STR("api-key-file", api_key_file, "FILE", "require 'Authorization: Bearer KEY' with KEY read from FILE"),
+    STR("cors-origin", cors_origin, "LIST",
+        "comma-separated origins (scheme://host[:port], or *) whose pages may call the API from a browser "
+        "(default: none)"),
     INT("max-body", max_body, 1024, 1 << 30, "BYTES", "largest request body (default 4194304; more get 413)"),
     INT("max-header-bytes", max_header, 1024, 1 << 20, "BYTES",
         "largest request line plus headers (default 16384; more get 431)"),
@@ -168,6 +171,60 @@ static int apply(srv_config *cfg, const opt_def *d, const char *value, const cha
     return 2;
 }
 
+/*
+ * One --cors-origin entry: "*", or an origin as browsers send it in the
+ * Origin header (http or https, a host of letters, digits, dots and dashes
+ * or a bracketed IPv6 address, an optional port, nothing after).
+ */
+static bool origin_ok(const char *s, size_t n)
+{
+    if (n == 1 && *s == '*')
+        return true;
+    size_t k = !strncmp(s, "http://", 7) ? 7 : !strncmp(s, "https://", 8) ? 8 : 0;
+    if (!k || k >= n)
+        return false;
+    size_t h = k;
+    if (s[h] == '[') {
+        while (h < n && (isxdigit((unsigned char)s[h]) || s[h] == ':' || s[h] == '[' || s[h] == '.'))
+            h++;
+        if (h >= n || s[h++] != ']')
+            return false;
+    } else {
+        while (h < n && (isalnum((unsigned char)s[h]) || s[h] == '.' || s[h] == '-'))
+            h++;
+        if (h == k)
+            return false;
+    }
+    if (h < n && s[h] == ':') {
+        size_t d = ++h;
+        while (h < n && isdigit((unsigned char)s[h]))
+            h++;
+        if (h == d || h - d > 5)
+            return false;
+    }
+    return h == n;
+}
+
+/* Checks every comma-separated entry of a --cors-origin LIST. */
+static int check_origins(const char *list)
+{
+    for (const char *p = list;;) {
+        size_t n = strcspn(p, ",");
+        const char *e = p;
+        size_t m = n;
+        while (m && isspace((unsigned char)*e))
+            e++, m--;
+        while (m && isspace((unsigned char)e[m - 1]))
+            m--;
+        if (!origin_ok(e, m))
+            return cli_fail(CMD, "--cors-origin: '%.*s' is not an origin (scheme://host[:port], e.g. "
+                            "https://app.example.com, or *)", (int)m, e);
+        if (!p[n])
+            return 0;
+        p += n + 1;
+    }
+}
+
 static char *trim(char *s)
 {
     while (isspace((unsigned char)*s))
@@ -282,6 +339,7 @@ void srv_config_clear(srv_config *cfg)
     free(cfg->model_name);
     free(cfg->host);
     free(cfg->api_key_file);
+    free(cfg->cors_origin);
     free(cfg->log_level);
     free(cfg->sampling_defaults);
     free(cfg->cpus);
@@ -321,6 +379,8 @@ int srv_config_parse(int argc, char **argv, srv_config *cfg)
     if (!rc && cfg->sampling_defaults && strcmp(cfg->sampling_defaults, "model") &&
         strcmp(cfg->sampling_defaults, "openai"))
         rc = cli_fail(CMD, "--sampling-defaults must be model or openai, not '%s'", cfg->sampling_defaults);
+    if (!rc && cfg->cors_origin)
+        rc = check_origins(cfg->cors_origin);
     if (!rc && !cfg->host && !(cfg->host = strdup("127.0.0.1")))
         rc = cli_fail(CMD, "out of memory");
     if (!rc && !cfg->model_name) {

@@ -27,6 +27,7 @@ typedef struct srv_config {
     int64_t ctx;            /* --ctx, default 0 = the model's context length */
     int64_t queue;          /* --queue, default 64 */
     char *api_key_file;     /* --api-key-file */
+    char *cors_origin;      /* --cors-origin LIST: origins browsers may call the API from (default none) */
     int64_t max_body;       /* --max-body bytes, default 4 MiB */
     int64_t max_header;     /* --max-header-bytes: request line and headers, default 16 KiB */
     int64_t max_connections; /* --max-connections, default 1024 */

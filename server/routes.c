@@ -22,6 +22,7 @@
  */
 #include "server/routes.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -36,6 +37,7 @@
 #include "api/parse.h"
 #include "api/render.h"
 #include "server/error.h"
+#include "server/fingerprint.h"
 #include "server/log.h"
 #include "server/sse.h"
 
@@ -43,11 +45,18 @@
 #define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
 /* max_tokens of a completion request that does not say (OpenAI's default). */
 #define DEFAULT_COMPLETION_TOKENS 16
+/* A client's X-Request-Id: at most this many characters from [A-Za-z0-9._:-]. */
+#define REQ_ID_MAX 128
+/* What a CORS preflight allows, and how long a browser may keep the answer. */
+#define CORS_METHODS "GET, POST, OPTIONS"
+#define CORS_HEADERS "Authorization, Content-Type, X-Request-Id"
+#define CORS_MAX_AGE "600"
 #define ENC_KEEP 16 /* idle encoders kept (libuv's pool has 4 threads unless UV_THREADPOOL_SIZE says more) */
 
 struct srv_routes {
     srv_routes_opts o;
-    char *model_name, *api_key;
+    char *model_name;
+    srv_keys *keys;           /* NULL: no authentication */
     uv_loop_t *loop;
     srv_sched *sched;
     srv_metrics *metrics;
@@ -61,6 +70,9 @@ struct srv_routes {
     const char *defaults_source; /* "model" or "openai" */
     int64_t created;          /* the model's "created" in /v1/models */
     uint64_t id_base, id_seq;
+    char fingerprint[SRV_FINGERPRINT_MAX]; /* system_fingerprint of responses */
+    char **origins;           /* --cors-origin entries; "*" allows any */
+    size_t n_origins;
 };
 
 typedef struct call {
@@ -68,17 +80,21 @@ typedef struct call {
     srv_req *r;
     srv_endpoint ep;
     char id[48];
+    char req_id[REQ_ID_MAX + 1]; /* the client's X-Request-Id, or id: echoed and logged */
+    bool has_key;             /* authorized by one of the API keys: */
+    srv_key_id key;           /* its name (logs, metrics) and prefix-cache scope */
     double t_received;        /* srv_now() when the request had fully arrived: latencies count from here */
     /* generations */
     api_kind kind;
     bool stream, include_usage, finished;
+    bool log_prompts;         /* --log-prompts when the request arrived (SIGHUP may change it) */
     srv_job *job;
     api_stream *st;
     int64_t created;
     char *text;               /* non-streaming: the whole text so far */
     size_t len, cap;
     bool text_lost;           /* out of memory while keeping the text */
-    int64_t n_prompt, n_generated;
+    int64_t n_prompt, n_generated, n_cached;
     srv_finish finish;
     double ttft_ms;
     /* generations, from parsing until the job is submitted */
@@ -94,6 +110,41 @@ typedef struct call {
     double tokenize_s;        /* chat template and tokenizer, on the work pool */
 } call;
 
+static void free_origins(srv_routes *rt)
+{
+    for (size_t i = 0; i < rt->n_origins; i++)
+        free(rt->origins[i]);
+    free(rt->origins);
+    rt->origins = NULL;
+    rt->n_origins = 0;
+}
+
+/* The comma-separated LIST (checked by the options) as rt->origins. */
+static int set_origins(srv_routes *rt, const char *list)
+{
+    free_origins(rt);
+    if (!list)
+        return 0;
+    size_t n = 1;
+    for (const char *p = list; *p; p++)
+        n += *p == ',';
+    if (!(rt->origins = calloc(n, sizeof *rt->origins)))
+        return -1;
+    for (const char *p = list;; p++) {
+        size_t len = strcspn(p, ",");
+        const char *e = p;
+        while (len && isspace((unsigned char)*e))
+            e++, len--;
+        while (len && isspace((unsigned char)e[len - 1]))
+            len--;
+        if (!(rt->origins[rt->n_origins++] = strndup(e, len)))
+            return -1;
+        p = strchr(p, ',');
+        if (!p)
+            return 0;
+    }
+}
+
 srv_routes *srv_routes_new(const srv_routes_opts *opts, uv_loop_t *loop, srv_sched *sched, srv_metrics *metrics)
 {
     srv_routes *rt = calloc(1, sizeof *rt);
@@ -102,8 +153,13 @@ srv_routes *srv_routes_new(const srv_routes_opts *opts, uv_loop_t *loop, srv_sch
     pthread_mutex_init(&rt->enc_mu, NULL);
     rt->o = *opts;
     rt->model_name = strdup(opts->model_name);
-    rt->api_key = opts->api_key ? strdup(opts->api_key) : NULL;
-    if (!rt->model_name || (opts->api_key && !rt->api_key)) {
+    rt->keys = opts->keys;
+    rt->o.keys = NULL;
+    if (!rt->model_name) {
+        srv_routes_free(rt);
+        return NULL;
+    }
+    if (set_origins(rt, opts->cors_origins) != 0) {
         srv_routes_free(rt);
         return NULL;
     }
@@ -123,12 +179,14 @@ void srv_routes_free(srv_routes *rt)
     for (int i = 0; i < rt->n_enc_free; i++)
         eng_tok_enc_free(rt->enc_free[i]);
     pthread_mutex_destroy(&rt->enc_mu);
+    free_origins(rt);
     free(rt->model_name);
-    free(rt->api_key);
+    srv_keys_free(rt->keys);
     free(rt);
 }
 
-int srv_routes_set_loaded(srv_routes *rt, const srv_model_info *info, char *err, size_t errlen)
+int srv_routes_set_loaded(srv_routes *rt, const srv_model_info *info, const char *fingerprint, char *err,
+                          size_t errlen)
 {
     eng_sampling d;
     const char *source = "openai";
@@ -147,6 +205,32 @@ int srv_routes_set_loaded(srv_routes *rt, const srv_model_info *info, char *err,
     rt->defaults_source = source;
     rt->loaded = true;
     rt->info = *info;
+    snprintf(rt->fingerprint, sizeof rt->fingerprint, "%s", fingerprint);
+    return 0;
+}
+
+int srv_routes_reload(srv_routes *rt, const srv_routes_reload_opts *o)
+{
+    char **origins = rt->origins;
+    size_t n_origins = rt->n_origins;
+    rt->origins = NULL;
+    rt->n_origins = 0;
+    if (set_origins(rt, o->cors_origins) != 0) {
+        free_origins(rt);
+        rt->origins = origins;
+        rt->n_origins = n_origins;
+        return -1;
+    }
+    for (size_t i = 0; i < n_origins; i++)
+        free(origins[i]);
+    free(origins);
+    if (o->keys) {
+        srv_keys_free(rt->keys);
+        rt->keys = o->keys;
+    }
+    rt->o.log_prompts = o->log_prompts;
+    rt->o.request_timeout = o->request_timeout;
+    rt->o.max_tokens = o->max_tokens;
     return 0;
 }
 
@@ -175,7 +259,6 @@ static uint64_t next_random(srv_routes *rt)
 
 static void respond_json(call *c, int status, const char *json)
 {
-    srv_req_add_header(c->r, "X-Request-Id", c->id);
     srv_req_respond(c->r, status, JSON_TYPE, json, strlen(json));
 }
 
@@ -319,6 +402,7 @@ static void on_job(srv_job *job, void *user)
     srv_job_take(job, &u);
     c->n_prompt = u.n_prompt;
     c->n_generated = u.n_generated;
+    c->n_cached = u.n_cached;
     if (u.ttft_ms > 0)
         c->ttft_ms = u.ttft_ms;
     if (c->stream) {
@@ -327,7 +411,7 @@ static void on_job(srv_job *job, void *user)
         flush_stream(c);
     }
     /* The whole text is kept for the response body, or for the log with --log-prompts. */
-    if ((!c->stream || c->rt->o.log_prompts) && u.len) {
+    if ((!c->stream || c->log_prompts) && u.len) {
         if (c->len + u.len + 1 > c->cap) {
             size_t cap = c->cap ? c->cap : 256;
             while (cap < c->len + u.len + 1)
@@ -351,7 +435,7 @@ static void on_job(srv_job *job, void *user)
         return;
     c->finished = true;
     c->finish = u.finish;
-    if (c->rt->o.log_prompts)
+    if (c->log_prompts)
         log_text(c, "completion_text", c->text ? c->text : "", c->len);
     api_usage usage = {u.n_prompt, u.n_generated};
     api_timings t = {u.queue_ms, u.prompt_ms, u.ttft_ms, u.decode_tokens_per_s};
@@ -382,7 +466,7 @@ static void on_job(srv_job *job, void *user)
         respond_error_status(c, &e, u.started && api_error_status(e.code) == 503 ? 500 : 0);
         return;
     }
-    api_meta meta = {c->id, c->created, c->rt->model_name};
+    api_meta meta = {c->id, c->created, c->rt->model_name, c->rt->fingerprint};
     char *body = api_render_result(c->kind, &meta, c->text ? c->text : "", c->len, finish_reason(u.finish), &usage, &t);
     if (!body) {
         fail(c, API_ENOMEM, NULL, NULL);
@@ -451,7 +535,7 @@ static int prompt_ids(call *c, const api_request *q, eng_tok_ids *ids, api_error
         }
         text = rendered;
     }
-    if (rt->o.log_prompts)
+    if (c->log_prompts)
         log_text(c, "prompt_text", text, len);
     eng_tok_enc *enc = take_encoder(rt);
     int rc = enc ? eng_tok_encode_with(c->tok, enc, text, len, 0, ids) : ENG_TOK_ENOMEM;
@@ -546,6 +630,7 @@ static void submit(call *c)
         .t_received = c->t_received,
         .id = c->id,
         .grammar = c->grammar,
+        .scope = c->has_key ? c->key.scope : NULL,
     };
     job = srv_job_new(&p, on_job, c);
     if (!job) {
@@ -558,7 +643,7 @@ static void submit(call *c)
     c->created = (int64_t)time(NULL);
     c->n_prompt = n;
     if (c->stream) {
-        api_meta meta = {c->id, c->created, rt->model_name};
+        api_meta meta = {c->id, c->created, rt->model_name, rt->fingerprint};
         if (!(c->st = api_stream_new(kind, &meta, q->include_usage))) {
             api_error_set(&e, API_ENOMEM, NULL, NULL);
             goto reject;
@@ -579,7 +664,6 @@ static void submit(call *c)
     }
     c->job = job;
     if (c->stream) {
-        srv_req_add_header(c->r, "X-Request-Id", c->id);
         srv_req_stream_start(c->r, 200, SRV_SSE_CONTENT_TYPE);
         api_stream_begin(c->st);
         flush_stream(c);
@@ -646,6 +730,7 @@ static void do_generate(call *c, api_kind kind)
         return;
     }
     c->kind = kind;
+    c->log_prompts = rt->o.log_prompts;
     c->tok = srv_sched_tokenizer(rt->sched);
     c->work.data = c;
     if (uv_queue_work(rt->loop, &c->work, tokenize_work, tokenized) != 0) {
@@ -665,6 +750,86 @@ typedef struct route {
     bool auth;
 } route;
 
+static bool request_id_ok(const char *s)
+{
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (n == REQ_ID_MAX || !(isalnum((unsigned char)s[n]) || s[n] == '.' || s[n] == '_' || s[n] == ':' ||
+                                 s[n] == '-'))
+            return false;
+    return n > 0;
+}
+
+/*
+ * The request's id for logs and the X-Request-Id answer: the client's when
+ * it is well formed, else the generated one (c->id). A malformed one is not
+ * an error, as a proxy may add ids of its own kind; it is replaced, and the
+ * replacement logged.
+ */
+static void take_request_id(call *c)
+{
+    const char *h = srv_req_header(c->r, "X-Request-Id");
+    if (h && request_id_ok(h)) {
+        snprintf(c->req_id, sizeof c->req_id, "%s", h);
+    } else {
+        snprintf(c->req_id, sizeof c->req_id, "%s", c->id);
+        if (h)
+            srv_log(SRV_LOG_INFO, "request_id_replaced", "id=%s reason=\"X-Request-Id is not 1..%d characters of "
+                    "[A-Za-z0-9._:-]\" length=%zu", c->id, REQ_ID_MAX, strlen(h));
+    }
+    srv_req_add_header(c->r, "X-Request-Id", c->req_id);
+}
+
+static bool origin_allowed(const srv_routes *rt, const char *origin)
+{
+    for (size_t i = 0; i < rt->n_origins; i++)
+        if (!strcmp(rt->origins[i], "*") || !strcmp(rt->origins[i], origin))
+            return true;
+    return false;
+}
+
+/*
+ * CORS: a request from a page of an allowed origin gets the headers that
+ * let the page read the answer (whatever the answer, errors and streams
+ * too). Returns whether the request came from an allowed origin.
+ */
+static bool cors_headers(call *c)
+{
+    const char *origin = srv_req_header(c->r, "Origin");
+    if (!c->rt->n_origins)
+        return false;
+    /* The answer depends on the Origin: caches must keep them apart. */
+    srv_req_add_header(c->r, "Vary", "Origin");
+    if (!origin || !origin_allowed(c->rt, origin))
+        return false;
+    srv_req_add_header(c->r, "Access-Control-Allow-Origin", origin);
+    srv_req_add_header(c->r, "Access-Control-Expose-Headers", "X-Request-Id");
+    return true;
+}
+
+/*
+ * OPTIONS: a CORS preflight from an allowed origin is answered 204 with
+ * what may be sent; one from any other origin gets 403 (and no CORS
+ * headers, so the browser refuses). OPTIONS without an Origin is not CORS:
+ * 204 with the methods of the path.
+ */
+static void do_options(call *c, const route *rte, bool cors_ok)
+{
+    if (cors_ok) {
+        srv_req_add_header(c->r, "Access-Control-Allow-Methods", CORS_METHODS);
+        srv_req_add_header(c->r, "Access-Control-Allow-Headers", CORS_HEADERS);
+        srv_req_add_header(c->r, "Access-Control-Max-Age", CORS_MAX_AGE);
+    } else if (srv_req_header(c->r, "Origin")) {
+        char o[300];
+        const char *origin = srv_req_header(c->r, "Origin");
+        fail(c, API_ECORS, NULL, "the origin %s may not call this API (the server's --cors-origin does not list it)",
+             srv_log_quote(o, sizeof o, origin, strlen(origin)));
+        return;
+    }
+    srv_req_add_header(c->r, "Allow", !strcmp(rte->method, "GET") ? "GET, HEAD, OPTIONS" : "POST, OPTIONS");
+    srv_req_respond(c->r, 204, JSON_TYPE, "", 0);
+}
+
 static const route ROUTES[] = {
     {SRV_EP_COMPLETIONS, "POST", true},
     {SRV_EP_CHAT, "POST", true},
@@ -675,17 +840,19 @@ static const route ROUTES[] = {
     {SRV_EP_METRICS, "GET", false},
 };
 
-static bool authorized(srv_routes *rt, srv_req *r)
+/* Whether the request carries one of the keys (always, without keys); C keeps which. */
+static bool authorized(srv_routes *rt, call *c)
 {
-    if (!rt->api_key)
+    if (!rt->keys)
         return true;
-    const char *h = srv_req_header(r, "Authorization");
+    const char *h = srv_req_header(c->r, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7) != 0)
         return false;
     h += 7;
     while (*h == ' ')
         h++;
-    return api_secret_equal(h, strlen(h), rt->api_key, strlen(rt->api_key));
+    c->has_key = srv_keys_match(rt->keys, h, strlen(h), &c->key);
+    return c->has_key;
 }
 
 void srv_routes_on_request(void *user, srv_req *r)
@@ -717,6 +884,8 @@ void srv_routes_on_request(void *user, srv_req *r)
         rte = &page;
     snprintf(c->id, sizeof c->id, "%s-%016" PRIx64, c->ep == SRV_EP_CHAT ? "chatcmpl" : c->ep == SRV_EP_COMPLETIONS ? "cmpl" : "req",
              next_random(rt));
+    take_request_id(c);
+    bool cors_ok = cors_headers(c);
 
     if (srv_req_header_too_large(r)) {
         fail(c, API_EHEADER, NULL, "the request line and headers are larger than the server's limit");
@@ -730,13 +899,17 @@ void srv_routes_on_request(void *user, srv_req *r)
         fail(c, API_ENOTFOUND, NULL, "no endpoint %.100s %.200s", method, path);
         return;
     }
+    if (!strcmp(method, "OPTIONS")) {
+        do_options(c, rte, cors_ok);
+        return;
+    }
     bool get = !strcmp(rte->method, "GET");
     if (strcmp(method, rte->method) != 0 && !(get && !strcmp(method, "HEAD"))) {
         srv_req_add_header(r, "Allow", get ? "GET, HEAD" : rte->method);
         fail(c, API_EMETHOD, NULL, "%.100s is not allowed on %s; use %s", method, path, rte->method);
         return;
     }
-    if (rte->auth && !authorized(rt, r)) {
+    if (rte->auth && !authorized(rt, c)) {
         fail(c, API_EAUTH, NULL, "missing or invalid API key: send 'Authorization: Bearer KEY'");
         return;
     }
@@ -757,6 +930,21 @@ void srv_routes_on_request(void *user, srv_req *r)
     }
 }
 
+/* request_finished_total's reason: a job that did not end before its client left was cancelled. */
+static const char *finished_reason(const call *c)
+{
+    if (!c->finished)
+        return "cancelled";
+    switch (c->finish) {
+    case SRV_FINISH_STOP:
+    case SRV_FINISH_LENGTH: return finish_reason(c->finish);
+    case SRV_FINISH_CANCELLED: return "cancelled";
+    /* The client saw the text so far end as with max_tokens. */
+    case SRV_FINISH_DEADLINE: return c->n_generated > 0 ? "length" : "error";
+    default: return "error";
+    }
+}
+
 void srv_routes_on_done(void *user, srv_req *r, bool completed)
 {
     srv_routes *rt = user;
@@ -768,6 +956,7 @@ void srv_routes_on_done(void *user, srv_req *r, bool completed)
     int status = srv_req_status(r) ? srv_req_status(r) : 499;
     srv_metrics_request(rt->metrics, c->ep, status, secs);
     if (c->job) {
+        srv_metrics_finished(rt->metrics, finished_reason(c), c->has_key ? c->key.name : NULL);
         srv_job_cancel(c->job);
         srv_job_release(c->job);
     }
@@ -778,13 +967,16 @@ void srv_routes_on_done(void *user, srv_req *r, bool completed)
     srv_log_level level = gen || status >= 500 || !completed ? SRV_LOG_INFO : SRV_LOG_DEBUG;
     if (gen && c->job)
         srv_log(level, "request",
-                "id=%s method=%s path=%s status=%d completed=%d stream=%d duration_ms=%.1f prompt_tokens=%" PRId64
-                " completion_tokens=%" PRId64 " finish=%s ttft_ms=%.1f",
-                c->id, method, path, status, completed, c->stream, secs * 1e3, c->n_prompt,
-                c->n_generated, c->finished ? srv_finish_name(c->finish) : "cancelled", c->ttft_ms);
+                "id=%s request_id=%s key=%s method=%s path=%s status=%d completed=%d stream=%d duration_ms=%.1f "
+                "prompt_tokens=%" PRId64 " cached_tokens=%" PRId64 " completion_tokens=%" PRId64
+                " finish=%s ttft_ms=%.1f",
+                c->id, c->req_id, c->has_key ? c->key.name : "-", method, path, status, completed, c->stream,
+                secs * 1e3, c->n_prompt, c->n_cached, c->n_generated,
+                c->finished ? srv_finish_name(c->finish) : "cancelled", c->ttft_ms);
     else
-        srv_log(level, "request", "id=%s method=%s path=%s status=%d completed=%d duration_ms=%.1f", c->id, method,
-                path, status, completed, secs * 1e3);
+        srv_log(level, "request",
+                "id=%s request_id=%s key=%s method=%s path=%s status=%d completed=%d duration_ms=%.1f", c->id,
+                c->req_id, c->has_key ? c->key.name : "-", method, path, status, completed, secs * 1e3);
     srv_req_set_user(r, NULL);
     if (c->tokenizing) {
         /* `tokenized` frees the call; a tokenization not yet started is skipped. */

@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "server/http.h"
+#include "server/keys.h"
 #include "server/metrics.h"
 #include "server/sched.h"
 #include "server/webui.h"
@@ -27,7 +28,8 @@ typedef struct srv_routes srv_routes;
 
 typedef struct srv_routes_opts {
     const char *model_name;   /* the id clients name in "model" */
-    const char *api_key;      /* NULL = no authentication */
+    srv_keys *keys;           /* the API keys (taken over by the routes); NULL = no authentication */
+    const char *cors_origins; /* --cors-origin: comma-separated origins, "*" = any; NULL = none */
     bool log_prompts;
     double request_timeout;   /* seconds from arrival to the end of generation */
     int64_t max_tokens;       /* largest max_tokens accepted, and the cap of the default; 0 = the context */
@@ -43,16 +45,33 @@ void srv_routes_free(srv_routes *rt);
 /*
  * The model is loaded: /health answers 200 and generation is accepted, with
  * the sampling defaults of the model's genai_config.json or OpenAI's (see
- * srv_routes_opts), which are logged. Returns 0, or -1 with ERR filled and
+ * srv_routes_opts), which are logged, and responses carry FINGERPRINT as
+ * system_fingerprint (server/fingerprint.h). Returns 0, or -1 with ERR filled and
  * nothing changed when the model's defaults are outside the sampler's ranges.
  */
-int srv_routes_set_loaded(srv_routes *rt, const srv_model_info *info, char *err, size_t errlen);
+int srv_routes_set_loaded(srv_routes *rt, const srv_model_info *info, const char *fingerprint, char *err,
+                          size_t errlen);
 /* SIGTERM: /health and /health/ready answer 503 from now on; requests are
  * still served until srv_routes_set_draining(). */
 void srv_routes_set_stopping(srv_routes *rt);
 /* Draining: new generations and /health get 503; the scheduler's queue is
  * closed once the prompts being tokenized have been submitted. */
 void srv_routes_set_draining(srv_routes *rt);
+
+/*
+ * SIGHUP: what may change while serving. KEYS (taken over; NULL keeps the
+ * current ones) applies to requests that arrive from now on; requests
+ * already authorized run on. The options apply to requests parsed from now
+ * on. Returns 0, or -1 (out of memory) with nothing changed.
+ */
+typedef struct srv_routes_reload_opts {
+    srv_keys *keys;
+    const char *cors_origins;
+    bool log_prompts;
+    double request_timeout;
+    int64_t max_tokens;
+} srv_routes_reload_opts;
+int srv_routes_reload(srv_routes *rt, const srv_routes_reload_opts *o);
 
 /* srv_http_handlers callbacks; USER is the srv_routes. */
 void srv_routes_on_request(void *user, srv_req *r);

@@ -739,8 +739,11 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *mess
     j->t_last = sl->t_prev;
     j->t_end = srv_now();
     push_ready(s, j);
+    int64_t n_generated = j->n_generated;
+    double decode_s = j->t_first > 0 ? j->t_last - j->t_first : -1;
     pthread_mutex_unlock(&s->mu);
     wake_loop(s);
+    srv_metrics_job_done(s->metrics, (int64_t)j->n_prompt, n_generated, decode_s);
     if (why == SRV_FINISH_ERROR)
         srv_log(SRV_LOG_ERROR, "generation_failed", "id=%s error=\"%s\"", j->id, message ? message : "");
     slot_free(sl);

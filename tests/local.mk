@@ -430,3 +430,17 @@ clean-deploy:
 	-rm -rf $(builddir)/tests/deploy_systemd-work $(builddir)/tests/deploy_placement-work \
 		$(builddir)/tests/deploy_nginx-work $(builddir)/tests/deploy_prom-work $(builddir)/tests/deploy_k8s-work
 .PHONY: clean-deploy
+
+# Operators' features of `qwen3d serve`: CORS (--cors-origin, over HTTP and
+# by headless Chromium fetching from pages of other origins) and
+# X-Request-Id; API keys (several per file, named; names in logs and
+# metrics; per-key prefix-cache scopes; SIGHUP reloads under load, held
+# open by tests/serve/qwen3d-hooks); system_fingerprint.
+TESTS += tests/serve_cors.sh tests/serve_keys.sh tests/serve_fingerprint.sh
+EXTRA_DIST += tests/serve_cors.sh tests/cors/pages.js tests/cors/cors-checks.js \
+	tests/serve_keys.sh tests/serve/reload-clients.js tests/serve_fingerprint.sh
+clean-local: clean-serve-access
+clean-serve-access:
+	-rm -rf $(builddir)/tests/serve_cors-work $(builddir)/tests/serve_keys-work \
+		$(builddir)/tests/serve_fingerprint-work
+.PHONY: clean-serve-access

@@ -7,7 +7,9 @@
 #  - tests/serve/prom-check.js sends a known set of requests (completions
 #    and chat, streaming or not, and failures), waits for a scrape after the
 #    last one and requires Prometheus' /api/v1/query answers for
-#    requests_total by endpoint and code, prompt and generation tokens and
+#    requests_total by endpoint and code, prompt and generation tokens,
+#    request_finished_total by finished_reason, the per-request token
+#    histograms (model_name label) and
 #    the histogram counts to equal what the clients counted from `usage`;
 #  - `promtool check metrics` accepts a scrape of the daemon after that
 #    traffic (this is the one place the exposition meets promtool).

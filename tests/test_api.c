@@ -454,7 +454,7 @@ static json_t *parse_ok(char *s)
 
 START_TEST(test_render_result)
 {
-    api_meta m = {"cmpl-1", 1700000000, "tiny"};
+    api_meta m = {"cmpl-1", 1700000000, "tiny", NULL};
     api_usage u = {5, 7};
     api_timings t = {1.5, 2.25, 3.0, 100.0};
     json_t *j = parse_ok(api_render_result(API_KIND_COMPLETION, &m, "hello", 5, "length", &u, &t));
@@ -498,10 +498,43 @@ START_TEST(test_render_result)
 }
 END_TEST
 
+/* system_fingerprint: in every body and chunk when the server has one, absent otherwise. */
+START_TEST(test_render_fingerprint)
+{
+    api_meta m = {"cmpl-1", 1700000000, "tiny", "fp_0123456789ab_0011223344556677"};
+    api_usage u = {5, 7};
+    api_timings t = {1, 2, 3, 4};
+    for (int kind = 0; kind < 2; kind++) {
+        api_kind k = kind ? API_KIND_CHAT : API_KIND_COMPLETION;
+        json_t *j = parse_ok(api_render_result(k, &m, "x", 1, "stop", &u, &t));
+        ck_assert_str_eq(json_string_value(json_object_get(j, "system_fingerprint")), m.fingerprint);
+        json_decref(j);
+        api_stream *s = api_stream_new(k, &m, true);
+        api_stream_begin(s);
+        api_stream_text(s, "hi", 2);
+        api_stream_end(s, "stop", &u, &t);
+        int chunks = 0;
+        char *c;
+        while ((c = api_stream_next(s))) {
+            j = parse_ok(c);
+            ck_assert_str_eq(json_string_value(json_object_get(j, "system_fingerprint")), m.fingerprint);
+            json_decref(j);
+            chunks++;
+        }
+        ck_assert_int_ge(chunks, 2);
+        api_stream_free(s);
+    }
+    api_meta none = {"cmpl-1", 1700000000, "tiny", NULL};
+    json_t *j = parse_ok(api_render_result(API_KIND_CHAT, &none, "x", 1, "stop", &u, &t));
+    ck_assert_ptr_null(json_object_get(j, "system_fingerprint"));
+    json_decref(j);
+}
+END_TEST
+
 /* Timings print with at most three decimals, not jansson's 17 digits. */
 START_TEST(test_render_timings_precision)
 {
-    api_meta m = {"cmpl-1", 1700000000, "tiny"};
+    api_meta m = {"cmpl-1", 1700000000, "tiny", NULL};
     api_usage u = {5, 7};
     api_timings t = {0.052, 1234.56789, 1.0 / 3.0, 98.7654321};
     char *body = api_render_result(API_KIND_COMPLETION, &m, "x", 1, "stop", &u, &t);
@@ -566,7 +599,7 @@ static void collect(api_stream *s, streamed *o)
 /* Streams TEXT cut every STEP bytes and compares with the one-shot split. */
 static void stream_equals_result(const char *text, size_t step)
 {
-    api_meta m = {"chatcmpl-1", 1, "tiny"};
+    api_meta m = {"chatcmpl-1", 1, "tiny", NULL};
     api_usage u = {1, 2};
     api_timings t = {0};
     api_stream *s = api_stream_new(API_KIND_CHAT, &m, true);
@@ -623,7 +656,7 @@ END_TEST
 
 START_TEST(test_stream_completion)
 {
-    api_meta m = {"cmpl-9", 1, "tiny"};
+    api_meta m = {"cmpl-9", 1, "tiny", NULL};
     api_usage u = {3, 4};
     api_timings t = {0};
     api_stream *s = api_stream_new(API_KIND_COMPLETION, &m, false);
@@ -661,6 +694,7 @@ static Suite *api_suite(void)
     tc = tcase_create("render");
     tcase_add_test(tc, test_render_result);
     tcase_add_test(tc, test_render_timings_precision);
+    tcase_add_test(tc, test_render_fingerprint);
     tcase_add_test(tc, test_stream_split);
     tcase_add_test(tc, test_stream_completion);
     suite_add_tcase(s, tc);

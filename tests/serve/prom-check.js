@@ -4,7 +4,8 @@
 // response reports in `usage`; waits for a scrape that started after the
 // last response; then asks Prometheus' HTTP API (/api/v1/query) for the
 // counters and histogram counts and requires them to equal the clients'
-// counts exactly.
+// counts exactly: requests by endpoint and code, tokens, finish reasons,
+// the per-request prompt and generation length histograms.
 //
 // usage: node prom-check.js DAEMON_URL PROMETHEUS_URL MODEL_NAME JOB
 'use strict';
@@ -14,7 +15,10 @@ const { post: streamPost, parse, summarize } = require('./sse-client.js');
 const [base, prom, model, job] = process.argv.slice(2);
 const CMPL = '/v1/completions', CHAT = '/v1/chat/completions';
 
-const counted = { requests: {}, prompt: 0, completion: 0, withTokens: 0, admitted: 0 };
+const counted = { requests: {}, prompt: 0, completion: 0, withTokens: 0, admitted: 0, finished: {} };
+function countFinish(reason) {
+  counted.finished[reason] = (counted.finished[reason] || 0) + 1;
+}
 function countRequest(path, status) {
   const k = `${path} ${status}`;
   counted.requests[k] = (counted.requests[k] || 0) + 1;
@@ -38,7 +42,10 @@ async function plain(path, body, method = 'POST') {
   countRequest(path, r.status);
   let json = null;
   try { json = JSON.parse(text); } catch (_) { /* not JSON */ }
-  if (r.status === 200) countUsage(json.usage);
+  if (r.status === 200) {
+    countUsage(json.usage);
+    countFinish(json.choices[0].finish_reason);
+  }
   return { status: r.status, json, text };
 }
 
@@ -50,6 +57,7 @@ async function streamed(path, body) {
   const s = summarize(parse(r.raw));
   assert.ok(s.usage, 'a usage chunk');
   countUsage(s.usage);
+  countFinish(s.finish);
   return s;
 }
 
@@ -141,6 +149,18 @@ async function scrapedAfter(t, ms) {
   await expect(`qwen3d_request_duration_seconds_bucket{${sel},le="+Inf"}`, generation);
   await expect(`qwen3d_sessions_active{${sel}}`, 0);
   await expect(`qwen3d_requests_waiting{${sel}}`, 0);
+  // The request-level families dashboards read, labelled with the model's name.
+  const msel = `${sel},model_name="${model}"`;
+  for (const reason of ['stop', 'length', 'tool_calls', 'cancelled', 'error'])
+    await expect(`qwen3d_request_finished_total{${msel},finished_reason="${reason}"}`, counted.finished[reason] || 0);
+  await expect(`qwen3d_request_prompt_tokens_count{${msel}}`, counted.admitted);
+  await expect(`qwen3d_request_prompt_tokens_sum{${msel}}`, counted.prompt);
+  await expect(`qwen3d_request_generation_tokens_count{${msel}}`, counted.admitted);
+  await expect(`qwen3d_request_generation_tokens_sum{${msel}}`, counted.completion);
+  await expect(`qwen3d_request_generation_tokens_bucket{${msel},le="+Inf"}`, counted.admitted);
+  await expect(`qwen3d_request_decode_seconds_count{${msel}}`, counted.withTokens);
+  await expect(`qwen3d_kv_cache_usage_ratio{${msel}}`, 0);
+  await expect(`qwen3d_build_info{${msel}}`, 1);
   // The histograms are usable as histograms: a median TTFT within the buckets.
   const q = await scalar(`histogram_quantile(0.5, qwen3d_time_to_first_token_seconds_bucket{${sel}})`);
   assert.ok(q > 0 && q <= 60, `median TTFT from the buckets: ${q}`);
