@@ -51,9 +51,10 @@ static char *dump(json_t *root)
 
 static json_t *usage_json(const api_usage *u)
 {
-    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)u->prompt_tokens, "completion_tokens",
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)u->prompt_tokens, "completion_tokens",
                      (json_int_t)u->completion_tokens, "total_tokens",
-                     (json_int_t)(u->prompt_tokens + u->completion_tokens));
+                     (json_int_t)(u->prompt_tokens + u->completion_tokens), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)u->cached_tokens);
 }
 
 /* Milliseconds and rates to three decimals: finer digits are noise. */

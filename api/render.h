@@ -26,6 +26,7 @@
 typedef struct api_usage {
     int64_t prompt_tokens;
     int64_t completion_tokens;
+    int64_t cached_tokens;  /* prompt tokens reused from the prefix cache (prompt_tokens_details) */
 } api_usage;
 
 /*

@@ -437,7 +437,7 @@ static void on_job(srv_job *job, void *user)
     c->finish = u.finish;
     if (c->log_prompts)
         log_text(c, "completion_text", c->text ? c->text : "", c->len);
-    api_usage usage = {u.n_prompt, u.n_generated};
+    api_usage usage = {u.n_prompt, u.n_generated, u.n_cached};
     api_timings t = {u.queue_ms, u.prompt_ms, u.ttft_ms, u.decode_tokens_per_s};
     /* A deadline that passed mid-generation ends the text like max_tokens does. */
     bool normal = u.finish == SRV_FINISH_STOP || u.finish == SRV_FINISH_LENGTH ||
@@ -474,6 +474,17 @@ static void on_job(srv_job *job, void *user)
     }
     respond_json(c, 200, body);
     free(body);
+}
+
+/*
+ * Whose cached prompt prefixes C's job may reuse and add to (the prefix
+ * cache's scope; see the README's cross-tenant policy): the API key's
+ * scope (its name, or a salted digest of an unnamed key), so no tenant's
+ * prefix speeds up, or is read by, another; "" without keys.
+ */
+static const char *job_scope(const call *c)
+{
+    return c->has_key ? c->key.scope : "";
 }
 
 /* Any thread: an idle encoder, or a new one (NULL when out of memory). */
@@ -630,7 +641,7 @@ static void submit(call *c)
         .t_received = c->t_received,
         .id = c->id,
         .grammar = c->grammar,
-        .scope = c->has_key ? c->key.scope : NULL,
+        .scope = job_scope(c),
     };
     job = srv_job_new(&p, on_job, c);
     if (!job) {

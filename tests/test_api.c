@@ -452,10 +452,18 @@ static json_t *parse_ok(char *s)
     return j;
 }
 
+/* usage.prompt_tokens_details.cached_tokens of a body or chunk; -1 when absent. */
+static json_int_t cached_tokens(const json_t *j)
+{
+    json_t *d = json_object_get(json_object_get(j, "usage"), "prompt_tokens_details");
+    json_t *n = json_object_get(d, "cached_tokens");
+    return json_is_integer(n) ? json_integer_value(n) : -1;
+}
+
 START_TEST(test_render_result)
 {
     api_meta m = {"cmpl-1", 1700000000, "tiny", NULL};
-    api_usage u = {5, 7};
+    api_usage u = {5, 7, 4};
     api_timings t = {1.5, 2.25, 3.0, 100.0};
     json_t *j = parse_ok(api_render_result(API_KIND_COMPLETION, &m, "hello", 5, "length", &u, &t));
     ck_assert_str_eq(json_string_value(json_object_get(j, "object")), "text_completion");
@@ -463,6 +471,7 @@ START_TEST(test_render_result)
     ck_assert_str_eq(json_string_value(json_object_get(c, "text")), "hello");
     ck_assert_str_eq(json_string_value(json_object_get(c, "finish_reason")), "length");
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")), 12);
+    ck_assert_int_eq(cached_tokens(j), 4);
     ck_assert(json_real_value(json_object_get(json_object_get(j, "timings"), "prompt_ms")) == 2.25);
     json_decref(j);
 
@@ -535,7 +544,7 @@ END_TEST
 START_TEST(test_render_timings_precision)
 {
     api_meta m = {"cmpl-1", 1700000000, "tiny", NULL};
-    api_usage u = {5, 7};
+    api_usage u = {5, 7, 0};
     api_timings t = {0.052, 1234.56789, 1.0 / 3.0, 98.7654321};
     char *body = api_render_result(API_KIND_COMPLETION, &m, "x", 1, "stop", &u, &t);
     ck_assert_msg(strstr(body, "\"timings\":{\"queue_ms\":0.052,\"prompt_ms\":1234.568,\"ttft_ms\":0.333,"
@@ -554,6 +563,7 @@ END_TEST
 typedef struct streamed {
     char content[1024], reasoning[1024];
     bool saw_reasoning, saw_role, saw_usage, usage_null_everywhere;
+    json_int_t cached; /* the usage chunk's cached_tokens */
     char finish[16];
     int chunks;
 } streamed;
@@ -569,6 +579,7 @@ static void collect(api_stream *s, streamed *o)
         if (json_array_size(choices) == 0) {
             ck_assert(json_is_object(usage));
             o->saw_usage = true;
+            o->cached = cached_tokens(j);
             json_decref(j);
             continue;
         }
@@ -600,7 +611,7 @@ static void collect(api_stream *s, streamed *o)
 static void stream_equals_result(const char *text, size_t step)
 {
     api_meta m = {"chatcmpl-1", 1, "tiny", NULL};
-    api_usage u = {1, 2};
+    api_usage u = {1, 2, 1};
     api_timings t = {0};
     api_stream *s = api_stream_new(API_KIND_CHAT, &m, true);
     streamed o;
@@ -627,6 +638,8 @@ static void stream_equals_result(const char *text, size_t step)
         ck_assert_msg(o.reasoning[0] == '\0', "text %s: reasoning streamed but none expected", text);
     ck_assert(o.saw_role);
     ck_assert(o.saw_usage);
+    ck_assert_int_eq(o.cached, cached_tokens(j));
+    ck_assert_int_eq(o.cached, 1);
     ck_assert(o.usage_null_everywhere);
     ck_assert_str_eq(o.finish, "stop");
     json_decref(j);
@@ -657,7 +670,7 @@ END_TEST
 START_TEST(test_stream_completion)
 {
     api_meta m = {"cmpl-9", 1, "tiny", NULL};
-    api_usage u = {3, 4};
+    api_usage u = {3, 4, 0};
     api_timings t = {0};
     api_stream *s = api_stream_new(API_KIND_COMPLETION, &m, false);
     streamed o;

@@ -173,7 +173,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(api_stream_text(st, p, n) == 0);
         p += n + 1;
     }
-    api_usage usage = {3, 4};
+    api_usage usage = {3, 4, 0};
     api_timings timings = {1, 2, 3, 4};
     FUZZ_CHECK(api_stream_end(st, finish, &usage, &timings) == 0);
 
