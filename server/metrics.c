@@ -65,6 +65,7 @@ struct srv_metrics {
     histogram ttft, itl, duration, queue, prefill;
     int64_t sessions_active, requests_waiting;
     uint64_t kv_bytes, weight_bytes;
+    eng_prefix_stats prefix;
     double load_seconds;
     double start_time;
     char model_name[256];
@@ -168,6 +169,11 @@ void srv_metrics_set_waiting(srv_metrics *m, int64_t n) { LOCKED(m->requests_wai
 void srv_metrics_set_sessions(srv_metrics *m, int64_t active, uint64_t kv_bytes)
 {
     LOCKED(m->sessions_active = active; m->kv_bytes = kv_bytes);
+}
+
+void srv_metrics_set_prefix(srv_metrics *m, const eng_prefix_stats *st)
+{
+    LOCKED(m->prefix = *st);
 }
 
 void srv_metrics_set_model(srv_metrics *m, uint64_t weight_bytes, double load_seconds)
@@ -379,6 +385,24 @@ char *srv_metrics_render(srv_metrics *m, size_t *len)
     outf(&o, "qwen3d_requests_waiting %lld\n", (long long)m->requests_waiting);
     family(&o, "qwen3d_kv_cache_bytes", "gauge", "Memory committed to the KV caches of active sessions.");
     outf(&o, "qwen3d_kv_cache_bytes %llu\n", (unsigned long long)m->kv_bytes);
+    const eng_prefix_stats *pf = &m->prefix;
+    const struct {
+        const char *name, *type, *help;
+        uint64_t v;
+    } prefix[] = {
+        {"qwen3d_prefix_cache_hits_total", "counter", "Requests that reused a cached prompt prefix.", pf->hits},
+        {"qwen3d_prefix_cache_misses_total", "counter", "Requests that found no cached prompt prefix to reuse.",
+         pf->misses},
+        {"qwen3d_prefix_cache_tokens_total", "counter", "Prompt tokens reused from the prefix cache, not prefilled.",
+         pf->tokens},
+        {"qwen3d_prefix_cache_evictions_total", "counter", "Prefix cache entries dropped to keep within its budget.",
+         pf->evictions},
+        {"qwen3d_prefix_cache_bytes", "gauge", "Memory committed to the prefix cache's entries.", pf->bytes},
+    };
+    for (size_t i = 0; i < sizeof prefix / sizeof *prefix; i++) {
+        family(&o, prefix[i].name, prefix[i].type, prefix[i].help);
+        outf(&o, "%s %llu\n", prefix[i].name, (unsigned long long)prefix[i].v);
+    }
     family(&o, "qwen3d_model_weight_bytes", "gauge", "Resident bytes of the prepared model weights.");
     outf(&o, "qwen3d_model_weight_bytes %llu\n", (unsigned long long)m->weight_bytes);
     family(&o, "qwen3d_model_load_seconds", "gauge", "Time the model took to load and prepare.");

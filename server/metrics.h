@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/prefix.h"
+
 /*
  * The endpoints: each one's path, which is also its metric label. routes.c
  * routes by this table, so a path is written once.
@@ -59,6 +61,8 @@ void srv_metrics_inter_token(srv_metrics *m, double seconds);
 void srv_metrics_queue_wait(srv_metrics *m, double seconds);
 void srv_metrics_set_sessions(srv_metrics *m, int64_t active, uint64_t kv_bytes);
 void srv_metrics_set_waiting(srv_metrics *m, int64_t waiting);
+/* The prompt-prefix cache's counters and bytes now (all zero without a cache). */
+void srv_metrics_set_prefix(srv_metrics *m, const eng_prefix_stats *st);
 void srv_metrics_set_model(srv_metrics *m, uint64_t weight_bytes, double load_seconds);
 
 /* The model_name label of the request-level metrics below (the served id, --model-name). */

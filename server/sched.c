@@ -930,6 +930,7 @@ static void update_gauges(srv_sched *s, const slot *slots, int n)
         pthread_mutex_lock(&s->mu);
         s->prefix_st = st;
         pthread_mutex_unlock(&s->mu);
+        srv_metrics_set_prefix(s->metrics, &st);
     }
     uint64_t bytes = 0;
     for (int i = 0; i < n; i++)

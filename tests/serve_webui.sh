@@ -91,7 +91,9 @@ done
   fail "kernels: '$(json "$work/status.json" 'j.model.kernels')', qwen3d inspect says '$kernels'"
 [ "$(json "$work/status.json" 'j.model.kernel_level')" = "$(echo "$kernels" | cut -d' ' -f2)" ] ||
   fail "kernel level '$(json "$work/status.json" 'j.model.kernel_level')' (inspect: $kernels)"
-[ "$(json "$work/status.json" 'j.now.prefix_cache')" = null ] || fail "prefix_cache reported without its metrics"
+[ "$(json "$work/status.json" "['hits_total', 'misses_total', 'tokens_total', 'bytes']
+  .every((k) => Number.isInteger(j.now.prefix_cache[k]) && j.now.prefix_cache[k] >= 0)")" = true ] ||
+  fail "prefix_cache from the metrics: $(json "$work/status.json" 'j.now.prefix_cache')"
 [ "$(json "$work/status.json" 'j.history.interval_s')" -gt 0 ] || fail "no history interval"
 
 "$NODE" "$QD_SRCDIR/tests/webui/webui-checks.js" "$BASE" "$LOG" || fail "the browser checks failed"

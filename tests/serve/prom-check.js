@@ -15,7 +15,7 @@ const { post: streamPost, parse, summarize } = require('./sse-client.js');
 const [base, prom, model, job] = process.argv.slice(2);
 const CMPL = '/v1/completions', CHAT = '/v1/chat/completions';
 
-const counted = { requests: {}, prompt: 0, completion: 0, withTokens: 0, admitted: 0, finished: {} };
+const counted = { requests: {}, prompt: 0, completion: 0, withTokens: 0, admitted: 0, cached: 0, hits: 0, finished: {} };
 function countFinish(reason) {
   counted.finished[reason] = (counted.finished[reason] || 0) + 1;
 }
@@ -29,6 +29,10 @@ function countUsage(u) {
   counted.completion += u.completion_tokens;
   counted.admitted++;
   if (u.completion_tokens > 0) counted.withTokens++;
+  const cached = u.prompt_tokens_details.cached_tokens;
+  assert.ok(Number.isInteger(cached) && cached >= 0 && cached < u.prompt_tokens, `cached_tokens ${cached}`);
+  counted.cached += cached;
+  if (cached > 0) counted.hits++;
 }
 
 async function plain(path, body, method = 'POST') {
@@ -108,6 +112,11 @@ async function scrapedAfter(t, ms) {
   await plain(CHAT, chat('Count to three.', { chat_template_kwargs: { enable_thinking: false } }));
   await streamed(CHAT, chat('Say hi.'));
   await streamed(CHAT, chat('A word, please.', { max_tokens: 20, chat_template_kwargs: { enable_thinking: false } }));
+  // Two prompts sharing 80 token ids, longer than the prefix cache's minimum: the second reuses them.
+  const shared = Array.from({ length: 80 }, (_, i) => 1000 + 7 * i);
+  await plain(CMPL, { prompt: [...shared, 11, 12], max_tokens: 3, temperature: 0 });
+  await streamed(CMPL, { prompt: [...shared, 13], max_tokens: 3, temperature: 0 });
+  assert.strictEqual(counted.cached, shared.length, 'the second shared-prefix prompt reports its cached tokens');
   // Failures: each is counted under its endpoint and status, and never reaches a session.
   assert.strictEqual((await plain(CMPL, '{"prompt": ')).status, 400);
   assert.strictEqual((await plain(CMPL, { prompt: 'x', temperature: 7 })).status, 400);
@@ -147,6 +156,13 @@ async function scrapedAfter(t, ms) {
     .reduce((a, [, n]) => a + n, 0);
   await expect(`qwen3d_request_duration_seconds_count{${sel}}`, generation);
   await expect(`qwen3d_request_duration_seconds_bucket{${sel},le="+Inf"}`, generation);
+  await expect(`qwen3d_prefix_cache_hits_total{${sel}}`, counted.hits);
+  await expect(`qwen3d_prefix_cache_misses_total{${sel}}`, counted.admitted - counted.hits);
+  await expect(`qwen3d_prefix_cache_tokens_total{${sel}}`, counted.cached);
+  await expect(`qwen3d_prefix_cache_evictions_total{${sel}}`, 0);
+  const cacheBytes = await scalar(`qwen3d_prefix_cache_bytes{${sel}}`);
+  assert.ok(cacheBytes > 0, `qwen3d_prefix_cache_bytes ${cacheBytes}: the cache keeps the shared prompts`);
+  results.push(`qwen3d_prefix_cache_bytes = ${cacheBytes}`);
   await expect(`qwen3d_sessions_active{${sel}}`, 0);
   await expect(`qwen3d_requests_waiting{${sel}}`, 0);
   // The request-level families dashboards read, labelled with the model's name.

@@ -355,7 +355,9 @@ async function main() {
     }
     const d = await status.$eval('#chart-tps path.line.s0', (p) => p.getAttribute('d'));
     assert.match(d, /^M[\d.]+ [\d.]+/);
-    assert.ok(await status.$eval('#prefix-card', (c) => c.hidden), 'the prefix-cache card shows without its metrics');
+    // The load's requests looked up the prefix cache: its card shows their count.
+    await waitFor('the prefix-cache card', () => status.$eval('#prefix-card', (c) =>
+      !c.hidden && /hits/.test(c.textContent) && /misses\s*[1-9]/.test(c.textContent)), LONG, 250);
   });
 
   await check('no console errors or CSP violations on the status page', async () => {
