@@ -302,6 +302,15 @@ clean-fuzz:
 # `qwen3d serve` under load (16 concurrent streams, disconnects, SIGTERM with
 # active streams) and scraped by a real Prometheus server; tests/serve/ holds
 # their clients.
+# The prompt-prefix cache through the openai client: cached_tokens, greedy
+# equality with --no-prefix-cache, a cancelled prefix, chat turns, eviction.
+TESTS += tests/serve_prefix.sh
+EXTRA_DIST += tests/serve_prefix.sh tests/serve/prefix-client.js
+clean-local: clean-serve-prefix
+clean-serve-prefix:
+	-rm -rf $(builddir)/tests/serve_prefix-work
+.PHONY: clean-serve-prefix
+
 TESTS += tests/serve_load.sh tests/serve_prom.sh
 EXTRA_DIST += tests/serve_load.sh tests/serve_prom.sh tests/serve/sse-client.js tests/serve/load-clients.js \
 	tests/serve/drain-clients.js tests/serve/prom-check.js
