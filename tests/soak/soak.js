@@ -22,6 +22,9 @@
 //   (the oversized requests are sized from those) and a --ctx of at least 256.
 //   SOAK_SEED seeds the random mix (default 1); SOAK_RSS=0 skips the memory
 //   check (sanitizer builds, whose allocator holds on to freed memory).
+//   SOAK_PREFIX_BYTES: the daemon's --prefix-cache-bytes; then every scrape
+//   must show qwen3d_prefix_cache_bytes within it, and the run must have
+//   reused prefixes (the prompts share a preamble of about 20 tokens).
 'use strict';
 const fs = require('fs');
 const http = require('http');
@@ -171,11 +174,16 @@ function plainText(body, chat) {
 
 // ---- the requests ---------------------------------------------------------------
 const subjects = ['the sea', 'a clock', 'winter', 'a library', 'trains', 'bread'];
+// A shared preamble: the prompts' common prefix the prefix cache reuses.
+const PREAMBLE = 'Answer as a museum guide would, in plain words and in one short paragraph, for a curious visitor.';
 const prompts = subjects.map((s, i) => {
-  if (i % 2 === 0) return { path: '/v1/completions', chat: false, body: { prompt: `A few words about ${s}:` } };
+  if (i % 2 === 0) return { path: '/v1/completions', chat: false, body: { prompt: `${PREAMBLE} A few words about ${s}:` } };
   return {
     path: '/v1/chat/completions', chat: true,
-    body: { messages: [{ role: 'user', content: `Tell me about ${s}.` }], chat_template_kwargs: { enable_thinking: i % 4 === 1 } },
+    body: {
+      messages: [{ role: 'system', content: PREAMBLE }, { role: 'user', content: `Tell me about ${s}.` }],
+      chat_template_kwargs: { enable_thinking: i % 4 === 1 },
+    },
   };
 });
 const reference = [];
@@ -339,11 +347,27 @@ function raw() {
   });
 }
 
+// The prefix cache's bytes, from every scrape: never over its budget.
+const PREFIX_BUDGET = Number(process.env.SOAK_PREFIX_BYTES || 0);
+const prefixSeen = { scrapes: 0, maxBytes: 0 };
+function notePrefix(m) {
+  const s = m.samples.find((x) => x.name === 'qwen3d_prefix_cache_bytes');
+  if (!s) {
+    problem('/metrics: no qwen3d_prefix_cache_bytes');
+    return;
+  }
+  prefixSeen.scrapes++;
+  prefixSeen.maxBytes = Math.max(prefixSeen.maxBytes, s.value);
+  if (PREFIX_BUDGET && s.value > PREFIX_BUDGET)
+    problem(`qwen3d_prefix_cache_bytes ${s.value} is over the budget of ${PREFIX_BUDGET}`);
+}
+
 async function scrape() {
   const r = await request('/metrics', { method: 'GET' });
   count.scrapes++;
   if (r.status !== 200) problem(`/metrics: status ${r.status}`);
   if (r.status) expect('/metrics', r.status);
+  if (r.status === 200) notePrefix(parseMetrics(r.body));
 }
 
 const mix = [
@@ -398,6 +422,7 @@ async function metrics() {
   if (r.status !== 200) throw new Error(`/metrics: status ${r.status}`);
   expect('/metrics', 200);
   const m = parseMetrics(r.body);
+  notePrefix(m);
   const one = (name) => {
     const s = m.samples.find((x) => x.name === name);
     return s ? s.value : NaN;
@@ -489,7 +514,10 @@ async function main() {
     kv_cache_bytes_at_end: one('qwen3d_kv_cache_bytes'), rss_after_warmup: rssWarm.total, rss_at_end: rssEnd.total,
     rss_anon_after_warmup: rssWarm.anon, rss_anon_at_end: rssEnd.anon,
     rss_anon_growth_pct: Number((growth * 100).toFixed(2)), mismatched_outputs: count.mismatched,
-    metric_mismatches: metricMismatches.length,
+    metric_mismatches: metricMismatches.length, prefix_cache_budget: PREFIX_BUDGET,
+    prefix_cache_hits: one('qwen3d_prefix_cache_hits_total'), prefix_cache_misses: one('qwen3d_prefix_cache_misses_total'),
+    prefix_cache_evictions: one('qwen3d_prefix_cache_evictions_total'),
+    prefix_cache_bytes_max: prefixSeen.maxBytes, prefix_cache_scrapes: prefixSeen.scrapes,
   };
   console.log('soak report:');
   for (const [k, v] of Object.entries(report)) console.log(`  ${k.padEnd(24)} ${v}`);
@@ -507,6 +535,8 @@ async function main() {
   if (count.unexpected) fails.push(`${count.unexpected} unexpected answers`);
   if (!count.completed_greedy || !count.disconnects || !count.malformed || !count.queue_full)
     fails.push('the mix did not exercise every fault (too short a run?)');
+  if (PREFIX_BUDGET && !(one('qwen3d_prefix_cache_hits_total') > 0 && one('qwen3d_prefix_cache_evictions_total') > 0))
+    fails.push('the prefix cache was not exercised: no hit or no eviction');
   for (const x of metricMismatches) fails.push(`requests_total ${x}`);
   for (const p of problems) fails.push(p);
   if (fails.length) {
