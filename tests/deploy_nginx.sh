@@ -9,7 +9,10 @@
 #    answers 500, one that never got a slot 503 (nginx retries 503s only).
 #  - tests/deploy/lb-driver.js then drives a fixed number of streaming
 #    requests, a fixed number at a time: affinity (same X-Affinity-Key, same
-#    replica, per the replicas' own requests_total) and least_conn spread;
+#    replica, per the replicas' own requests_total; a key's later requests
+#    reuse its prompt prefix there: cached_tokens > 0, and
+#    qwen3d_prefix_cache_hits_total grows on its home replica only) and
+#    least_conn spread;
 #    kill -9 of replica 1 mid-run (only the streams in flight on it end,
 #    truncated; the rest complete, new work goes to the others); SIGTERM of
 #    replica 2 mid-run (nothing fails, its streams complete, it exits 0).

@@ -3,8 +3,11 @@
 // a fixed number of requests per phase, a fixed number in flight:
 //  1. affinity: requests with the same X-Affinity-Key land on one replica
 //     (the X-Qwen3d-Upstream header nginx adds, and the replicas' own
-//     qwen3d_requests_total); requests without a key are spread by
-//     least_conn over all three;
+//     qwen3d_requests_total); a key's prompts share a long preamble of
+//     their own, so its later requests reuse it from the prefix cache of
+//     that replica (usage cached_tokens, and qwen3d_prefix_cache_hits_total
+//     grown there only); requests without a key are spread by least_conn
+//     over all three;
 //  2. kill -9 of replica 1 while streams run on it: the streams it was
 //     serving end truncated (counted; each had begun before the kill);
 //     every other request completes, and those sent after the kill are
@@ -69,12 +72,14 @@ let seq = 0;
 // One streaming completion through nginx. opts.key: its X-Affinity-Key;
 // opts.track: an object that learns the answering replica and the number of
 // events while the stream runs.
+// opts.preamble: text the prompt starts with. opts.usage: ask for the usage chunk.
 async function one(phase, opts = {}) {
   const i = seq++;
   const body = {
-    model, prompt: `Request ${i} of the ${phase} phase: a story about the sea.`, max_tokens: opts.maxTokens || MAX_TOKENS,
-    temperature: 0, stream: true,
+    model, prompt: `${opts.preamble || ''}Request ${i} of the ${phase} phase: a story about the sea.`,
+    max_tokens: opts.maxTokens || MAX_TOKENS, temperature: 0, stream: true,
   };
+  if (opts.usage) body.stream_options = { include_usage: true };
   const t = opts.track || {};
   const rec = { i, phase, key: opts.key || null, sent: performance.now() };
   const res = await post(base, '/v1/completions', body, {
@@ -86,6 +91,10 @@ async function one(phase, opts = {}) {
   rec.res = res;
   Object.assign(rec, replicaOf(res));
   rec.outcome = classify(res);
+  if (opts.usage && rec.outcome === 'ok') {
+    const u = summarize(parse(res.raw)).usage;
+    rec.cached = u ? u.prompt_tokens_details.cached_tokens : null;
+  }
   return rec;
 }
 
@@ -104,11 +113,15 @@ function classify(res) {
   return 'ok';
 }
 
-async function requestsTotal(r) {
+// A replica's completions counted in qwen3d_requests_total, and its prefix-cache hits.
+async function counters(r) {
   const res = await fetch(r.base + '/metrics', { signal: AbortSignal.timeout(10000) });
   const m = parseMetrics(await res.text());
-  return m.samples.filter((s) => s.name === 'qwen3d_requests_total' && s.labels.endpoint === '/v1/completions')
-    .reduce((a, s) => a + s.value, 0);
+  return {
+    requests: m.samples.filter((s) => s.name === 'qwen3d_requests_total' && s.labels.endpoint === '/v1/completions')
+      .reduce((a, s) => a + s.value, 0),
+    hits: m.value('qwen3d_prefix_cache_hits_total'),
+  };
 }
 
 function tally(recs) {
@@ -127,35 +140,46 @@ const show = (label, t) => console.log(`${label}: ${t.requests} requests; outcom
   // 1. Affinity: KEYS keys, PER_KEY requests each, one after the other.
   const keyed = [];
   const keyHome = {};
+  const keyCached = {};
+  // A conversation's history: a preamble of its own (it begins with the key,
+  // so no two keys share a prefix the cache would reuse), longer than the
+  // replicas' --prefix-min-tokens (64 by default).
+  const history = (key) => `${key} so far. ` +
+    'The user asked about tides, the moon, harbours, lighthouses and the ships that pass them at night. '.repeat(4);
   for (let k = 0; k < KEYS; k++) {
     const key = `conversation-${k}`;
-    const before = await Promise.all(replicas.map(requestsTotal));
+    const before = await Promise.all(replicas.map(counters));
     const recs = [];
-    for (let n = 0; n < PER_KEY; n++) recs.push(await one('affinity', { key, maxTokens: 8 }));
+    for (let n = 0; n < PER_KEY; n++) recs.push(await one('affinity', { key, maxTokens: 8, preamble: history(key), usage: true }));
     // A replica counts a request once it has finished with it, which may be
-    // a moment after the client read the end of the stream.
-    let grew;
+    // a moment after the client read the end of the stream; a hit is counted
+    // when its request starts, and published after the step that follows.
+    let grew, hits;
     await until(`${key}: ${PER_KEY} requests counted`, async () => {
-      const after = await Promise.all(replicas.map(requestsTotal));
-      grew = replicas.map((r, j) => after[j] - before[j]);
-      return grew.reduce((a, b) => a + b, 0) >= PER_KEY;
-    });
+      const after = await Promise.all(replicas.map(counters));
+      grew = replicas.map((r, j) => after[j].requests - before[j].requests);
+      hits = replicas.map((r, j) => after[j].hits - before[j].hits);
+      return grew.reduce((a, b) => a + b, 0) >= PER_KEY && hits.reduce((a, b) => a + b, 0) >= PER_KEY - 1;
+    }, 30000);
     const homes = new Set(recs.map((r) => r.replica));
     assert.ok(recs.every((r) => r.outcome === 'ok'), `${key}: ${recs.map((r) => r.outcome)}`);
     assert.strictEqual(homes.size, 1, `${key} went to ${[...homes]}`);
     const home = [...homes][0];
     assert.deepStrictEqual(grew, replicas.map((r) => (r.name === home ? PER_KEY : 0)),
       `${key}: per-replica qwen3d_requests_total grew by ${grew}, want ${PER_KEY} on ${home} only`);
+    // The first request of a key finds nothing; the later ones reuse its history on the home replica.
+    const cached = recs.map((r) => r.cached);
+    assert.strictEqual(cached[0], 0, `${key}: the first request's cached_tokens`);
+    assert.ok(cached.slice(1).every((c) => c > 0), `${key}: later requests' cached_tokens ${cached}`);
+    assert.deepStrictEqual(hits, replicas.map((r) => (r.name === home ? PER_KEY - 1 : 0)),
+      `${key}: per-replica qwen3d_prefix_cache_hits_total grew by ${hits}, want ${PER_KEY - 1} on ${home} only`);
     keyHome[key] = home;
+    keyCached[key] = cached;
     keyed.push(...recs);
   }
-  // --- prefix-cache hits of the affinity key: NOT CHECKED YET. ---
-  // The daemon has no prefix cache yet. When it has one, a key's later
-  // requests must show hits on its home replica (usage
-  // prompt_tokens_details.cached_tokens > 0 and
-  // qwen3d_prefix_cache_hits_total grown there only); add that check here.
   console.log(`affinity: ${KEYS} keys x ${PER_KEY} requests, each key on one replica (header and requests_total): ` +
-    `${JSON.stringify(keyHome)}; prefix-cache hits: not checked (no prefix cache yet)`);
+    `${JSON.stringify(keyHome)}; cached_tokens per request: ${JSON.stringify(keyCached)}, ` +
+    `prefix-cache hits on the home replica only`);
   const unkeyed = [];
   for (let n = 0; n < 6; n++) unkeyed.push(await one('least_conn', { maxTokens: 8 }));
   assert.ok(unkeyed.every((r) => r.outcome === 'ok'), `unkeyed: ${unkeyed.map((r) => r.outcome)}`);
