@@ -39,6 +39,11 @@ bench_attn_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 #   node $(srcdir)/bench/http-load.js --qwen3d ./qwen3d --model DIR [--compare]
 EXTRA_DIST += bench/http-load.js bench/README.md bench/structured.sh
 
+# A 10-turn chat replayed through /v1/chat/completions, prefix cache on and
+# off: TTFT and cached_tokens per turn (bench/README.md):
+#   node $(srcdir)/bench/chat-replay.js --qwen3d ./qwen3d --model DIR [--threads T]
+EXTRA_DIST += bench/chat-replay.js
+
 # Constrained decoding: the mask time per generated token (p50/p95/max) on
 # the schemas of tests/grammar/schemas.json with the Qwen3 vocabulary:
 #   make bench/grammar_bench && bench/grammar_bench --schemas $(srcdir)/tests/grammar/schemas.json \
