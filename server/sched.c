@@ -677,6 +677,24 @@ static void slot_free(slot *sl)
     memset(sl, 0, sizeof *sl);
 }
 
+/*
+ * The prefix cache's figures, for srv_sched_prefix_stats and the metrics.
+ * Published after every lookup and every put, before the job concerned
+ * shows its first token or its end: whatever a client sees after a
+ * response, the cache's figures already count it.
+ */
+static void publish_prefix(srv_sched *s)
+{
+    if (!s->prefix)
+        return;
+    eng_prefix_stats st;
+    eng_prefix_get_stats(s->prefix, &st);
+    pthread_mutex_lock(&s->mu);
+    s->prefix_st = st;
+    pthread_mutex_unlock(&s->mu);
+    srv_metrics_set_prefix(s->metrics, &st);
+}
+
 /* Creates the generation of a newly admitted job; false with MSG on failure. */
 static bool slot_setup(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
 {
@@ -699,6 +717,7 @@ static bool slot_setup(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
         j->n_cached = (int64_t)eng_gen_reused(sl->gen);
         pthread_mutex_unlock(&s->mu);
     }
+    publish_prefix(s);
     return sl->gen != NULL;
 }
 
@@ -727,13 +746,19 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *mess
         const eng_gen_event *ev = eng_gen_last(sl->gen);
         publish(s, sl, ev->text, ev->len);
     }
+    int64_t generated = sl->gen ? eng_gen_generated(sl->gen) : 0;
+    /* The session goes to the prefix cache before the end is seen, so a
+     * client's next request, or its scrape, finds the prompt there. */
+    eng_gen_free(sl->gen);
+    sl->gen = NULL;
+    publish_prefix(s);
     pthread_mutex_lock(&s->mu);
     list_remove(&s->running, j);
     j->state = JOB_DONE;
     j->finish = why;
     if (message)
         snprintf(j->message, sizeof j->message, "%s", message);
-    j->n_generated = sl->gen ? eng_gen_generated(sl->gen) : 0;
+    j->n_generated = generated;
     j->t_admit = sl->t_admit;
     j->t_first = sl->t_first;
     j->t_last = sl->t_prev;
@@ -924,14 +949,7 @@ void srv_sched_prefix_stats(srv_sched *s, eng_prefix_stats *out)
 
 static void update_gauges(srv_sched *s, const slot *slots, int n)
 {
-    if (s->prefix) {
-        eng_prefix_stats st;
-        eng_prefix_get_stats(s->prefix, &st);
-        pthread_mutex_lock(&s->mu);
-        s->prefix_st = st;
-        pthread_mutex_unlock(&s->mu);
-        srv_metrics_set_prefix(s->metrics, &st);
-    }
+    publish_prefix(s);
     uint64_t bytes = 0;
     for (int i = 0; i < n; i++)
         if (slots[i].gen)
