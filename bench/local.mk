@@ -35,9 +35,13 @@ bench_attn_bench_SOURCES = bench/attn_bench.c bench/bench_util.h
 bench_attn_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 
 # `qwen3d serve` under HTTP load (TTFT and inter-token percentiles, tokens/s),
-# and its overhead over `qwen3d bench` with --compare (bench/README.md):
+# its overhead over `qwen3d bench` with --compare, and the concurrency sweep
+# of continuous batching with --sweep, before and after in one run, drawn as
+# an SVG by sweep-chart.js (bench/README.md):
 #   node $(srcdir)/bench/http-load.js --qwen3d ./qwen3d --model DIR [--compare]
-EXTRA_DIST += bench/http-load.js bench/README.md bench/structured.sh
+#   node $(srcdir)/bench/http-load.js --qwen3d ./qwen3d --qwen3d-before OLD --model DIR
+#     --threads 2 --sweep 1,2,4,8 --svg sweep.svg
+EXTRA_DIST += bench/http-load.js bench/http-common.js bench/sweep-chart.js bench/README.md bench/structured.sh
 
 # A 10-turn chat replayed through /v1/chat/completions, prefix cache on and
 # off: TTFT and cached_tokens per turn (bench/README.md):
