@@ -222,6 +222,12 @@ function streamRequest(base, path, body) {
   });
 }
 
+// usage.prompt_tokens_details.cached_tokens, or null where the daemon does not report it.
+function cachedTokens(usage) {
+  const d = usage && usage.prompt_tokens_details;
+  return d && Number.isFinite(d.cached_tokens) ? d.cached_tokens : null;
+}
+
 // ---- the machine and the model ------------------------------------------------------------
 
 // The facts every figure needs beside it: CPU model, the kernel level BIN runs
@@ -252,5 +258,5 @@ function machineInfo(bin, model) {
 
 module.exports = {
   makeUsage, parseOptions, pct, sorted, median, fmt, benchPromptIds, distinctPromptIds, startDaemon, stopDaemon, serveHasOption,
-  streamRequest, machineInfo,
+  streamRequest, cachedTokens, machineInfo,
 };

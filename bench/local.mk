@@ -63,3 +63,9 @@ bench_grammar_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 check_PROGRAMS += bench/structured_bench
 bench_structured_bench_SOURCES = bench/structured_bench.c
 bench_structured_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
+
+# Prompt-prefix reuse: requests sharing a long prefix, and a multi-turn chat
+# through the Qwen3 template, with the prefix cache on and off in one run
+# (bench/README.md; the model folder needs a tokenizer):
+#   node $(srcdir)/bench/prefix-bench.js --qwen3d ./qwen3d --model DIR --threads 2
+EXTRA_DIST += bench/prefix-bench.js
