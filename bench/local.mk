@@ -46,10 +46,7 @@ EXTRA_DIST += bench/http-load.js bench/http-common.js bench/sweep-chart.js bench
 # A 10-turn chat replayed through /v1/chat/completions, prefix cache on and
 # off: TTFT and cached_tokens per turn (bench/README.md):
 #   node $(srcdir)/bench/chat-replay.js --qwen3d ./qwen3d --model DIR [--threads T]
-EXTRA_DIST += bench/chat-replay.js
-
-EXTRA_DIST += bench/http-load.js bench/http-common.js bench/sweep-chart.js bench/README.md \
-	bench/sweep-0.6b.svg bench/sweep-4b.svg
+EXTRA_DIST += bench/chat-replay.js bench/sweep-0.6b.svg bench/sweep-4b.svg
 
 # Constrained decoding: the mask time per generated token (p50/p95/max) on
 # the schemas of tests/grammar/schemas.json with the Qwen3 vocabulary:
