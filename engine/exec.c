@@ -194,18 +194,26 @@ int eng_exec_set_batch(eng_exec *x, const eng_batch_seq *seqs, size_t n, eng_dia
     x->n_batch = x->n_sel = 0;
     if (!n)
         return 0;
+    size_t want = 0;
+    for (size_t i = 0; i < n; i++)
+        want += seqs[i].all_rows && seqs[i].n > 0 ? (size_t)seqs[i].n : seqs[i].logits;
     if (n > x->batch_cap) {
         eng_batch_seq *b = realloc(x->batch, n * sizeof *b);
-        int64_t *sel = b ? realloc(x->sel, n * sizeof *sel) : NULL;
-        if (b)
-            x->batch = b;
-        if (sel)
-            x->sel = sel;
-        if (!b || !sel) {
+        if (!b) {
             eng_diag_add(diag, "out of memory for a batch of %zu sequences", n);
             return -1;
         }
+        x->batch = b;
         x->batch_cap = n;
+    }
+    if (want > x->sel_rows_cap) {
+        int64_t *sel = realloc(x->sel, want * sizeof *sel);
+        if (!sel) {
+            eng_diag_add(diag, "out of memory selecting %zu rows", want);
+            return -1;
+        }
+        x->sel = sel;
+        x->sel_rows_cap = want;
     }
     int64_t row = 0;
     for (size_t i = 0; i < n; i++) {
@@ -215,8 +223,11 @@ int eng_exec_set_batch(eng_exec *x, const eng_batch_seq *seqs, size_t n, eng_dia
             return -1;
         }
         x->batch[i] = seqs[i];
+        if (seqs[i].all_rows)
+            for (int64_t r = 0; r < seqs[i].n; r++)
+                x->sel[x->n_sel++] = row + r;
         row += seqs[i].n;
-        if (seqs[i].logits)
+        if (seqs[i].logits && !seqs[i].all_rows)
             x->sel[x->n_sel++] = row - 1;
     }
     x->n_batch = n;
@@ -408,7 +419,8 @@ static int exec_step(eng_exec *x, const step *s, bool shape_pass)
     if (x->last_row[s - x->p->steps]) {
         /* Present the input as its selected rows alone for this step: the
          * last row, or in a batched run the last row of each sequence
-         * whose logits are wanted (gathered into sel_buf). */
+         * whose logits are wanted, or all rows of one that wants them all
+         * (gathered into sel_buf). */
         rt_val *in = &x->vals[s->in[0]];
         rt_val saved = *in;
         if (in->v.rank >= 1 && eng_view_numel(&in->v) > 0) {

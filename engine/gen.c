@@ -11,6 +11,7 @@
  */
 #include "engine/gen.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,10 @@ struct eng_gen {
     char *scope;
     bool logprobs;
     int top;                     /* top logprobs per step */
+    int32_t *bias_ids;           /* [n_bias] logit_bias, kept for forks */
+    float *bias;
+    size_t n_bias;
+    eng_token_lp *plp;           /* [n_prompt] the prompt's log-probabilities (echo), or NULL */
     double cum_logprob;
     int64_t capacity;
     eng_sampling sampling;
@@ -95,6 +100,9 @@ void eng_gen_free(eng_gen *g)
     free(g->prompt);
     free(g->teacher);
     free(g->ids);
+    free(g->bias_ids);
+    free(g->bias);
+    free(g->plp);
     free(g->text);
     free(g);
 }
@@ -106,8 +114,8 @@ eng_gen *eng_gen_new(eng_model *m, const eng_gen_params *p, eng_diag *diag)
         eng_diag_add(diag, "the prompt has no ids");
         return NULL;
     }
-    if (p->max_tokens < 1) {
-        eng_diag_add(diag, "max_tokens %lld must be at least 1", (long long)p->max_tokens);
+    if (p->max_tokens < (p->prompt_logprobs ? 0 : 1)) {
+        eng_diag_add(diag, "max_tokens %lld must be at least %d", (long long)p->max_tokens, p->prompt_logprobs ? 0 : 1);
         return NULL;
     }
     for (size_t i = 0; i < p->n_prompt; i++)
@@ -156,7 +164,7 @@ eng_gen *eng_gen_new(eng_model *m, const eng_gen_params *p, eng_diag *diag)
     /* Teacher forcing compares runtimes step by step, so it never stops early. */
     g->stop_at_eos = !p->ignore_eos && !p->teacher;
     g->prompt = malloc(p->n_prompt * sizeof *g->prompt);
-    g->ids = malloc((size_t)p->max_tokens * sizeof *g->ids);
+    g->ids = malloc((size_t)(p->max_tokens ? p->max_tokens : 1) * sizeof *g->ids);
     int32_t *prompt32 = malloc(p->n_prompt * sizeof *prompt32);
     if (!g->prompt || !g->ids || !prompt32) {
         free(prompt32);
@@ -179,6 +187,26 @@ eng_gen *eng_gen_new(eng_model *m, const eng_gen_params *p, eng_diag *diag)
     free(prompt32);
     if (arc != 0)
         goto oom;
+    if (p->n_bias) {
+        int brc = eng_sampler_set_bias(g->samp, p->bias_ids, p->bias, p->n_bias);
+        if (brc != 0) {
+            eng_diag_add(diag, "logit_bias: %s", eng_sampler_strerror(brc));
+            eng_gen_free(g);
+            return NULL;
+        }
+        g->bias_ids = malloc(p->n_bias * sizeof *g->bias_ids);
+        g->bias = malloc(p->n_bias * sizeof *g->bias);
+        if (!g->bias_ids || !g->bias)
+            goto oom;
+        memcpy(g->bias_ids, p->bias_ids, p->n_bias * sizeof *g->bias_ids);
+        memcpy(g->bias, p->bias, p->n_bias * sizeof *g->bias);
+        g->n_bias = p->n_bias;
+    }
+    if (p->prompt_logprobs) {
+        if (!(g->plp = calloc(p->n_prompt, sizeof *g->plp)))
+            goto oom;
+        g->plp[0] = (eng_token_lp){.id = (int32_t)p->prompt[0], .logprob = NAN};
+    }
     g->stop = eng_stop_new(p->stop, p->n_stop);
     g->stops = p->stop;
     g->n_stops = p->n_stop;
@@ -196,12 +224,14 @@ eng_gen *eng_gen_new(eng_model *m, const eng_gen_params *p, eng_diag *diag)
     }
     if (p->prefix) {
         g->prefix = p->prefix;
+        g->reused = 0;
         if (!(g->scope = strdup(p->scope ? p->scope : "")))
             goto oom;
         /* A failed lookup (out of memory for the copy) is a miss: the generation makes its own session. */
         eng_diag quiet;
         eng_diag_init(&quiet);
-        g->sess = eng_prefix_take(p->prefix, g->scope, p->prompt, p->n_prompt, cap, &g->reused, &quiet);
+        if (!g->plp)
+            g->sess = eng_prefix_take(p->prefix, g->scope, p->prompt, p->n_prompt, cap, &g->reused, &quiet);
         eng_diag_clear(&quiet);
         g->fed = g->reused;
     }
@@ -360,6 +390,18 @@ static void take_token(eng_gen *g, const float *logits)
         end_with(g, ENG_GEN_LENGTH);
 }
 
+/* The log-probabilities of the prompt ids that follow the positions of the chunk just fed (ROWS, one per id). */
+static void prompt_logprobs(eng_gen *g, const float *rows)
+{
+    size_t V = (size_t)eng_model_geometry(g->m)->vocab;
+    for (size_t j = 0; j < g->feed_n && g->fed + j + 1 < g->n_prompt; j++) {
+        eng_token_lp *e = &g->plp[g->fed + j + 1];
+        e->id = (int32_t)g->prompt[g->fed + j + 1];
+        e->n_top = g->top;
+        eng_logprobs(rows + j * V, V, e->id, (size_t)g->top, e->top_ids, e->top_lps, &e->logprob);
+    }
+}
+
 /* Plans G's feed: a prefill chunk taken from *LEFT when LIMITED, or one decode id (or its end, when full). */
 static void plan_feed(eng_gen *g, size_t *left, bool limited)
 {
@@ -406,7 +448,8 @@ int eng_gen_step(eng_gen *const *gens, size_t n, const eng_gen_budget *budget, e
         bool prefill = !eng_gen_prefilled(g);
         /* A prompt chunk that does not finish the prompt samples nothing: no logits row. */
         feeds[k++] = (eng_feed){.s = g->sess, .ids = prefill ? g->prompt + g->fed : &g->next, .n = g->feed_n,
-                                .prompt = prefill, .logits = !prefill || g->fed + g->feed_n == g->n_prompt};
+                                .prompt = prefill, .logits = !prefill || g->fed + g->feed_n == g->n_prompt,
+                                .all_rows = prefill && g->plp};
     }
     int rc = k ? eng_model_feed(m, feeds, k, diag) : 0;
     int failures = 0;
@@ -424,11 +467,17 @@ int eng_gen_step(eng_gen *const *gens, size_t n, const eng_gen_budget *budget, e
             continue;
         }
         if (!eng_gen_prefilled(g)) {
+            if (g->plp)
+                prompt_logprobs(g, f->rows);
             g->fed += g->feed_n;
             g->ev.prompt_fed = g->feed_n;
             if (g->fed < g->n_prompt)
                 continue;
             g->ev.prefilled = true;
+            if (!g->max_tokens) {
+                end_with(g, ENG_GEN_LENGTH);
+                continue;
+            }
         }
         take_token(g, f->row);
     }
@@ -471,7 +520,8 @@ eng_gen *eng_gen_fork(const eng_gen *parent, const eng_sampling *sampling, eng_d
                         .n_stop = parent->n_stops, .tok = parent->tok, .teacher = parent->teacher,
                         .n_teacher = parent->n_teacher, .prefill_chunk = parent->chunk,
                         .ignore_eos = !parent->stop_at_eos && !parent->teacher, .logprobs = parent->logprobs,
-                        .top_logprobs = parent->top, .grammar = parent->grammar, .gvocab = parent->gvocab};
+                        .top_logprobs = parent->top, .grammar = parent->grammar, .gvocab = parent->gvocab,
+                        .bias_ids = parent->bias_ids, .bias = parent->bias, .n_bias = parent->n_bias};
     eng_gen *g = eng_gen_new(parent->m, &p, diag);
     if (!g)
         return NULL;
@@ -490,6 +540,7 @@ eng_gen *eng_gen_fork(const eng_gen *parent, const eng_sampling *sampling, eng_d
 }
 
 double eng_gen_cum_logprob(const eng_gen *g) { return g->cum_logprob; }
+const eng_token_lp *eng_gen_prompt_logprobs(const eng_gen *g) { return g->plp && eng_gen_prefilled(g) ? g->plp : NULL; }
 const eng_gen_event *eng_gen_last(const eng_gen *g) { return &g->ev; }
 eng_gen_finish eng_gen_state(const eng_gen *g) { return g->finish; }
 const char *eng_gen_error(const eng_gen *g) { return g->finish == ENG_GEN_ERROR ? g->error : ""; }

@@ -52,7 +52,7 @@ const char *eng_gen_finish_name(eng_gen_finish f);
 typedef struct eng_gen_params {
     const int64_t *prompt;   /* copied; at least one id, each inside the vocabulary */
     size_t n_prompt;
-    int64_t max_tokens;      /* >= 1: ids to generate at most */
+    int64_t max_tokens;      /* >= 1 (>= 0 with prompt_logprobs): ids to generate at most */
     int64_t capacity;        /* session tokens; 0 = n_prompt + max_tokens, capped at the model's context */
     eng_sampling sampling;   /* validated by the caller (eng_sampling_validate) */
     const char *const *stop; /* copied; validated by the caller (eng_stop_validate) */
@@ -95,6 +95,19 @@ typedef struct eng_gen_params {
      */
     const eng_grammar *grammar;
     const eng_gvocab *gvocab;
+    /* logit_bias (eng_sampler_set_bias), N_BIAS pairs; copied, checked by eng_gen_new(). */
+    const int32_t *bias_ids;
+    const float *bias;
+    size_t n_bias;
+    /*
+     * Echo: the log-probabilities of the prompt's own ids, each with the
+     * TOP_LOGPROBS most likely ids (eng_gen_prompt_logprobs). The prefill
+     * then has the LM head compute the row of every prompt position, and
+     * the session does not start from the prefix cache (whose rows were
+     * never computed). max_tokens may then be 0: the generation ends with
+     * ENG_GEN_LENGTH once the prompt is fed, having sampled nothing.
+     */
+    bool prompt_logprobs;
 } eng_gen_params;
 
 /*
@@ -175,6 +188,13 @@ const int32_t *eng_gen_ids(const eng_gen *g);
  * the model has run since.
  */
 const float *eng_gen_logits(const eng_gen *g);
+
+/*
+ * With prompt_logprobs, once the prompt is fed: one entry per prompt id,
+ * the log-probability of id i under the row of position i - 1 (entry 0 has
+ * logprob NAN and no top ids). NULL before, or without prompt_logprobs.
+ */
+const eng_token_lp *eng_gen_prompt_logprobs(const eng_gen *g);
 
 /* Sum of the sampled ids' log-probabilities (with logprobs; best_of ranks by it). */
 double eng_gen_cum_logprob(const eng_gen *g);

@@ -117,6 +117,7 @@ typedef struct eng_batch_seq {
     int64_t n;                /* its new rows (>= 1) */
     bool prompt;              /* the rows are prompt tokens (eng_exec_set_prompt_rows) */
     bool logits;              /* the steps of eng_exec_last_row_only compute its last row */
+    bool all_rows;            /* ... or every one of its rows (a prompt's own log-probabilities) */
 } eng_batch_seq;
 
 /* Attention nodes of the plan, and the index of the one whose past key input is PAST_KEY_INPUT (-1: none). */
@@ -127,8 +128,9 @@ int eng_plan_attention_index(const eng_plan *p, const char *past_key_input);
  * Makes the following runs batched over the N sequences (copied; the
  * bindings they point to must outlive the runs); N == 0 returns to
  * unbatched runs. While batched, the outputs of eng_exec_last_row_only
- * hold one row per sequence whose `logits` is set, in sequence order, and
- * eng_exec_argmax_row() gives each row's argmax.
+ * hold one row per sequence whose `logits` is set, or all `n` rows of one
+ * whose `all_rows` is set, in sequence order, and eng_exec_argmax_row()
+ * gives each row's argmax.
  */
 int eng_exec_set_batch(eng_exec *x, const eng_batch_seq *seqs, size_t n, eng_diag *diag);
 

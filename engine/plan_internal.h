@@ -159,8 +159,8 @@ struct eng_exec {
     /* batched runs (eng_exec_set_batch): the sequences, and the rows selected for last_row steps */
     eng_batch_seq *batch;
     size_t n_batch, batch_cap;
-    int64_t *sel;         /* [n_sel] selected rows (the last row of each sequence with logits) */
-    size_t n_sel;
+    int64_t *sel;         /* [n_sel] selected rows (the last row of each sequence with logits, or all its rows) */
+    size_t n_sel, sel_rows_cap;
     float *sel_buf;       /* the selected rows of a last_row step's input, gathered */
     uint64_t sel_cap;
     bool prompt_rows;     /* the runs' new rows are prompt tokens (eng_exec_set_prompt_rows) */

@@ -569,19 +569,26 @@ static int feed_tensor(eng_feed *f, eng_diag *diag)
             eng_exec_bind_output(s->x, m->present_v[l], s->v[l].buf[pres], s->kv_bytes, diag) != 0)
             return -1;
     }
+    /* every position's logits: the LM head leaves its last-row-only mode for this run */
+    bool last_only = s->last_row_only && !f->all_rows;
+    if (s->last_row_only && f->all_rows)
+        eng_exec_last_row_only(s->x, m->logits, false, diag);
     eng_exec_set_prompt_rows(s->x, f->prompt);
     int rc = eng_exec_run(s->x, diag);
     eng_exec_set_prompt_rows(s->x, false);
+    if (s->last_row_only && f->all_rows)
+        eng_exec_last_row_only(s->x, m->logits, true, diag);
     if (rc != 0)
         return -1;
     eng_view lv;
     /* the logits of the last position only, or of every position */
-    int64_t rows = s->last_row_only ? 1 : n;
+    int64_t rows = last_only ? 1 : n;
     if (eng_exec_value(s->x, m->logits, &lv) != 0 || lv.rank != 3 || lv.dims[1] != rows || lv.dims[2] != V) {
         eng_diag_add(diag, "output '%s' does not have shape [1, %lld, %lld]", m->logits, (long long)rows, (long long)V);
         return -1;
     }
     f->row = (const float *)lv.data + (size_t)(rows - 1) * (size_t)V;
+    f->rows = f->all_rows ? (const float *)lv.data : NULL;
     f->argmax = eng_exec_argmax(s->x);
     s->len = total;
     s->cur = pres;
@@ -641,7 +648,7 @@ static int feed_batch(eng_model *m, eng_feed *feeds, size_t n, eng_diag *diag)
         memcpy(m->ids + at, f->ids, f->n * sizeof *f->ids);
         at += f->n;
         m->seqs[k++] = (eng_batch_seq){.kv = f->s->bind, .past = f->s->len, .n = (int64_t)f->n, .prompt = f->prompt,
-                                       .logits = f->logits || !m->select_rows};
+                                       .logits = f->logits || !m->select_rows, .all_rows = f->all_rows};
     }
     int64_t d_ids[2] = {1, (int64_t)rows};
     eng_diag quiet;
@@ -656,10 +663,12 @@ static int feed_batch(eng_model *m, eng_feed *feeds, size_t n, eng_diag *diag)
     eng_exec_set_batch(m->run_x, NULL, 0, diag);
     if (rc != 0)
         return -1;
-    /* With row selection the logits hold one row per feed that wants them; else every row. */
+    /* With row selection the logits hold one row per feed that wants them (all
+     * of its rows for an all_rows feed); else every row. */
     int64_t V = m->geo.vocab, want = 0;
     for (size_t i = 0; i < n; i++)
-        want += !feeds[i].error[0] && (feeds[i].logits || !m->select_rows) ? (m->select_rows ? 1 : 0) : 0;
+        if (!feeds[i].error[0] && m->select_rows)
+            want += feeds[i].all_rows ? (int64_t)feeds[i].n : feeds[i].logits;
     eng_view lv;
     int64_t expect = m->select_rows ? want : (int64_t)rows;
     if (eng_exec_value(m->run_x, m->logits, &lv) != 0 || lv.rank != 3 || lv.dims[1] != expect || lv.dims[2] != V) {
@@ -674,11 +683,15 @@ static int feed_batch(eng_model *m, eng_feed *feeds, size_t n, eng_diag *diag)
         if (f->error[0])
             continue;
         at += f->n;
-        size_t row = m->select_rows ? sel : at - 1;
-        if (f->logits || !m->select_rows) {
+        size_t first = m->select_rows ? sel : at - f->n, row = m->select_rows ? sel : at - 1;
+        if (f->all_rows) {
+            row = first + f->n - 1;
+            f->rows = (const float *)lv.data + first * (size_t)V;
+        }
+        if (f->logits || f->all_rows || !m->select_rows) {
             f->row = (const float *)lv.data + row * (size_t)V;
             f->argmax = eng_exec_argmax_row(m->run_x, row);
-            sel += m->select_rows;
+            sel += m->select_rows ? (f->all_rows ? f->n : 1) : 0;
         }
         eng_session *s = f->s;
         s->len += (int64_t)f->n;
@@ -700,7 +713,7 @@ int eng_model_feed(eng_model *m, eng_feed *feeds, size_t n, eng_diag *diag)
     for (size_t i = 0; i < n; i++) {
         eng_feed *f = &feeds[i];
         f->error[0] = '\0';
-        f->row = NULL;
+        f->row = f->rows = NULL;
         f->argmax = -1;
         if (check_feed(m, f) != 0)
             failed++;

@@ -121,8 +121,10 @@ typedef struct eng_feed {
     size_t n;
     bool prompt;             /* prompt ids (see eng_session_feed_prompt) */
     bool logits;             /* its last id's logits row is wanted */
+    bool all_rows;           /* every id's logits row is wanted (echoed prompts' log-probabilities) */
     /* results */
     const float *row;        /* that row (vocab floats), valid until the model's next run; NULL if not wanted */
+    const float *rows;       /* all_rows: n rows of vocab floats, row i after id i; else NULL */
     int32_t argmax;          /* eng_argmax(row) from the LM head for greedy sessions, else -1 */
     char error[160];         /* why this feed did not run ("" when it did) */
 } eng_feed;

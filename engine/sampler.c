@@ -72,11 +72,14 @@ struct eng_sampler {
     cand *cand;       /* [n_vocab] candidates of the current row */
     float *e;         /* [n_vocab] unnormalized probabilities of a whole row */
     double *blk;      /* [n_vocab / BLOCK + 1] sums of e per block of BLOCK ids */
-    float *pen;       /* [n_vocab] penalized copy of the row, only with penalties */
+    float *pen;       /* [n_vocab] penalized or biased copy of the row, only with either */
     uint32_t *hist;   /* [n_vocab] history words, only with penalties */
     float *masked;    /* [n_vocab] the row with disallowed ids at -inf, on first masked sample */
     int32_t *ids;     /* [n_ids] the ids whose history word is non-zero */
     size_t n_ids, cap_ids;
+    int32_t *bias_ids; /* [n_bias] logit_bias, applied to a copy of the row in pen */
+    float *bias;
+    size_t n_bias;
     uint64_t rng[4];  /* xoshiro256** state */
     double mass[N_BINS];
 };
@@ -211,7 +214,40 @@ void eng_sampler_free(eng_sampler *s)
     free(s->hist);
     free(s->masked);
     free(s->ids);
+    free(s->bias_ids);
+    free(s->bias);
     free(s);
+}
+
+int eng_sampler_set_bias(eng_sampler *s, const int32_t *ids, const float *bias, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || (size_t)ids[i] >= s->n_vocab)
+            return ENG_SAMP_EBADID;
+        if (!(bias[i] >= -ENG_LOGIT_BIAS_MAX && bias[i] <= ENG_LOGIT_BIAS_MAX))
+            return ENG_SAMP_ERANGE;
+    }
+    int32_t *bi = n ? malloc(n * sizeof *bi) : NULL;
+    float *bv = n ? malloc(n * sizeof *bv) : NULL;
+    float *pen = n && !s->pen ? malloc(s->n_vocab * sizeof *pen) : NULL;
+    if (n && (!bi || !bv || (!s->pen && !pen))) {
+        free(bi);
+        free(bv);
+        free(pen);
+        return ENG_SAMP_ENOMEM;
+    }
+    if (pen)
+        s->pen = pen;
+    if (n) {
+        memcpy(bi, ids, n * sizeof *bi);
+        memcpy(bv, bias, n * sizeof *bv);
+    }
+    free(s->bias_ids);
+    free(s->bias);
+    s->bias_ids = bi;
+    s->bias = bv;
+    s->n_bias = n;
+    return ENG_SAMP_OK;
 }
 
 void eng_sampler_reset(eng_sampler *s)
@@ -704,9 +740,12 @@ static void filter(eng_sampler *s, const float *logits, survivors *out)
 {
     const size_t V = s->n_vocab;
     const float *row = logits;
-    if (s->penalties && s->n_ids > 0) {
+    if ((s->penalties && s->n_ids > 0) || s->n_bias) {
         memcpy(s->pen, logits, V * sizeof *s->pen);
-        apply_penalties(s, s->pen);
+        for (size_t j = 0; j < s->n_bias; j++)
+            s->pen[s->bias_ids[j]] += s->bias[j];
+        if (s->penalties)
+            apply_penalties(s, s->pen);
         row = s->pen;
     }
 
@@ -882,7 +921,7 @@ int32_t eng_argmax_key_id(uint64_t key)
 
 bool eng_sampler_is_greedy(const eng_sampler *s)
 {
-    return s->p.temperature == 0.0f && !s->penalties;
+    return s->p.temperature == 0.0f && !s->penalties && !s->n_bias;
 }
 
 int32_t eng_sampler_sample_known(eng_sampler *s, const float *logits, int32_t argmax)
@@ -895,7 +934,7 @@ int32_t eng_sampler_sample_known(eng_sampler *s, const float *logits, int32_t ar
 int32_t eng_sampler_sample(eng_sampler *s, const float *logits)
 {
     survivors sv;
-    if (s->p.temperature == 0.0f && !(s->penalties && s->n_ids > 0))
+    if (s->p.temperature == 0.0f && !(s->penalties && s->n_ids > 0) && !s->n_bias)
         return eng_argmax(logits, s->n_vocab);
     filter(s, logits, &sv);
     switch (sv.kind) {

@@ -7,6 +7,8 @@
  * row of V logits is never modified and never sorted as a whole.
  *
  * Order of operations, as vLLM documents it:
+ *   0. logit_bias (eng_sampler_set_bias): a fixed amount added to the
+ *      logits of chosen ids;
  *   1. penalties: repetition (every id of prompt and generated text; positive
  *      logits divided, negative ones multiplied), then frequency and presence
  *      (generated ids only: logit -= frequency * count + presence * [count>0]);
@@ -85,6 +87,18 @@ typedef struct eng_sampler eng_sampler;
 eng_sampler *eng_sampler_new(const eng_sampling *p, size_t n_vocab);
 void eng_sampler_free(eng_sampler *s);
 
+/*
+ * logit_bias: adds BIAS[i] to the logit of IDS[i] before the penalties
+ * (copied; an id given twice takes the later bias). Each id must be inside
+ * the vocabulary and each bias finite in [-ENG_LOGIT_BIAS_MAX,
+ * ENG_LOGIT_BIAS_MAX]: else ENG_SAMP_EBADID or ENG_SAMP_ERANGE and nothing
+ * changes. ENG_SAMP_ENOMEM on out-of-memory. A biased sampler is not greedy
+ * in the sense of eng_sampler_is_greedy(): the LM head's argmax of the raw
+ * row no longer names its pick.
+ */
+#define ENG_LOGIT_BIAS_MAX 100.0f
+int eng_sampler_set_bias(eng_sampler *s, const int32_t *ids, const float *bias, size_t n);
+
 /* Forgets the token history and restarts the random sequence from the seed. */
 void eng_sampler_reset(eng_sampler *s);
 
@@ -137,6 +151,15 @@ void eng_sampler_probs(eng_sampler *s, const float *logits, float *probs);
 double eng_logprobs(const float *logits, size_t n, int32_t id, size_t top, int32_t *top_ids, float *top_lps,
                     float *lp);
 
+/* One position's log-probabilities (eng_logprobs): of the id there, and the N_TOP most likely ids. */
+typedef struct eng_token_lp {
+    int32_t id;
+    float logprob;           /* NAN when there is none (a prompt's first id) */
+    int n_top;
+    int32_t top_ids[ENG_TOP_LOGPROBS_MAX];
+    float top_lps[ENG_TOP_LOGPROBS_MAX];
+} eng_token_lp;
+
 /* Index of the largest of the N values (NaN never wins), lowest on ties; 0 if none. */
 int32_t eng_argmax(const float *logits, size_t n);
 
@@ -150,7 +173,7 @@ int32_t eng_argmax(const float *logits, size_t n);
 uint64_t eng_argmax_key(const float *logits, size_t begin, size_t end);
 int32_t eng_argmax_key_id(uint64_t key);
 
-/* True when eng_sampler_sample() is eng_argmax() for every row (greedy, no penalties). */
+/* True when eng_sampler_sample() is eng_argmax() for every row (greedy, no penalties, no bias). */
 bool eng_sampler_is_greedy(const eng_sampler *s);
 
 /*

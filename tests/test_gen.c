@@ -358,6 +358,86 @@ START_TEST(logprobs_of_the_model_distribution)
 }
 END_TEST
 
+/*
+ * Echo: the prompt's log-probabilities, row i - 1 for id i, equal the rows
+ * of a session fed the prompt one id at a time (each a prompt chunk, whose
+ * bits do not depend on the chunking), whether the prefill runs whole, in
+ * chunks, or batched beside another generation; max_tokens 0 samples
+ * nothing, and a sampled first id is the one a generation without echo
+ * samples.
+ */
+START_TEST(prompt_logprobs_of_every_position)
+{
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_session *ref = eng_session_new(model, (int64_t)N_PROMPT, &d);
+    ck_assert_ptr_nonnull(ref);
+    eng_token_lp want[N_PROMPT];
+    for (size_t i = 0; i + 1 < N_PROMPT; i++) {
+        const float *row = NULL;
+        ck_assert_int_eq(eng_session_feed_prompt(ref, &prompt[i], 1, &row, &d), 0);
+        want[i + 1].id = (int32_t)prompt[i + 1];
+        eng_logprobs(row, (size_t)V, want[i + 1].id, 3, want[i + 1].top_ids, want[i + 1].top_lps, &want[i + 1].logprob);
+    }
+    eng_session_free(ref);
+    eng_diag_clear(&d);
+
+    eng_gen_params plain = params(2);
+    eng_gen *base = new_gen(&plain);
+    trace tb = {0};
+    run_alone(base, 0, &tb);
+    size_t chunks[] = {0, 1, 4};
+    for (size_t c = 0; c < 4; c++) {
+        eng_gen_params p = params(c == 3 ? 0 : 2);
+        p.prompt_logprobs = true;
+        p.top_logprobs = 3;
+        eng_gen *g = new_gen(&p), *other = NULL;
+        ck_assert_ptr_null(eng_gen_prompt_logprobs(g));
+        if (c == 2) {
+            /* beside a generation that decodes */
+            eng_gen_params q = params(8);
+            other = new_gen(&q);
+            step(&other, 1, NULL);
+        }
+        eng_gen_budget b = {.prefill_tokens = c < 3 ? chunks[c] : 5};
+        while (eng_gen_state(g) == ENG_GEN_RUNNING) {
+            eng_gen *both[2] = {g, other};
+            step(both, other ? 2 : 1, &b);
+            if (other && eng_gen_state(other) != ENG_GEN_RUNNING) {
+                eng_gen_free(other);
+                other = NULL;
+            }
+            if (eng_gen_prefilled(g) && c != 3) {
+                ck_assert_int_eq(eng_gen_last(g)->token, eng_gen_ids(base)[0]);
+                eng_gen_end(g);
+            }
+        }
+        eng_gen_free(other);
+        const eng_token_lp *lp = eng_gen_prompt_logprobs(g);
+        ck_assert_ptr_nonnull(lp);
+        ck_assert_int_eq(lp[0].id, (int32_t)prompt[0]);
+        ck_assert(isnan(lp[0].logprob));
+        for (size_t i = 1; i < N_PROMPT; i++) {
+            ck_assert_int_eq(lp[i].id, want[i].id);
+            ck_assert_msg(lp[i].logprob == want[i].logprob, "case %zu position %zu: %g != %g", c, i,
+                          (double)lp[i].logprob, (double)want[i].logprob);
+            ck_assert_int_eq(lp[i].n_top, 3);
+            for (int k = 0; k < 3; k++) {
+                ck_assert_int_eq(lp[i].top_ids[k], want[i].top_ids[k]);
+                ck_assert(lp[i].top_lps[k] == want[i].top_lps[k]);
+            }
+        }
+        if (c == 3) {
+            ck_assert_int_eq(eng_gen_state(g), ENG_GEN_LENGTH);
+            ck_assert_int_eq(eng_gen_generated(g), 0);
+        }
+        eng_gen_free(g);
+    }
+    eng_gen_free(base);
+    free(tb.rows);
+}
+END_TEST
+
 /* A fork after the prefill is a generation of its own: the same rows and ids as one made from scratch. */
 START_TEST(forks_after_the_prefill)
 {
@@ -614,6 +694,7 @@ int main(void)
     tcase_add_test(tc, constrained_generation);
     tcase_add_test(tc, constrained_in_a_batch);
     tcase_add_test(tc, constrained_dead_end);
+    tcase_add_test(tc, prompt_logprobs_of_every_position);
     suite_add_tcase(su, tc);
     return qd_run_suite(su);
 }

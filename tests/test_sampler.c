@@ -497,6 +497,68 @@ START_TEST(penalties_small_distribution)
 }
 END_TEST
 
+/* logit_bias: added before the penalties; +100 forces an id, -100 bans the argmax; bad entries refused. */
+START_TEST(logit_bias_rows)
+{
+    enum { V = 6 };
+    const float x[V] = {2.0f, -2.0f, 1.0f, 0.5f, 1.5f, -0.5f};
+    const int32_t gen[] = {4, 4};
+    const int32_t ids[] = {1, 4, 3};
+    const float bias[] = {1.25f, -0.75f, 0.5f};
+    eng_sampling p;
+    eng_sampling_default(&p);
+    p.repetition_penalty = 1.5f;
+    p.frequency_penalty = 0.3f;
+    p.seed = 99;
+    float y[V];
+    memcpy(y, x, sizeof x);
+    for (size_t i = 0; i < 3; i++)
+        y[ids[i]] += bias[i];
+    ref_penalize(y, V, &p, NULL, 0, gen, 2);
+    double prob[V];
+    ref_probs(y, V, &p, prob);
+    eng_sampler *s = make(&p, V);
+    ck_assert_int_eq(eng_sampler_set_bias(s, ids, bias, 3), ENG_SAMP_OK);
+    for (size_t i = 0; i < 2; i++)
+        ck_assert_int_eq(eng_sampler_accept(s, gen[i]), 0);
+    check_probs(s, x, V, prob);
+    check_frequencies(s, x, V, prob, 30000);
+    eng_sampler_free(s);
+
+    /* Greedy: the bias decides where the raw argmax would not. */
+    eng_sampling_default(&p);
+    p.temperature = 0.0f;
+    float row[512];
+    fill_row(row, 512, -8, 8, 0);
+    int32_t am = ref_argmax(row, 512), forced = (am + 17) % 512;
+    s = make(&p, 512);
+    ck_assert(eng_sampler_is_greedy(s));
+    float up = ENG_LOGIT_BIAS_MAX, down = -ENG_LOGIT_BIAS_MAX;
+    ck_assert_int_eq(eng_sampler_set_bias(s, &forced, &up, 1), ENG_SAMP_OK);
+    ck_assert(!eng_sampler_is_greedy(s));
+    ck_assert_int_eq(eng_sampler_sample(s, row), forced);
+    ck_assert_int_eq(eng_sampler_sample_known(s, row, am), forced);
+    ck_assert_int_eq(eng_sampler_set_bias(s, &am, &down, 1), ENG_SAMP_OK);
+    float z[512];
+    memcpy(z, row, sizeof z);
+    z[am] = -INFINITY;
+    ck_assert_int_eq(eng_sampler_sample(s, row), ref_argmax(z, 512));
+    ck_assert_int_ne(eng_sampler_sample(s, row), am);
+
+    /* Refused entries change nothing. */
+    int32_t bad_id = 512, ok_id = 3;
+    float too_big = 100.5f, nan = NAN;
+    ck_assert_int_eq(eng_sampler_set_bias(s, &bad_id, &up, 1), ENG_SAMP_EBADID);
+    ck_assert_int_eq(eng_sampler_set_bias(s, &ok_id, &too_big, 1), ENG_SAMP_ERANGE);
+    ck_assert_int_eq(eng_sampler_set_bias(s, &ok_id, &nan, 1), ENG_SAMP_ERANGE);
+    ck_assert_int_ne(eng_sampler_sample(s, row), am);
+    ck_assert_int_eq(eng_sampler_set_bias(s, NULL, NULL, 0), ENG_SAMP_OK);
+    ck_assert(eng_sampler_is_greedy(s));
+    ck_assert_int_eq(eng_sampler_sample(s, row), am);
+    eng_sampler_free(s);
+}
+END_TEST
+
 START_TEST(penalties_greedy_random)
 {
     enum { V = 500, NP = 40, NG = 30 };
@@ -879,6 +941,7 @@ int main(void)
     tcase_add_test(tc, penalties_small_distribution);
     tcase_add_test(tc, penalties_greedy_random);
     tcase_add_test(tc, bad_ids_rejected);
+    tcase_add_test(tc, logit_bias_rows);
     suite_add_tcase(su, tc);
     tc = tcase_create("params");
     tcase_add_test(tc, seeded_determinism);
