@@ -39,6 +39,8 @@ void api_request_free(api_request *r)
         free(r->stop[i]);
     free(r->stop);
     free(r->format_schema);
+    free(r->bias_ids);
+    free(r->bias);
     free(r);
 }
 
@@ -163,30 +165,6 @@ static int refuse_string(const json_t *v, const char *field, api_error *err)
     return json_string_length(v) == 0 ? 0 : refuse(field, err);
 }
 
-static int refuse_true(const json_t *v, const char *field, api_error *err)
-{
-    if (!json_is_boolean(v))
-        return type_error(err, field, "a boolean", v);
-    return json_is_true(v) ? refuse(field, err) : 0;
-}
-
-/* logprobs: a boolean (chat) or a count (completions); only false asks for nothing. */
-static int refuse_logprobs(const json_t *v, const char *field, api_error *err)
-{
-    if (!json_is_boolean(v) && !json_is_integer(v))
-        return type_error(err, field, "a boolean or an integer", v);
-    return json_is_false(v) ? 0 : refuse(field, err);
-}
-
-static int refuse_nonzero(const json_t *v, const char *field, api_error *err)
-{
-    if (!json_is_integer(v))
-        return type_error(err, field, "an integer", v);
-    if (json_integer_value(v) < 0)
-        return api_error_set(err, API_ERANGE, field, "'%s' must not be negative", field);
-    return json_integer_value(v) == 0 ? 0 : refuse(field, err);
-}
-
 /* n, best_of: one choice per request. */
 static int refuse_above_one(const json_t *v, const char *field, api_error *err)
 {
@@ -199,13 +177,6 @@ static int refuse_above_one(const json_t *v, const char *field, api_error *err)
         return api_error_set(err, API_EUNSUPPORTED, field, "'%s' must be 1: one choice per request is supported",
                              field);
     return 0;
-}
-
-static int refuse_nonempty_object(const json_t *v, const char *field, api_error *err)
-{
-    if (!json_is_object(v))
-        return type_error(err, field, "an object", v);
-    return json_object_size(v) == 0 ? 0 : refuse(field, err);
 }
 
 static int refuse_nonempty_array(const json_t *v, const char *field, api_error *err)
@@ -286,11 +257,11 @@ static const field_rule FIELDS[] = {
     READ("chat_template_kwargs", IN_CHAT),
     REFUSED("n", IN_BOTH, refuse_above_one),
     REFUSED("best_of", IN_COMPLETIONS, refuse_above_one),
-    REFUSED("echo", IN_COMPLETIONS, refuse_true),
+    READ("echo", IN_COMPLETIONS),
+    READ("logprobs", IN_BOTH),
+    READ("top_logprobs", IN_CHAT),
+    READ("logit_bias", IN_BOTH),
     REFUSED("suffix", IN_COMPLETIONS, refuse_string),
-    REFUSED("logprobs", IN_BOTH, refuse_logprobs),
-    REFUSED("top_logprobs", IN_CHAT, refuse_nonzero),
-    REFUSED("logit_bias", IN_BOTH, refuse_nonempty_object),
     READ("response_format", IN_CHAT),
     REFUSED("tools", IN_CHAT, refuse_nonempty_array),
     REFUSED("tool_choice", IN_CHAT, refuse_tool_choice),
@@ -604,6 +575,79 @@ static int parse_sampling(json_t *root, api_request *r, api_error *err)
     return 0;
 }
 
+static int parse_model(json_t *root, api_request *r, api_error *err)
+{
+    json_t *model = json_object_get(root, "model");
+    if (!model || json_is_null(model))
+        return 0;
+    if (!json_is_string(model))
+        return type_error(err, "model", "a string", model);
+    if (!(r->model = dup_n(json_string_value(model), json_string_length(model))))
+        return api_error_set(err, API_ENOMEM, NULL, NULL);
+    return 0;
+}
+
+/* logprobs and top_logprobs: completions' count of top entries, or chat's boolean and count. */
+static int parse_logprobs(api_kind kind, json_t *root, api_request *r, api_error *err)
+{
+    json_t *v = json_object_get(root, "logprobs");
+    int rc;
+    if (kind == API_KIND_COMPLETION) {
+        /* false: what older clients send for "none" */
+        if (!v || json_is_null(v) || json_is_false(v))
+            return 0;
+        int64_t n = 0;
+        if ((rc = get_int(root, "logprobs", 0, API_COMPLETION_LOGPROBS_MAX, &n, NULL, err)))
+            return rc;
+        r->logprobs = true;
+        r->top_logprobs = (int)n;
+        return 0;
+    }
+    if ((rc = get_bool(root, "logprobs", &r->logprobs, err)))
+        return rc;
+    int64_t top = 0;
+    bool given = false;
+    if ((rc = get_int(root, "top_logprobs", 0, ENG_TOP_LOGPROBS_MAX, &top, &given, err)))
+        return rc;
+    if (given && top > 0 && !r->logprobs)
+        return api_error_set(err, API_ERANGE, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r->top_logprobs = (int)top;
+    return 0;
+}
+
+/* logit_bias: {"token id": bias}, ids as decimal strings, biases in [-100, 100]. */
+static int parse_logit_bias(json_t *root, api_request *r, api_error *err)
+{
+    json_t *b = json_object_get(root, "logit_bias");
+    if (!b || json_is_null(b))
+        return 0;
+    if (!json_is_object(b))
+        return type_error(err, "logit_bias", "an object", b);
+    size_t n = json_object_size(b);
+    r->bias_ids = malloc((n ? n : 1) * sizeof *r->bias_ids);
+    r->bias = malloc((n ? n : 1) * sizeof *r->bias);
+    if (!r->bias_ids || !r->bias)
+        return api_error_set(err, API_ENOMEM, NULL, NULL);
+    const char *key;
+    json_t *v;
+    json_object_foreach(b, key, v) {
+        char p[80];
+        fieldf(p, sizeof p, "logit_bias.%.40s", key);
+        char *end = NULL;
+        long long id = strtoll(key, &end, 10);
+        if (!*key || *key == '-' || *key == '+' || *key == ' ' || *end || id < 0 || id > INT32_MAX)
+            return api_error_set(err, API_ERANGE, p, "'logit_bias' keys must be token ids, not \"%.40s\"", key);
+        if (!json_is_number(v))
+            return type_error(err, p, "a number", v);
+        double x = json_number_value(v);
+        if (!(x >= -ENG_LOGIT_BIAS_MAX && x <= ENG_LOGIT_BIAS_MAX))
+            return api_error_set(err, API_ERANGE, p, "'%s' must be in [-100, 100], not %g", p, x);
+        r->bias_ids[r->n_bias] = (int32_t)id;
+        r->bias[r->n_bias++] = (float)x;
+    }
+    return 0;
+}
+
 /* Keys of OBJ outside the NULL-terminated list KNOWN are refused, so none is dropped unseen. */
 static int known_keys(json_t *obj, const char *field, const char *const *known, api_error *err)
 {
@@ -736,14 +780,8 @@ int api_request_grammar(const api_request *r, eng_grammar **out, api_error *err)
 static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *err)
 {
     int rc;
-    json_t *model = json_object_get(root, "model");
-    if (model && !json_is_null(model)) {
-        if (!json_is_string(model))
-            return type_error(err, "model", "a string", model);
-        r->model = dup_n(json_string_value(model), json_string_length(model));
-        if (!r->model)
-            return api_error_set(err, API_ENOMEM, NULL, NULL);
-    }
+    if ((rc = parse_model(root, r, err)))
+        return rc;
     if ((rc = check_fields(root, kind, err)))
         return rc;
     if ((rc = kind == API_KIND_CHAT ? parse_messages(root, r, err) : parse_prompt(root, r, err)))
@@ -759,8 +797,12 @@ static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *er
             return rc;
         mt_field = "max_completion_tokens";
     }
-    if (given && mt < 1)
-        return api_error_set(err, API_ERANGE, mt_field, "'%s' must be at least 1, not %lld", mt_field, (long long)mt);
+    if (kind == API_KIND_COMPLETION && (rc = get_bool(root, "echo", &r->echo, err)))
+        return rc;
+    /* max_tokens 0 with echo: the prompt's log-likelihood, nothing generated */
+    if (given && mt < (r->echo ? 0 : 1))
+        return api_error_set(err, API_ERANGE, mt_field, "'%s' must be at least %d%s, not %lld", mt_field,
+                             r->echo ? 0 : 1, r->echo ? "" : " (0 only with 'echo')", (long long)mt);
     /* No context holds more (the engine counts tokens in INT32), and the
      * server adds the prompt's length to it. */
     if (given && mt > MAX_TOKENS)
@@ -768,7 +810,8 @@ static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *er
                              (long long)mt);
     r->max_tokens = given ? mt : -1;
 
-    if ((rc = parse_sampling(root, r, err)) || (rc = parse_stop(root, r, err)))
+    if ((rc = parse_sampling(root, r, err)) || (rc = parse_stop(root, r, err)) ||
+        (rc = parse_logprobs(kind, root, r, err)) || (rc = parse_logit_bias(root, r, err)))
         return rc;
     if ((rc = get_bool(root, "stream", &r->stream, err)) || (rc = parse_format(root, r, err)))
         return rc;
@@ -784,37 +827,126 @@ static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *er
     return 0;
 }
 
+/* The fields of /tokenize and /detokenize; no other is accepted. */
+static int check_tokenize_fields(json_t *root, bool detokenize, api_error *err)
+{
+    static const char *const tok_fields[] = {"model", "prompt", "messages", "add_special_tokens",
+                                             "add_generation_prompt", "chat_template_kwargs", "return_token_strs"};
+    static const char *const detok_fields[] = {"model", "tokens"};
+    const char *const *known = detokenize ? detok_fields : tok_fields;
+    size_t n = detokenize ? 2 : sizeof tok_fields / sizeof *tok_fields;
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        bool found = false;
+        for (size_t i = 0; i < n && !found; i++)
+            found = !strcmp(key, known[i]);
+        if (!found)
+            return api_error_set(err, API_EUNSUPPORTED, key, "'%s' is not a field of %s", key,
+                                 detokenize ? "/detokenize" : "/tokenize");
+    }
+    return 0;
+}
+
+static int parse_tokenize(bool detokenize, json_t *root, api_request *r, api_error *err)
+{
+    int rc;
+    if ((rc = parse_model(root, r, err)))
+        return rc;
+    if ((rc = check_tokenize_fields(root, detokenize, err)))
+        return rc;
+    if (detokenize) {
+        json_t *t = json_object_get(root, "tokens");
+        if (!t || json_is_null(t))
+            return api_error_set(err, API_EMISSING, "tokens", "'tokens' is required");
+        if (!json_is_array(t))
+            return type_error(err, "tokens", "an array of token ids", t);
+        return parse_id_array(t, "tokens", r, err);
+    }
+    json_t *p = json_object_get(root, "prompt"), *m = json_object_get(root, "messages");
+    bool has_p = p && !json_is_null(p), has_m = m && !json_is_null(m);
+    if (has_p == has_m)
+        return api_error_set(err, has_p ? API_ERANGE : API_EMISSING, has_p ? "messages" : "prompt",
+                             "give exactly one of 'prompt' and 'messages'");
+    r->add_generation_prompt = true;
+    r->add_special_tokens = has_p;
+    if (has_p) {
+        if (!json_is_string(p))
+            return type_error(err, "prompt", "a string", p);
+        r->prompt_len = json_string_length(p);
+        if (!(r->prompt = dup_n(json_string_value(p), r->prompt_len)))
+            return api_error_set(err, API_ENOMEM, NULL, NULL);
+    } else {
+        r->kind = API_KIND_CHAT;
+        if ((rc = get_bool(root, "add_generation_prompt", &r->add_generation_prompt, err)))
+            return rc;
+        if ((rc = parse_messages(root, r, err)))
+            return rc;
+    }
+    if ((rc = get_bool(root, "add_special_tokens", &r->add_special_tokens, err)) ||
+        (rc = get_bool(root, "return_token_strs", &r->return_token_strs, err)))
+        return rc;
+    return 0;
+}
+
+/* The body as a JSON object and a zeroed request, or an error (nothing to free). */
+static int load_body(const char *body, size_t len, json_t **root, api_request **r, api_error *err)
+{
+    json_error_t je;
+    *r = NULL;
+    *root = json_loadb(body, len, 0, &je);
+    if (!*root)
+        return api_error_set(err, API_EJSON, NULL, "request body is not valid JSON: %s at line %d, column %d",
+                             je.text, je.line, je.column);
+    if (!json_is_object(*root)) {
+        json_decref(*root);
+        return api_error_set(err, API_EJSON, NULL, "request body must be a JSON object");
+    }
+    if (!(*r = calloc(1, sizeof **r))) {
+        json_decref(*root);
+        return api_error_set(err, API_ENOMEM, NULL, NULL);
+    }
+    (*r)->enable_thinking = true;
+    return 0;
+}
+
+/* After parsing with result RC: ROOT freed, R handed out or freed. */
+static int load_done(int rc, json_t *root, api_request *r, api_request **out)
+{
+    json_decref(root);
+    if (rc)
+        api_request_free(r);
+    else
+        *out = r;
+    return rc;
+}
+
+int api_parse_tokenize(bool detokenize, const char *body, size_t len, api_request **out, api_error *err)
+{
+    *out = NULL;
+    json_t *root;
+    api_request *r;
+    int rc = load_body(body, len, &root, &r, err);
+    if (rc)
+        return rc;
+    r->kind = API_KIND_COMPLETION;
+    return load_done(parse_tokenize(detokenize, root, r, err), root, r, out);
+}
+
 int api_parse_request(api_kind kind, const char *body, size_t len, const eng_sampling *defaults, api_request **out,
                       api_error *err)
 {
     *out = NULL;
-    json_error_t je;
-    json_t *root = json_loadb(body, len, 0, &je);
-    if (!root)
-        return api_error_set(err, API_EJSON, NULL, "request body is not valid JSON: %s at line %d, column %d",
-                             je.text, je.line, je.column);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return api_error_set(err, API_EJSON, NULL, "request body must be a JSON object");
-    }
-    api_request *r = calloc(1, sizeof *r);
-    if (!r) {
-        json_decref(root);
-        return api_error_set(err, API_ENOMEM, NULL, NULL);
-    }
+    json_t *root;
+    api_request *r;
+    int rc = load_body(body, len, &root, &r, err);
+    if (rc)
+        return rc;
     r->kind = kind;
-    r->enable_thinking = true;
     if (defaults)
         r->sampling = *defaults;
     else
         eng_sampling_default(&r->sampling);
     r->sampling.seed = 0;
-    int rc = parse_root(kind, root, r, err);
-    json_decref(root);
-    if (rc) {
-        api_request_free(r);
-        return rc;
-    }
-    *out = r;
-    return 0;
+    return load_done(parse_root(kind, root, r, err), root, r, out);
 }

@@ -29,6 +29,8 @@ typedef enum api_format {
     API_FORMAT_JSON_OBJECT,  /* {"type": "json_object"}: any JSON object */
     API_FORMAT_JSON_SCHEMA,  /* {"type": "json_schema", "json_schema": {...}} */
 } api_format;
+/* Most top log-probabilities a completions request may ask for (`logprobs`). */
+#define API_COMPLETION_LOGPROBS_MAX 5
 
 typedef enum api_kind {
     API_KIND_COMPLETION = 0, /* POST /v1/completions */
@@ -61,6 +63,19 @@ typedef struct api_request {
 
     api_format format;            /* response_format */
     char *format_schema;          /* API_FORMAT_JSON_SCHEMA: json_schema.schema as JSON text */
+    /* completions' `logprobs` (0-5 top entries), chat's `logprobs: true` with `top_logprobs` (0-20) */
+    bool logprobs;
+    int top_logprobs;
+    bool echo;                    /* completions: the prompt leads the text (and its logprobs) */
+    /* logit_bias: N_BIAS ids (not yet checked against the vocabulary) and their biases in [-100, 100] */
+    int32_t *bias_ids;
+    float *bias;
+    size_t n_bias;
+
+    /* POST /tokenize (api_parse_tokenize) */
+    bool add_special_tokens;      /* default true for a prompt, false for messages, as vLLM's */
+    bool add_generation_prompt;   /* messages: end with the assistant header; default true */
+    bool return_token_strs;       /* also each id's token string */
 } api_request;
 
 /*
@@ -83,6 +98,15 @@ void api_request_free(api_request *r);
  * limits then listed in the message).
  */
 int api_request_grammar(const api_request *r, eng_grammar **out, api_error *err);
+
+/*
+ * POST /tokenize and /detokenize bodies, as vLLM's: {model, prompt} (a
+ * string) or {model, messages, add_generation_prompt, chat_template_kwargs}
+ * with add_special_tokens and return_token_strs; or, with DETOKENIZE,
+ * {model, tokens} (token ids, into prompt_ids; not yet checked against the
+ * vocabulary). Unknown fields are refused. Returns as api_parse_request().
+ */
+int api_parse_tokenize(bool detokenize, const char *body, size_t len, api_request **out, api_error *err);
 
 /*
  * What the server does with a top-level request field of the OpenAI

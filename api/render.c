@@ -69,6 +69,111 @@ static json_t *timings_json(const api_timings *t)
                      "ttft_ms", round3(t->ttft_ms), "decode_tokens_per_s", round3(t->decode_tokens_per_s));
 }
 
+/* ---- logprobs ------------------------------------------------------------ */
+
+/* JSON has no infinity: -inf is OpenAI's -9999; NAN (no value) is null. */
+static json_t *lp_value(float lp)
+{
+    if (lp != lp)
+        return json_null();
+    return json_real(lp > -9999.0f ? (double)lp : -9999.0);
+}
+
+static const char *token_bytes(const api_logprobs *lp, int32_t id, size_t *len)
+{
+    const char *b = lp->tok && id >= 0 ? eng_tok_token_bytes(lp->tok, id, len) : NULL;
+    if (!b)
+        *len = 0;
+    return b ? b : "";
+}
+
+static json_t *token_str(const api_logprobs *lp, int32_t id)
+{
+    size_t n;
+    const char *b = token_bytes(lp, id, &n);
+    return jstr(b, n);
+}
+
+/* Chat's {token, logprob, bytes}. */
+static json_t *chat_token(const api_logprobs *lp, int32_t id, float logprob)
+{
+    size_t n;
+    const unsigned char *b = (const unsigned char *)token_bytes(lp, id, &n);
+    json_t *bytes = json_array();
+    for (size_t i = 0; bytes && i < n; i++)
+        json_array_append_new(bytes, json_integer(b[i]));
+    return json_pack("{s:o, s:o, s:o}", "token", token_str(lp, id), "logprob", lp_value(logprob), "bytes", bytes);
+}
+
+/* Completions' top_logprobs entry: TOP tokens and the chosen one, the first of equal strings kept. */
+static json_t *cmpl_top(const api_logprobs *lp, const eng_token_lp *e)
+{
+    json_t *o = json_object();
+    int n = e->n_top < lp->top ? e->n_top : lp->top;
+    for (int k = 0; o && k <= n; k++) {
+        int32_t id = k < n ? e->top_ids[k] : e->id;
+        json_t *key = token_str(lp, id);
+        if (key && !json_object_get(o, json_string_value(key)))
+            json_object_set_new(o, json_string_value(key), lp_value(k < n ? e->top_lps[k] : e->logprob));
+        json_decref(key);
+    }
+    return o;
+}
+
+static json_t *lp_object(api_kind kind)
+{
+    if (kind == API_KIND_CHAT)
+        return json_pack("{s:[]}", "content");
+    return json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+}
+
+/*
+ * Appends one token to O (of lp_object). *CHARS: characters of the text
+ * before it, advanced past its own (a generated special token is not in the
+ * text; an echoed prompt's is).
+ */
+static int lp_append(api_kind kind, json_t *o, const api_logprobs *lp, const eng_token_lp *e, bool prompt,
+                     int64_t *chars)
+{
+    size_t n;
+    const char *b = token_bytes(lp, e->id, &n);
+    int64_t at = *chars;
+    if (prompt || !lp->tok || !eng_tok_is_special(lp->tok, e->id))
+        for (size_t i = 0; i < n; i++)
+            *chars += ((unsigned char)b[i] & 0xC0) != 0x80;
+    if (kind == API_KIND_CHAT) {
+        json_t *t = chat_token(lp, e->id, e->logprob), *top = json_array();
+        int k_max = e->n_top < lp->top ? e->n_top : lp->top;
+        for (int k = 0; top && k < k_max; k++)
+            json_array_append_new(top, chat_token(lp, e->top_ids[k], e->top_lps[k]));
+        if (!t || !top) {
+            json_decref(t);
+            json_decref(top);
+            return API_ENOMEM;
+        }
+        json_object_set_new(t, "top_logprobs", top);
+        return json_array_append_new(json_object_get(o, "content"), t) ? API_ENOMEM : 0;
+    }
+    bool none = e->logprob != e->logprob;
+    int rc = json_array_append_new(json_object_get(o, "tokens"), token_str(lp, e->id));
+    rc |= json_array_append_new(json_object_get(o, "token_logprobs"), lp_value(e->logprob));
+    rc |= json_array_append_new(json_object_get(o, "top_logprobs"), none ? json_null() : cmpl_top(lp, e));
+    rc |= json_array_append_new(json_object_get(o, "text_offset"), json_integer(at));
+    return rc ? API_ENOMEM : 0;
+}
+
+static json_t *logprobs_json(api_kind kind, const api_logprobs *lp)
+{
+    json_t *o = lp_object(kind);
+    int64_t chars = 0;
+    for (size_t i = 0; o && i < lp->n; i++)
+        if (lp_append(kind, o, lp, &lp->lps[i], i < lp->n_prompt, &chars) != 0) {
+            json_decref(o);
+            return NULL;
+        }
+    return o;
+}
+
 static json_t *envelope(api_kind kind, const api_meta *m, bool chunk)
 {
     const char *object = kind == API_KIND_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
@@ -81,10 +186,11 @@ static json_t *envelope(api_kind kind, const api_meta *m, bool chunk)
 }
 
 char *api_render_result(api_kind kind, const api_meta *meta, const char *text, size_t len, const char *finish_reason,
-                        const api_usage *usage, const api_timings *timings)
+                        const api_usage *usage, const api_timings *timings, const api_logprobs *lp)
 {
     json_t *root = envelope(kind, meta, false);
-    json_t *choice = json_pack("{s:i, s:n, s:s}", "index", 0, "logprobs", "finish_reason", finish_reason);
+    json_t *choice = json_pack("{s:i, s:o, s:s}", "index", 0, "logprobs", lp ? logprobs_json(kind, lp) : json_null(),
+                               "finish_reason", finish_reason);
     if (!root || !choice)
         goto oom;
     if (kind == API_KIND_CHAT) {
@@ -134,6 +240,29 @@ char *api_render_models(const char *model, int64_t created, int64_t max_len, con
     return dump_prec(root, 6);
 }
 
+char *api_render_tokens(const int32_t *ids, size_t n, int64_t max_model_len, const eng_tok *tok)
+{
+    json_t *list = json_array(), *strs = tok ? json_array() : NULL;
+    api_logprobs names = {.tok = tok};
+    for (size_t i = 0; list && i < n; i++) {
+        json_array_append_new(list, json_integer(ids[i]));
+        if (strs)
+            json_array_append_new(strs, token_str(&names, ids[i]));
+    }
+    json_t *root = json_pack("{s:I, s:I, s:o}", "count", (json_int_t)n, "max_model_len", (json_int_t)max_model_len,
+                             "tokens", list);
+    if (root && strs)
+        json_object_set_new(root, "token_strs", strs);
+    else
+        json_decref(strs);
+    return dump(root);
+}
+
+char *api_render_detokenized(const char *text, size_t len)
+{
+    return dump(json_pack("{s:o}", "prompt", jstr(text, len)));
+}
+
 /* ---- streams ------------------------------------------------------------- */
 
 enum split_mode {
@@ -154,6 +283,8 @@ struct api_stream {
     size_t pend_len, pend_cap;
     char **out;           /* queued chunk texts */
     size_t out_head, out_n, out_cap;
+    json_t *lp_pend;      /* logprobs for the next chunk (lp_object), or NULL */
+    int64_t lp_chars;     /* characters of the text the logprobs so far cover */
 };
 
 static const char OPEN_TAG[] = "<think>", CLOSE_TAG[] = "</think>";
@@ -184,6 +315,7 @@ void api_stream_free(api_stream *s)
     for (size_t i = s->out_head; i < s->out_n; i++)
         free(s->out[i]);
     free(s->out);
+    json_decref(s->lp_pend);
     free(s->pend);
     free(s->id);
     free(s->model);
@@ -224,7 +356,8 @@ static json_t *chunk_new(api_stream *s, json_t *delta_or_text, const char *finis
 {
     api_meta m = {s->id, s->created, s->model, s->fingerprint};
     json_t *root = envelope(s->kind, &m, true);
-    json_t *choice = json_pack("{s:i, s:n}", "index", 0, "logprobs");
+    json_t *choice = json_pack("{s:i, s:o}", "index", 0, "logprobs", s->lp_pend ? s->lp_pend : json_null());
+    s->lp_pend = NULL;
     if (!root || !choice || !delta_or_text) {
         json_decref(root);
         json_decref(choice);
@@ -246,6 +379,18 @@ int api_stream_begin(api_stream *s)
     if (s->kind != API_KIND_CHAT)
         return 0;
     return queue(s, chunk_new(s, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL));
+}
+
+int api_stream_logprobs(api_stream *s, const api_logprobs *lp, const eng_token_lp *lps, size_t n, bool prompt)
+{
+    if (!s->lp_pend && n && !(s->lp_pend = lp_object(s->kind)))
+        return API_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        int rc = lp_append(s->kind, s->lp_pend, lp, &lps[i], prompt, &s->lp_chars);
+        if (rc)
+            return rc;
+    }
+    return 0;
 }
 
 /* Queues one chunk with the reasoning and content deltas, if any. */

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "api/parse.h"
+#include "engine/tokenizer.h"
 
 typedef struct api_usage {
     int64_t prompt_tokens;
@@ -49,9 +50,33 @@ typedef struct api_meta {
     const char *fingerprint;  /* system_fingerprint; NULL: left out */
 } api_meta;
 
-/* Non-streaming body of a finished generation of KIND, malloc'd; NULL on out-of-memory. */
+/*
+ * The log-probabilities a response reports (the `logprobs` of a choice):
+ * completions' {tokens, token_logprobs, top_logprobs, text_offset}, chat's
+ * {content: [{token, logprob, bytes, top_logprobs}]}. Token strings are the
+ * tokenizer's bytes of each id (lossy UTF-8; chat's `bytes` are exact).
+ * Completions' top_logprobs hold the TOP most likely tokens and the chosen
+ * one (up to TOP + 1 entries, as OpenAI's); chat's the TOP most likely. A
+ * log-probability of -inf is reported as -9999 (JSON has no infinity); a
+ * NAN one (an echoed prompt's first token) as null. text_offset counts
+ * Unicode characters of the choice's text before the token (the text holds
+ * the echoed prompt first); a token that ends inside a character counts from
+ * the character it starts.
+ */
+typedef struct api_logprobs {
+    const eng_tok *tok;
+    int top;                   /* completions: logprobs (0-5); chat: top_logprobs (0-20) */
+    const eng_token_lp *lps;   /* [n]: the echoed prompt's tokens first, then the generated ones */
+    size_t n;
+    size_t n_prompt;           /* of those, echoed prompt tokens (special tokens count in its text) */
+} api_logprobs;
+
+/*
+ * Non-streaming body of a finished generation of KIND, malloc'd; NULL on
+ * out-of-memory. LP: the choice's logprobs (NULL: null).
+ */
 char *api_render_result(api_kind kind, const api_meta *meta, const char *text, size_t len, const char *finish_reason,
-                        const api_usage *usage, const api_timings *timings);
+                        const api_usage *usage, const api_timings *timings, const api_logprobs *lp);
 
 /*
  * GET /v1/models for one model of MAX_LEN tokens of context, with the
@@ -61,6 +86,13 @@ char *api_render_result(api_kind kind, const api_meta *meta, const char *text, s
  */
 char *api_render_models(const char *model, int64_t created, int64_t max_len, const eng_sampling *defaults,
                         const char *source);
+
+/*
+ * POST /tokenize: {count, max_model_len, tokens} and, with TOK, each id's
+ * token string in token_strs (lossy UTF-8). POST /detokenize: {prompt}.
+ */
+char *api_render_tokens(const int32_t *ids, size_t n, int64_t max_model_len, const eng_tok *tok);
+char *api_render_detokenized(const char *text, size_t len);
 
 typedef struct api_stream api_stream;
 
@@ -81,6 +113,13 @@ void api_stream_free(api_stream *s);
  * Each returns 0 or API_ENOMEM.
  */
 int api_stream_begin(api_stream *s);
+/*
+ * Log-probabilities of N more tokens (LP's tok and top say how to render
+ * them; its lps and n are ignored), PROMPT when they are an echoed prompt's:
+ * they go out with the next chunk that carries text, or with the final
+ * chunk, so the chunks' logprobs joined are the one-shot body's.
+ */
+int api_stream_logprobs(api_stream *s, const api_logprobs *lp, const eng_token_lp *lps, size_t n, bool prompt);
 int api_stream_text(api_stream *s, const char *text, size_t len);
 int api_stream_end(api_stream *s, const char *finish_reason, const api_usage *usage, const api_timings *timings);
 char *api_stream_next(api_stream *s);

@@ -27,7 +27,9 @@
     X(HEALTH, "/health")                          \
     X(HEALTH_LIVE, "/health/live")                \
     X(HEALTH_READY, "/health/ready")              \
-    X(METRICS, "/metrics")
+    X(METRICS, "/metrics")                        \
+    X(TOKENIZE, "/tokenize")                      \
+    X(DETOKENIZE, "/detokenize")
 
 typedef enum srv_endpoint {
 #define SRV_EP_ENUM(name, path) SRV_EP_##name,

@@ -93,7 +93,14 @@ typedef struct call {
     int64_t created;
     char *text;               /* non-streaming: the whole text so far */
     size_t len, cap;
-    bool text_lost;           /* out of memory while keeping the text */
+    bool text_lost;           /* out of memory while keeping the text (or its logprobs) */
+    /* logprobs and echo */
+    bool logprobs, echo, echo_sent;
+    int top_logprobs;
+    char *echo_text;          /* the prompt as text, with echo */
+    size_t echo_len;
+    eng_token_lp *lps;        /* non-streaming: the logprobs so far, the echoed prompt's first */
+    size_t n_lps, cap_lps, n_prompt_lps;
     int64_t n_prompt, n_generated, n_cached;
     srv_finish finish;
     double ttft_ms;
@@ -395,6 +402,66 @@ static void job_error(const srv_job_update *u, api_error *e)
         api_error_set(e, API_EINTERNAL, NULL, "generation failed: %s", u->message[0] ? u->message : "internal error");
 }
 
+/* Appends LEN bytes to the call's whole text. */
+static void keep_text(call *c, const char *text, size_t len)
+{
+    if (!len)
+        return;
+    if (c->len + len + 1 > c->cap) {
+        size_t cap = c->cap ? c->cap : 256;
+        while (cap < c->len + len + 1)
+            cap *= 2;
+        char *t = realloc(c->text, cap);
+        if (!t) {
+            c->text_lost = true;
+            return;
+        }
+        c->text = t;
+        c->cap = cap;
+    }
+    memcpy(c->text + c->len, text, len);
+    c->len += len;
+    c->text[c->len] = '\0';
+}
+
+/* Appends N logprobs to the call's own (non-streaming responses). */
+static void keep_lps(call *c, const eng_token_lp *lps, size_t n)
+{
+    if (!n)
+        return;
+    if (c->n_lps + n > c->cap_lps) {
+        size_t cap = c->cap_lps ? c->cap_lps : 64;
+        while (cap < c->n_lps + n)
+            cap *= 2;
+        eng_token_lp *l = realloc(c->lps, cap * sizeof *l);
+        if (!l) {
+            c->text_lost = true;
+            return;
+        }
+        c->lps = l;
+        c->cap_lps = cap;
+    }
+    memcpy(c->lps + c->n_lps, lps, n * sizeof *lps);
+    c->n_lps += n;
+}
+
+/* The echoed prompt leads the text: as soon as its logprobs are in, when they were asked for. */
+static void echo_prompt(call *c, const srv_job_update *u, const api_logprobs *how)
+{
+    if (!c->echo || c->echo_sent || (c->logprobs && !u->prompt_lps))
+        return;
+    c->echo_sent = true;
+    size_t n = c->logprobs ? (size_t)u->n_prompt : 0;
+    if (c->stream) {
+        api_stream_logprobs(c->st, how, u->prompt_lps, n, true);
+        api_stream_text(c->st, c->echo_text, c->echo_len);
+        return;
+    }
+    keep_text(c, c->echo_text, c->echo_len);
+    keep_lps(c, u->prompt_lps, n);
+    c->n_prompt_lps = n;
+}
+
 static void on_job(srv_job *job, void *user)
 {
     call *c = user;
@@ -405,32 +472,23 @@ static void on_job(srv_job *job, void *user)
     c->n_cached = u.n_cached;
     if (u.ttft_ms > 0)
         c->ttft_ms = u.ttft_ms;
+    api_logprobs how = {.tok = c->tok, .top = c->top_logprobs};
+    echo_prompt(c, &u, &how);
     if (c->stream) {
+        if (c->logprobs)
+            api_stream_logprobs(c->st, &how, u.lps, u.n_lps, false);
         if (u.len)
             api_stream_text(c->st, u.text, u.len);
         flush_stream(c);
+    } else if (c->logprobs) {
+        keep_lps(c, u.lps, u.n_lps);
     }
     /* The whole text is kept for the response body, or for the log with --log-prompts. */
-    if ((!c->stream || c->log_prompts) && u.len) {
-        if (c->len + u.len + 1 > c->cap) {
-            size_t cap = c->cap ? c->cap : 256;
-            while (cap < c->len + u.len + 1)
-                cap *= 2;
-            char *t = realloc(c->text, cap);
-            if (t) {
-                c->text = t;
-                c->cap = cap;
-            } else {
-                c->text_lost = true;
-            }
-        }
-        if (c->len + u.len + 1 <= c->cap) {
-            memcpy(c->text + c->len, u.text, u.len);
-            c->len += u.len;
-            c->text[c->len] = '\0';
-        }
-    }
+    if (!c->stream || c->log_prompts)
+        keep_text(c, u.text, u.len);
     free(u.text);
+    free(u.lps);
+    free(u.prompt_lps);
     if (!u.done)
         return;
     c->finished = true;
@@ -467,7 +525,10 @@ static void on_job(srv_job *job, void *user)
         return;
     }
     api_meta meta = {c->id, c->created, c->rt->model_name, c->rt->fingerprint};
-    char *body = api_render_result(c->kind, &meta, c->text ? c->text : "", c->len, finish_reason(u.finish), &usage, &t);
+    api_logprobs lp = {.tok = c->tok, .top = c->top_logprobs, .lps = c->lps, .n = c->n_lps,
+                       .n_prompt = c->n_prompt_lps};
+    char *body = api_render_result(c->kind, &meta, c->text ? c->text : "", c->len, finish_reason(u.finish), &usage, &t,
+                                   c->logprobs ? &lp : NULL);
     if (!body) {
         fail(c, API_ENOMEM, NULL, NULL);
         return;
@@ -538,6 +599,8 @@ static int prompt_ids(call *c, const api_request *q, eng_tok_ids *ids, api_error
         api_chat_opts co;
         api_chat_opts_default(&co);
         co.enable_thinking = q->enable_thinking;
+        if (c->ep == SRV_EP_TOKENIZE)
+            co.add_generation_prompt = q->add_generation_prompt;
         api_chat_error ce;
         int rc = api_chat_render(q->messages, q->n_messages, &co, &rendered, &len, &ce);
         if (rc) {
@@ -559,10 +622,42 @@ static int prompt_ids(call *c, const api_request *q, eng_tok_ids *ids, api_error
     return 0;
 }
 
+/* The prompt as the echoed text: as sent, or its ids decoded (special tokens included). */
+static int echo_text(call *c, const api_request *q, api_error *e)
+{
+    if (q->prompt) {
+        c->echo_text = malloc(q->prompt_len + 1);
+        if (!c->echo_text)
+            return api_error_set(e, API_ENOMEM, NULL, NULL);
+        memcpy(c->echo_text, q->prompt, q->prompt_len + 1);
+        c->echo_len = q->prompt_len;
+        return 0;
+    }
+    eng_tok_text t = {0};
+    int rc = eng_tok_decode(c->tok, q->prompt_ids, q->n_prompt_ids, false, &t);
+    /* ids the model has but the tokenizer does not (a padded vocabulary) echo as nothing */
+    for (size_t i = 0; rc == ENG_TOK_EBADID && i < q->n_prompt_ids; i++) {
+        int r1 = eng_tok_decode(c->tok, &q->prompt_ids[i], 1, false, &t);
+        if (r1 == ENG_TOK_ENOMEM)
+            rc = r1;
+        else if (i + 1 == q->n_prompt_ids)
+            rc = 0;
+    }
+    if (rc) {
+        eng_tok_text_free(&t);
+        return api_error_set(e, API_ENOMEM, NULL, NULL);
+    }
+    c->echo_text = t.s ? t.s : strdup("");
+    c->echo_len = t.len;
+    return c->echo_text ? 0 : api_error_set(e, API_ENOMEM, NULL, NULL);
+}
+
 static void call_free(call *c)
 {
     api_stream_free(c->st);
     free(c->text);
+    free(c->echo_text);
+    free(c->lps);
     api_request_free(c->q);
     eng_tok_ids_free(&c->ids);
     eng_grammar_free(c->grammar);
@@ -577,6 +672,8 @@ static void tokenize_work(uv_work_t *w)
     c->rc = prompt_ids(c, c->q, &c->ids, &c->err);
     if (!c->rc)
         c->rc = api_request_grammar(c->q, &c->grammar, &c->err);
+    if (!c->rc && c->q->echo)
+        c->rc = echo_text(c, c->q, &c->err);
     c->tokenize_s = srv_now() - t0;
 }
 
@@ -615,7 +712,14 @@ static void submit(call *c)
                       ctx, n + max_tokens, n, max_tokens);
         goto reject;
     }
-    if (max_tokens <= 0) {
+    for (size_t i = 0; i < q->n_bias; i++)
+        if (q->bias_ids[i] >= rt->info.vocab) {
+            api_error_set(&e, API_ERANGE, "logit_bias",
+                          "'logit_bias' names token id %" PRId32 ", outside the vocabulary [0, %" PRId64 ")",
+                          q->bias_ids[i], rt->info.vocab);
+            goto reject;
+        }
+    if (max_tokens < 0) {
         max_tokens = kind == API_KIND_COMPLETION && ctx - n > DEFAULT_COMPLETION_TOKENS ? DEFAULT_COMPLETION_TOKENS
                                                                                          : ctx - n;
         if (limit > 0 && max_tokens > limit)
@@ -642,6 +746,13 @@ static void submit(call *c)
         .id = c->id,
         .grammar = c->grammar,
         .scope = job_scope(c),
+        .logprobs = q->logprobs,
+        .top_logprobs = q->top_logprobs,
+        /* max_tokens 0 is a generation that only feeds its prompt: the engine allows it with these */
+        .echo_logprobs = q->echo && (q->logprobs || max_tokens == 0),
+        .bias_ids = q->bias_ids,
+        .bias = q->bias,
+        .n_bias = q->n_bias,
     };
     job = srv_job_new(&p, on_job, c);
     if (!job) {
@@ -651,6 +762,9 @@ static void submit(call *c)
     c->grammar = NULL; /* the job's now */
     c->stream = q->stream;
     c->include_usage = q->include_usage;
+    c->logprobs = q->logprobs;
+    c->top_logprobs = q->top_logprobs;
+    c->echo = q->echo;
     c->created = (int64_t)time(NULL);
     c->n_prompt = n;
     if (c->stream) {
@@ -693,6 +807,67 @@ reject:
     respond_error(c, &e);
 }
 
+/* POST /tokenize, once tokenize_work has the ids. */
+static void respond_tokens(call *c)
+{
+    char *body = api_render_tokens(c->ids.ids, c->ids.n, c->rt->info.ctx, c->q->return_token_strs ? c->tok : NULL);
+    if (!body) {
+        fail(c, API_ENOMEM, NULL, NULL);
+        return;
+    }
+    respond_json(c, 200, body);
+    free(body);
+}
+
+/* POST /detokenize: short work (no more ids than a body holds), done on the loop. */
+static void do_detokenize(call *c)
+{
+    size_t blen = 0;
+    const char *body = srv_req_body(c->r, &blen);
+    api_request *q = NULL;
+    api_error e;
+    eng_tok_text t = {0};
+    eng_tok *tok = srv_sched_tokenizer(c->rt->sched);
+    if (api_parse_tokenize(true, body, blen, &q, &e) != 0) {
+        respond_error(c, &e);
+        return;
+    }
+    if (q->model && strcmp(q->model, c->rt->model_name) != 0) {
+        api_error_set(&e, API_EMODEL, "model", "the model '%.80s' does not exist; this server serves '%.80s'",
+                      q->model, c->rt->model_name);
+        goto done;
+    }
+    for (size_t i = 0; i < q->n_prompt_ids; i++) {
+        size_t len;
+        if (!eng_tok_token_bytes(tok, q->prompt_ids[i], &len)) {
+            char p[48];
+            snprintf(p, sizeof p, "tokens[%zu]", i);
+            api_error_set(&e, API_EPROMPT, p, "token id %" PRId32 " is not in the tokenizer's vocabulary [0, %zu)",
+                          q->prompt_ids[i], eng_tok_n_ids(tok));
+            goto done;
+        }
+    }
+    /* as vLLM's: special tokens are kept, so /tokenize's ids round-trip */
+    if (eng_tok_decode(tok, q->prompt_ids, q->n_prompt_ids, false, &t) != 0) {
+        api_error_set(&e, API_ENOMEM, NULL, NULL);
+        goto done;
+    }
+    char *out = api_render_detokenized(t.s, t.len);
+    if (!out) {
+        api_error_set(&e, API_ENOMEM, NULL, NULL);
+        goto done;
+    }
+    respond_json(c, 200, out);
+    free(out);
+    eng_tok_text_free(&t);
+    api_request_free(q);
+    return;
+done:
+    eng_tok_text_free(&t);
+    api_request_free(q);
+    respond_error(c, &e);
+}
+
 /* Loop thread, after tokenize_work (or its cancellation, once the request is gone). */
 static void tokenized(uv_work_t *w, int status)
 {
@@ -706,6 +881,8 @@ static void tokenized(uv_work_t *w, int status)
     } else {
         if (c->rc)
             respond_error(c, &c->err);
+        else if (c->ep == SRV_EP_TOKENIZE)
+            respond_tokens(c);
         else
             submit(c);
         /* The prompt's text and ids are not needed while it generates. */
@@ -731,10 +908,14 @@ static void do_generate(call *c, api_kind kind)
     size_t blen = 0;
     const char *body = srv_req_body(c->r, &blen);
     api_error e;
-    if (api_parse_request(kind, body, blen, &rt->defaults, &c->q, &e) != 0) {
+    int rc = c->ep == SRV_EP_TOKENIZE ? api_parse_tokenize(false, body, blen, &c->q, &e)
+                                      : api_parse_request(kind, body, blen, &rt->defaults, &c->q, &e);
+    if (rc != 0) {
         respond_error(c, &e);
         return;
     }
+    if (c->ep == SRV_EP_TOKENIZE)
+        kind = c->q->kind;
     if (c->q->model && strcmp(c->q->model, rt->model_name) != 0) {
         fail(c, API_EMODEL, "model", "the model '%.80s' does not exist; this server serves '%.80s'", c->q->model,
              rt->model_name);
@@ -849,6 +1030,8 @@ static const route ROUTES[] = {
     {SRV_EP_HEALTH_LIVE, "GET", false},
     {SRV_EP_HEALTH_READY, "GET", false},
     {SRV_EP_METRICS, "GET", false},
+    {SRV_EP_TOKENIZE, "POST", true},
+    {SRV_EP_DETOKENIZE, "POST", true},
 };
 
 /* Whether the request carries one of the keys (always, without keys); C keeps which. */
@@ -932,6 +1115,13 @@ void srv_routes_on_request(void *user, srv_req *r)
     case SRV_EP_HEALTH_LIVE:
     case SRV_EP_HEALTH_READY: do_health(c); break;
     case SRV_EP_METRICS: do_metrics(c); break;
+    case SRV_EP_TOKENIZE: do_generate(c, API_KIND_COMPLETION); break;
+    case SRV_EP_DETOKENIZE:
+        if (!c->rt->loaded)
+            fail(c, API_ELOADING, NULL, NULL);
+        else
+            do_detokenize(c);
+        break;
     default:
         if (rte == &page)
             srv_webui_respond(rt->o.webui, r);

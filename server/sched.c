@@ -106,6 +106,11 @@ struct srv_job {
     char *id;
     char *scope;
     eng_grammar *grammar;        /* or NULL */
+    bool logprobs, echo_logprobs;
+    int top_logprobs;
+    int32_t *bias_ids;           /* [n_bias] */
+    float *bias;
+    size_t n_bias;
     uint64_t kv_need;            /* KV bytes its session reserves; set by submit, then immutable */
     /* loop thread only */
     srv_job_fn fn;
@@ -119,6 +124,9 @@ struct srv_job {
     bool in_ready;
     char *text;                  /* new text not yet taken */
     size_t len, cap;
+    eng_token_lp *lps;           /* their logprobs not yet taken */
+    size_t n_lps, cap_lps;
+    eng_token_lp *prompt_lps;    /* the echoed prompt's, until taken */
     int64_t n_generated;
     int64_t n_cached;
     srv_finish finish;
@@ -221,6 +229,18 @@ srv_job *srv_job_new(const srv_job_params *p, srv_job_fn fn, void *user)
             goto fail;
         j->n_stop = i + 1;
     }
+    if (p->n_bias) {
+        j->bias_ids = malloc(p->n_bias * sizeof *j->bias_ids);
+        j->bias = malloc(p->n_bias * sizeof *j->bias);
+        if (!j->bias_ids || !j->bias)
+            goto fail;
+        memcpy(j->bias_ids, p->bias_ids, p->n_bias * sizeof *j->bias_ids);
+        memcpy(j->bias, p->bias, p->n_bias * sizeof *j->bias);
+        j->n_bias = p->n_bias;
+    }
+    j->logprobs = p->logprobs;
+    j->top_logprobs = p->top_logprobs;
+    j->echo_logprobs = p->echo_logprobs;
     j->max_tokens = p->max_tokens;
     j->grammar = p->grammar;
     j->sampling = p->sampling;
@@ -247,6 +267,10 @@ void srv_job_release(srv_job *j)
     free(j->scope);
     eng_grammar_free(j->grammar);
     free(j->text);
+    free(j->bias_ids);
+    free(j->bias);
+    free(j->lps);
+    free(j->prompt_lps);
     free(j);
 }
 
@@ -350,6 +374,12 @@ void srv_job_take(srv_job *j, srv_job_update *u)
     u->len = j->len;
     j->text = NULL;
     j->len = j->cap = 0;
+    u->lps = j->lps;
+    u->n_lps = j->n_lps;
+    j->lps = NULL;
+    j->n_lps = j->cap_lps = 0;
+    u->prompt_lps = j->prompt_lps;
+    j->prompt_lps = NULL;
     u->n_prompt = (int64_t)j->n_prompt;
     u->n_generated = j->n_generated;
     u->n_cached = j->n_cached;
@@ -703,7 +733,9 @@ static bool slot_setup(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
     eng_diag_init(&diag);
     eng_gen_params p = {.prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
                         .capacity = job_capacity(s, (int64_t)j->n_prompt + j->max_tokens), .sampling = j->sampling,
-                        .stop = (const char *const *)j->stop, .n_stop = j->n_stop, .tok = s->tok};
+                        .stop = (const char *const *)j->stop, .n_stop = j->n_stop, .tok = s->tok,
+                        .logprobs = j->logprobs, .top_logprobs = j->top_logprobs, .bias_ids = j->bias_ids,
+                        .bias = j->bias, .n_bias = j->n_bias, .prompt_logprobs = j->echo_logprobs};
     p.prefix = s->prefix;
     p.scope = j->scope;
     p.grammar = j->grammar;
@@ -721,19 +753,57 @@ static bool slot_setup(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
     return sl->gen != NULL;
 }
 
-/* Publishes new text (and the token count) to the loop. */
-static void publish(srv_sched *s, slot *sl, const char *text, size_t len)
+/* Adds the step's logprobs (a sampled token's, the echoed prompt's) to J's pending ones (mu held); false on out-of-memory. */
+static bool append_logprobs(srv_sched *s, srv_job *j, const eng_gen *g)
+{
+    const eng_gen_event *ev = eng_gen_last(g);
+    const eng_token_lp *plp = ev->prefilled ? eng_gen_prompt_logprobs(g) : NULL;
+    if (plp && !j->prompt_lps) {
+        if (!(j->prompt_lps = malloc(j->n_prompt * sizeof *plp)))
+            return false;
+        memcpy(j->prompt_lps, plp, j->n_prompt * sizeof *plp);
+    }
+    /* An ending end-of-sequence id is not text, and has no place in the text's logprobs. */
+    if (!j->logprobs || ev->token < 0 || (ev->finish == ENG_GEN_STOP && eng_model_is_eos(s->model, ev->token)))
+        return true;
+    if (j->n_lps == j->cap_lps) {
+        size_t cap = j->cap_lps ? j->cap_lps * 2 : 16;
+        eng_token_lp *n = realloc(j->lps, cap * sizeof *n);
+        if (!n)
+            return false;
+        j->lps = n;
+        j->cap_lps = cap;
+    }
+    eng_token_lp *e = &j->lps[j->n_lps++];
+    e->id = ev->token;
+    e->logprob = ev->logprob;
+    e->n_top = ev->n_top;
+    memcpy(e->top_ids, ev->top_ids, sizeof e->top_ids);
+    memcpy(e->top_lps, ev->top_lps, sizeof e->top_lps);
+    return true;
+}
+
+/*
+ * Publishes new text and the token count to the loop, and with STEP the
+ * logprobs of the step that produced them (not for the text an outside end
+ * releases, whose event still names the last step's token).
+ */
+static void publish(srv_sched *s, slot *sl, const char *text, size_t len, bool step)
 {
     srv_job *j = sl->job;
     pthread_mutex_lock(&s->mu);
-    bool ok = append_text(j, text, len);
+    size_t had = j->n_lps;
+    bool had_prompt = j->prompt_lps != NULL;
+    bool ok = append_text(j, text, len) && (!step || !sl->gen || append_logprobs(s, j, sl->gen));
+    /* a token's logprobs may come before its text (an incomplete character) */
+    bool news = len || j->n_lps != had || (j->prompt_lps && !had_prompt);
     j->n_generated = sl->gen ? eng_gen_generated(sl->gen) : 0;
     j->t_first = sl->t_first;
     j->t_last = sl->t_prev;
-    if (len && ok)
+    if (news && ok)
         push_ready(s, j);
     pthread_mutex_unlock(&s->mu);
-    if (len && ok)
+    if (news && ok)
         wake_loop(s);
 }
 
@@ -744,7 +814,7 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *mess
     if (why == SRV_FINISH_DEADLINE && sl->gen) {
         eng_gen_end(sl->gen);
         const eng_gen_event *ev = eng_gen_last(sl->gen);
-        publish(s, sl, ev->text, ev->len);
+        publish(s, sl, ev->text, ev->len, false);
     }
     int64_t generated = sl->gen ? eng_gen_generated(sl->gen) : 0;
     /* The session goes to the prefix cache before the end is seen, so a
@@ -854,7 +924,7 @@ static srv_finish after_step(srv_sched *s, slot *sl, double now, char *msg, size
         sl->t_prev = now;
         srv_metrics_generation_tokens(s->metrics, 1);
     }
-    publish(s, sl, ev->text, ev->len);
+    publish(s, sl, ev->text, ev->len, true);
     switch (ev->finish) {
     case ENG_GEN_RUNNING: return SRV_FINISH_NONE;
     case ENG_GEN_STOP: return SRV_FINISH_STOP;

@@ -150,7 +150,7 @@ const char *srv_finish_name(srv_finish f);
 typedef struct srv_job_params {
     const int64_t *prompt;   /* copied */
     size_t n_prompt;         /* >= 1 */
-    int64_t max_tokens;      /* >= 1 */
+    int64_t max_tokens;      /* >= 1 (>= 0 with echo_logprobs) */
     eng_sampling sampling;   /* validated */
     const char *const *stop; /* copied; validated */
     size_t n_stop;
@@ -159,6 +159,14 @@ typedef struct srv_job_params {
     const char *id;          /* for logs; copied */
     const char *scope;       /* whose cached prefixes it may reuse (the API key's name; NULL = ""); copied */
     eng_grammar *grammar;    /* constrained decoding, or NULL; the job takes it (freed with the job) */
+    /* logprobs of each generated token with TOP_LOGPROBS top ids (eng_gen_params); with
+     * echo_logprobs, of the prompt's tokens too, and max_tokens may be 0 */
+    bool logprobs;
+    int top_logprobs;
+    bool echo_logprobs;
+    const int32_t *bias_ids; /* logit_bias, checked against the vocabulary; copied */
+    const float *bias;
+    size_t n_bias;
 } srv_job_params;
 
 /* Called on the loop thread when JOB has new text or has ended. */
@@ -189,6 +197,11 @@ typedef struct srv_job_update {
      * token (prefill); ttft_ms: the request's arrival to the first token. */
     double queue_ms, prompt_ms, ttft_ms, decode_tokens_per_s;
     bool started;           /* it got a slot, so it may have computed */
+    /* with logprobs: the tokens generated since the last take (an ending
+     * end-of-sequence id left out, as from the text); with echo_logprobs,
+     * once, the prompt's (n_prompt entries). malloc'd, the caller frees. */
+    eng_token_lp *lps, *prompt_lps;
+    size_t n_lps;
 } srv_job_update;
 
 /* Takes the job's new text and its state (loop thread). */

@@ -191,6 +191,20 @@ static void check_valid(const char *name)
     check_bool(name, "enable_thinking", r->enable_thinking, lookup(e, n, "enable_thinking"));
     if ((v = lookup(e, n, "n_stop")))
         ck_assert_msg(r->n_stop == (size_t)atoi(v), "%s: %zu stop strings, expected %s", name, r->n_stop, v);
+    check_bool(name, "logprobs", r->logprobs, lookup(e, n, "logprobs"));
+    check_bool(name, "echo", r->echo, lookup(e, n, "echo"));
+    if ((v = lookup(e, n, "top_logprobs")))
+        ck_assert_msg(r->top_logprobs == atoi(v), "%s: top_logprobs %d, expected %s", name, r->top_logprobs, v);
+    if ((v = lookup(e, n, "n_bias")))
+        ck_assert_msg(r->n_bias == (size_t)atoi(v), "%s: %zu logit_bias entries, expected %s", name, r->n_bias, v);
+    for (size_t i = 0; i < r->n_bias && i < 4; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "bias_id%zu", i);
+        if ((v = lookup(e, n, key)))
+            ck_assert_msg(r->bias_ids[i] == atoi(v), "%s: %s is %d, expected %s", name, key, r->bias_ids[i], v);
+        snprintf(key, sizeof key, "bias%zu", i);
+        check_float(name, key, r->bias[i], lookup(e, n, key));
+    }
     if ((v = lookup(e, n, "n_messages")))
         ck_assert_msg(r->n_messages == (size_t)atoi(v), "%s: %zu messages, expected %s", name, r->n_messages, v);
     for (int i = 0; i < 4; i++) {
@@ -465,7 +479,7 @@ START_TEST(test_render_result)
     api_meta m = {"cmpl-1", 1700000000, "tiny", NULL};
     api_usage u = {5, 7, 4};
     api_timings t = {1.5, 2.25, 3.0, 100.0};
-    json_t *j = parse_ok(api_render_result(API_KIND_COMPLETION, &m, "hello", 5, "length", &u, &t));
+    json_t *j = parse_ok(api_render_result(API_KIND_COMPLETION, &m, "hello", 5, "length", &u, &t, NULL));
     ck_assert_str_eq(json_string_value(json_object_get(j, "object")), "text_completion");
     json_t *c = json_array_get(json_object_get(j, "choices"), 0);
     ck_assert_str_eq(json_string_value(json_object_get(c, "text")), "hello");
@@ -476,7 +490,7 @@ START_TEST(test_render_result)
     json_decref(j);
 
     const char *text = "<think>\nweighing it\n</think>\n\nBlue.";
-    j = parse_ok(api_render_result(API_KIND_CHAT, &m, text, strlen(text), "stop", &u, &t));
+    j = parse_ok(api_render_result(API_KIND_CHAT, &m, text, strlen(text), "stop", &u, &t, NULL));
     ck_assert_str_eq(json_string_value(json_object_get(j, "object")), "chat.completion");
     json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
     ck_assert_str_eq(json_string_value(json_object_get(msg, "role")), "assistant");
@@ -484,7 +498,7 @@ START_TEST(test_render_result)
     ck_assert_str_eq(json_string_value(json_object_get(msg, "reasoning_content")), "weighing it");
     json_decref(j);
 
-    j = parse_ok(api_render_result(API_KIND_CHAT, &m, "Plain.", 6, "stop", &u, &t));
+    j = parse_ok(api_render_result(API_KIND_CHAT, &m, "Plain.", 6, "stop", &u, &t, NULL));
     msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
     ck_assert_ptr_null(json_object_get(msg, "reasoning_content"));
     json_decref(j);
@@ -546,7 +560,7 @@ START_TEST(test_render_timings_precision)
     api_meta m = {"cmpl-1", 1700000000, "tiny", NULL};
     api_usage u = {5, 7, 0};
     api_timings t = {0.052, 1234.56789, 1.0 / 3.0, 98.7654321};
-    char *body = api_render_result(API_KIND_COMPLETION, &m, "x", 1, "stop", &u, &t);
+    char *body = api_render_result(API_KIND_COMPLETION, &m, "x", 1, "stop", &u, &t, NULL);
     ck_assert_msg(strstr(body, "\"timings\":{\"queue_ms\":0.052,\"prompt_ms\":1234.568,\"ttft_ms\":0.333,"
                                "\"decode_tokens_per_s\":98.765}") != NULL,
                   "timings: %s", body);
@@ -625,7 +639,7 @@ static void stream_equals_result(const char *text, size_t step)
     collect(s, &o);
     api_stream_free(s);
 
-    json_t *j = parse_ok(api_render_result(API_KIND_CHAT, &m, text, n, "stop", &u, &t));
+    json_t *j = parse_ok(api_render_result(API_KIND_CHAT, &m, text, n, "stop", &u, &t, NULL));
     json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
     ck_assert_msg(!strcmp(o.content, json_string_value(json_object_get(msg, "content"))),
                   "text %s step %zu: streamed content '%s', expected '%s'", text, step, o.content,

@@ -215,7 +215,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(n_finish == 1 && n_usage == (usage_on ? 1u : 0u));
     FUZZ_CHECK(n_chunks >= 1 + n_usage);
 
-    char *body = api_render_result(kind, &meta, text.p ? text.p : "", text.n, finish, &usage, &timings);
+    char *body = api_render_result(kind, &meta, text.p ? text.p : "", text.n, finish, &usage, &timings, NULL);
     FUZZ_CHECK(body);
     json_error_t je;
     json_t *one = json_loads(body, JSON_ALLOW_NUL, &je);

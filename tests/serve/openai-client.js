@@ -3,7 +3,7 @@
 // streams must equal the non-streamed text), usage in streams, the
 // client's typed errors for the documented statuses, and the fields that
 // are refused rather than ignored (response_format of an unknown type,
-// logit_bias, logprobs, tools). With MODE=auth the
+// tools); logit_bias out of range. With MODE=auth the
 // daemon requires KEY: the right key works, a wrong one is a 401.
 //
 // usage: node openai-client.js BASE_URL MODEL_NAME [auth KEY]
@@ -104,8 +104,6 @@ async function main() {
   const messages = [{ role: 'user', content: 'Give me a JSON object.' }];
   const refused = [
     ['response_format.type', { response_format: { type: 'regex' } }],
-    ['logit_bias', { logit_bias: { 151645: -100 } }],
-    ['logprobs', { logprobs: true, top_logprobs: 2 }],
     ['tools', { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }],
   ];
   for (const [param, extra] of refused) {
@@ -122,9 +120,10 @@ async function main() {
       assert.strictEqual(err.param, param);
     });
   }
-  await check('errors: completions logit_bias and echo are a 400 unsupported_value', async () => {
-    await expectError(() => c.completions.create({ model, prompt: 'x', logit_bias: { 9707: 100 } }), OpenAI.BadRequestError, 400, 'unsupported_value');
-    await expectError(() => c.completions.create({ model, prompt: 'x', echo: true }), OpenAI.BadRequestError, 400, 'unsupported_value');
+  await check('errors: a logit_bias outside the vocabulary or past 100, and echo on chat, are a 400', async () => {
+    await expectError(() => c.completions.create({ model, prompt: 'x', logit_bias: { 999999999: 100 } }), OpenAI.BadRequestError, 400, 'invalid_value');
+    await expectError(() => c.completions.create({ model, prompt: 'x', logit_bias: { 9707: 101 } }), OpenAI.BadRequestError, 400, 'invalid_value');
+    await expectError(() => c.chat.completions.create({ model, messages, echo: true }), OpenAI.BadRequestError, 400, 'unsupported_value');
   });
 }
 
