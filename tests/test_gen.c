@@ -366,7 +366,7 @@ END_TEST
  * nothing, and a sampled first id is the one a generation without echo
  * samples.
  */
-START_TEST(prompt_logprobs_of_every_position)
+static void check_prompt_logprobs(void)
 {
     eng_diag d;
     eng_diag_init(&d);
@@ -435,6 +435,27 @@ START_TEST(prompt_logprobs_of_every_position)
     }
     eng_gen_free(base);
     free(tb.rows);
+}
+
+START_TEST(prompt_logprobs_of_every_position)
+{
+    check_prompt_logprobs();
+}
+END_TEST
+
+/* The same in the tensor KV mode, whose LM head leaves its last-row-only mode for such a prefill. */
+START_TEST(prompt_logprobs_tensor_kv)
+{
+    eng_model *persistent = model, *tensor = NULL;
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_model_opts mo = {.threads = 2, .kv_mode = ENG_KV_TENSOR};
+    ck_assert_msg(eng_model_open(model_dir, &mo, &tensor, &d) == 0, "%s", d.n_kept ? d.lines[0] : "");
+    eng_diag_clear(&d);
+    model = tensor;
+    check_prompt_logprobs();
+    model = persistent;
+    eng_model_free(tensor);
 }
 END_TEST
 
@@ -695,6 +716,7 @@ int main(void)
     tcase_add_test(tc, constrained_in_a_batch);
     tcase_add_test(tc, constrained_dead_end);
     tcase_add_test(tc, prompt_logprobs_of_every_position);
+    tcase_add_test(tc, prompt_logprobs_tensor_kv);
     suite_add_tcase(su, tc);
     return qd_run_suite(su);
 }
