@@ -525,11 +525,11 @@ END_TEST
 START_TEST(test_render_fingerprint)
 {
     api_meta m = {"cmpl-1", 1700000000, "tiny", "fp_0123456789ab_0011223344556677"};
-    api_usage u = {5, 7};
+    api_usage u = {5, 7, 0};
     api_timings t = {1, 2, 3, 4};
     for (int kind = 0; kind < 2; kind++) {
         api_kind k = kind ? API_KIND_CHAT : API_KIND_COMPLETION;
-        json_t *j = parse_ok(api_render_result(k, &m, "x", 1, "stop", &u, &t));
+        json_t *j = parse_ok(api_render_result(k, &m, "x", 1, "stop", &u, &t, NULL));
         ck_assert_str_eq(json_string_value(json_object_get(j, "system_fingerprint")), m.fingerprint);
         json_decref(j);
         api_stream *s = api_stream_new(k, &m, true);
@@ -548,7 +548,7 @@ START_TEST(test_render_fingerprint)
         api_stream_free(s);
     }
     api_meta none = {"cmpl-1", 1700000000, "tiny", NULL};
-    json_t *j = parse_ok(api_render_result(API_KIND_CHAT, &none, "x", 1, "stop", &u, &t));
+    json_t *j = parse_ok(api_render_result(API_KIND_CHAT, &none, "x", 1, "stop", &u, &t, NULL));
     ck_assert_ptr_null(json_object_get(j, "system_fingerprint"));
     json_decref(j);
 }
