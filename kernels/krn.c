@@ -180,7 +180,7 @@ int krn_level_parse(const char *s, krn_level *out)
 #define REF_TABLE_INIT                                                                \
     {                                                                                 \
         .level = KRN_LEVEL_REF, .level_name = "ref", ENTRY(quant_a8, ref),            \
-        ENTRY(mmnb_f32, ref), ENTRY(mmnb_i8, ref), ENTRY(rmsnorm, ref),               \
+        ENTRY(mmnb_f32, ref), ENTRY(mmnb_i8, ref), ENTRY(mm_f, ref), ENTRY(rmsnorm, ref), \
         ENTRY(skip_rmsnorm, ref), ENTRY(rotary, ref), ENTRY(kv_store, ref),           \
         ENTRY(gqa, ref),                                                              \
         ENTRY(sigmoid, ref), ENTRY(mul, ref), ENTRY(add, ref), ENTRY(silu_mul, ref),  \
@@ -203,6 +203,7 @@ static void fill_avx2(krn_table *t)
     SET(t, quant_a8, avx2);
     SET(t, mmnb_f32, avx2);
     SET(t, mmnb_i8, avx2);
+    SET(t, mm_f, avx2);
     SET(t, rmsnorm, avx2);
     SET(t, skip_rmsnorm, avx2);
     SET(t, gqa, avx2);
@@ -390,6 +391,37 @@ int krn_q4_pack(const krn_q4_weights *w, void *dst)
                 memcpy(out + KRN_Q4P_WEIGHT_BYTES, sc, sizeof sc);
         }
     return KRN_OK;
+}
+
+void krn_q4_dequant_row(const krn_q4_weights *w, size_t n, float *out)
+{
+    size_t kb = w->k_blocks, bs = w->block_size;
+    if (w->packed && !w->zero_pts) {
+        /* record (tile, block): four 32-byte vectors whose lane c holds 4 weight bytes of column c, then scales */
+        size_t rec = krn_q4p_block_bytes(w->packed_bf16), c = n % KRN_Q4P_NR;
+        const uint8_t *tile = (const uint8_t *)w->packed + (n / KRN_Q4P_NR) * krn_q4p_tile_bytes(kb, w->packed_bf16);
+        for (size_t b = 0; b < kb; b++) {
+            const uint8_t *r = tile + b * rec;
+            float sc;
+            if (w->packed_bf16) {
+                uint16_t h;
+                memcpy(&h, r + KRN_Q4P_WEIGHT_BYTES + 2 * c, sizeof h);
+                sc = krn_bf16_to_f32(h);
+            } else {
+                memcpy(&sc, r + KRN_Q4P_WEIGHT_BYTES + 4 * c, sizeof sc);
+            }
+            for (size_t j = 0; j < 16 && b * 32 + 2 * j < w->k; j++) {
+                uint8_t byte = r[32 * (j / 4) + 4 * c + j % 4];
+                size_t k = b * 32 + 2 * j;
+                out[k] = (float)((int)(byte & 15) - 8) * sc;
+                if (k + 1 < w->k)
+                    out[k + 1] = (float)((int)(byte >> 4) - 8) * sc;
+            }
+        }
+        return;
+    }
+    for (size_t k = 0; k < w->k; k++)
+        out[k] = (float)((int)krn_q4_get(w, n, k) - krn_q4_zp(w, n, k / bs)) * w->scales[n * kb + k / bs];
 }
 
 size_t krn_quant_a8_size(size_t m, size_t k, size_t block_size)

@@ -141,6 +141,14 @@ void krn_q4_weights_set_blocks(krn_q4_weights *w);
 size_t krn_q4_pack_size(const krn_q4_weights *w);
 
 /*
+ * Columns per tile of the packed form. The tiles follow each other, so the
+ * pack of columns [t * KRN_Q4_PACK_TILE, (t + 1) * KRN_Q4_PACK_TILE) alone
+ * is byte for byte tile t of the whole matrix's pack (which lets a caller
+ * pack a matrix it has to gather column by column, one tile at a time).
+ */
+#define KRN_Q4_PACK_TILE 8
+
+/*
  * With packed_bf16 set, the packed copy keeps each scale as its upper 16
  * bits (bfloat16), which is exact, and only allowed, when every scale's low
  * 16 bits are zero: krn_q4_scales_fit_bf16(). Scales quantized from a
@@ -158,6 +166,16 @@ bool krn_q4_scales_fit_bf16(const float *scales, size_t count);
  * does not fit).
  */
 int krn_q4_pack(const krn_q4_weights *w, void *dst);
+
+/*
+ * Row n of W in fp32, out[k] = (q - zp) * scale for k < w->k: one output
+ * column of the MatMul, which for a tied embedding is the embedding row of
+ * token n. Read from the packed copy when w->packed is set (the form that
+ * stays resident), else from b_data / scales / zero_pts. The product of a
+ * 4-bit difference and a float scale is exact in fp32 for scales with at most
+ * 19 significant bits (bfloat16 ones have 8), so both give the same bits.
+ */
+void krn_q4_dequant_row(const krn_q4_weights *w, size_t n, float *out);
 
 /* Plan-time validation of a MatMulNBits binding: KRN_OK or KRN_EINVAL. */
 int krn_mmnb_check(const krn_mmnb_args *args, bool int8_mode);
@@ -180,6 +198,30 @@ typedef void (*krn_quant_fn)(const krn_quant_args *args, size_t m_begin, size_t 
 
 /* Bytes of quantized-activation scratch for m rows of k values. */
 size_t krn_quant_a8_size(size_t m, size_t k, size_t block_size);
+
+/* ------------------------------------------------------------------------- */
+/* MatMul with a constant float weight (standard ONNX MatMul)                  */
+
+/*
+ * y[m][n] = sum_{k < K} a[m][k] * W(k, n), with W read in place: element
+ * (k, n) at w[k * w_ld + n] (the ONNX MatMul B [K, N]) or, with w_nk, at
+ * w[n * w_ld + k] (its transpose, e.g. a tied embedding [V, D] as the LM
+ * head); fp32, or bfloat16 widened exactly. Every level sums in the same
+ * order, so all give the same bits: eight partial sums p_j over the k with
+ * k % 8 == j, each adding the rounded products a * W in increasing k (no
+ * fused multiply-add), then y = ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)).
+ * A row's result does not depend on the other rows. Work items are output
+ * columns n in [0, n).
+ */
+typedef struct krn_mmf_args {
+    const float *a;     size_t a_ld;     /* [m, a_ld] */
+    const void *w;      size_t w_ld;
+    bool w_bf16, w_nk;
+    float *y;           size_t y_ld;     /* [m, y_ld] */
+    size_t m, n, k;
+} krn_mmf_args;
+
+typedef void (*krn_mmf_fn)(const krn_mmf_args *args, size_t n_begin, size_t n_end);
 
 /* ------------------------------------------------------------------------- */
 /* RMSNorm (SimplifiedLayerNormalization) and SkipRMSNorm                     */
@@ -373,6 +415,7 @@ typedef struct krn_table {
     struct { krn_quant_fn fn;  const char *name; } quant_a8;
     struct { krn_mmnb_fn fn;   const char *name; } mmnb_f32;
     struct { krn_mmnb_fn fn;   const char *name; } mmnb_i8;
+    struct { krn_mmf_fn fn;    const char *name; } mm_f;
     struct { krn_norm_fn fn;   const char *name; } rmsnorm;
     struct { krn_norm_fn fn;   const char *name; } skip_rmsnorm;
     struct { krn_rotary_fn fn; const char *name; } rotary;

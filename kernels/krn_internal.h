@@ -206,7 +206,7 @@ static inline int krn_q4_zp(const krn_q4_weights *w, size_t n, size_t b)
  * or, with packed_bf16, their upper halves (144-byte records). Columns past
  * n are zero bytes with scale 0, which add exact zeros.
  */
-#define KRN_Q4P_NR 8
+#define KRN_Q4P_NR KRN_Q4_PACK_TILE
 #define KRN_Q4P_WEIGHT_BYTES 128
 #define KRN_Q4P_BLOCK_BYTES_F32 (KRN_Q4P_WEIGHT_BYTES + KRN_Q4P_NR * 4)
 #define KRN_Q4P_BLOCK_BYTES_BF16 (KRN_Q4P_WEIGHT_BYTES + KRN_Q4P_NR * 2)
@@ -236,6 +236,33 @@ static inline size_t krn_q4p_block_bytes(bool bf16)
 static inline size_t krn_q4p_tile_bytes(size_t k_blocks, bool bf16)
 {
     return k_blocks * krn_q4p_block_bytes(bf16);
+}
+
+/* A bfloat16 (its bits) widened to fp32, exactly. */
+static inline float krn_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The combination of the eight partial sums of mm_f, in its fixed order. */
+static inline float krn_mmf_combine(const float *p)
+{
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+/* Weight (k, n) of an mm_f call as fp32. */
+static inline float krn_mmf_w(const krn_mmf_args *a, size_t k, size_t n)
+{
+    size_t i = a->w_nk ? n * a->w_ld + k : k * a->w_ld + n;
+    if (a->w_bf16) {
+        uint16_t h;
+        memcpy(&h, (const uint16_t *)a->w + i, sizeof h);
+        return krn_bf16_to_f32(h);
+    }
+    return ((const float *)a->w)[i];
 }
 
 /* Numerically safe logistic function shared by the scalar kernels. */
@@ -301,6 +328,7 @@ static inline float krn_f16_to_f32(uint16_t h)
     void krn_##lvl##_quant_a8(const krn_quant_args *a, size_t b, size_t e);              \
     void krn_##lvl##_mmnb_f32(const krn_mmnb_args *a, size_t b, size_t e);               \
     void krn_##lvl##_mmnb_i8(const krn_mmnb_args *a, size_t b, size_t e);                \
+    void krn_##lvl##_mm_f(const krn_mmf_args *a, size_t b, size_t e);                    \
     void krn_##lvl##_rmsnorm(const krn_norm_args *a, size_t b, size_t e);                \
     void krn_##lvl##_skip_rmsnorm(const krn_norm_args *a, size_t b, size_t e);           \
     void krn_##lvl##_rotary(const krn_rotary_args *a, size_t b, size_t e);               \
@@ -322,6 +350,7 @@ void krn_avx2_quant_row(const float *a, size_t k, size_t block_size, void *qa, s
 void krn_avx2_quant_a8(const krn_quant_args *a, size_t b, size_t e);
 void krn_avx2_mmnb_f32(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_avx2_mmnb_i8(const krn_mmnb_args *a, size_t b, size_t e);
+void krn_avx2_mm_f(const krn_mmf_args *a, size_t b, size_t e);
 void krn_avx2_rmsnorm(const krn_norm_args *a, size_t b, size_t e);
 void krn_avx2_skip_rmsnorm(const krn_norm_args *a, size_t b, size_t e);
 void krn_avx2_gqa(const krn_gqa_args *a, size_t b, size_t e);

@@ -8,6 +8,7 @@ noinst_HEADERS += kernels/krn.h kernels/krn_internal.h kernels/checked.h
 libqwen3d_a_SOURCES += \
 	kernels/krn.c \
 	kernels/ref/mmnb.c \
+	kernels/ref/mmf.c \
 	kernels/ref/norm.c \
 	kernels/ref/rotary.c \
 	kernels/ref/attn.c \
@@ -25,6 +26,7 @@ libqwen3d_avx2_a_CFLAGS = $(AM_CFLAGS) $(QD_KERNEL_CFLAGS) -mavx2 -mfma -mf16c -
 libqwen3d_avx2_a_SOURCES = \
 	kernels/avx2/simd.h \
 	kernels/avx2/mmnb.c \
+	kernels/avx2/mmf.c \
 	kernels/avx2/norm.c \
 	kernels/avx2/attn.c \
 	kernels/avx2/rotary.c \

@@ -1656,6 +1656,129 @@ START_TEST(elementwise)
 }
 END_TEST
 
+/*
+ * krn_q4_dequant_row: each row of the weights, from the packed copy (fp32 and
+ * bfloat16 scales) and from the ONNX layout (with and without zero points),
+ * equals (q - zp) * scale computed here from the definition, bit for bit
+ * (a 4-bit difference times a scale is exact in fp32 for these scales).
+ * Odd row counts (a partial last tile), K with a partial last block.
+ */
+START_TEST(q4_dequant_rows)
+{
+    rng r = {4242};
+    static const size_t ns[] = {1, 7, 9, 21}, ks[] = {32, 40, 96, 100};
+    for (size_t in = 0; in < 4; in++)
+        for (size_t ik = 0; ik < 4; ik++)
+            for (int form = 0; form < 4; form++) {
+                size_t n = ns[in], k = ks[ik];
+                qweights q;
+                qw_make(&q, n, k, 32, form == 3, false, 0.1f, &r);
+                size_t kb = q.w.k_blocks;
+                if (form == 1) /* scales exact in bfloat16: the packed copy keeps their upper halves */
+                    for (size_t i = 0; i < n * kb; i++) {
+                        uint32_t u;
+                        memcpy(&u, &q.scales[i], 4);
+                        u &= 0xFFFF0000u;
+                        memcpy(&q.scales[i], &u, 4);
+                    }
+                uint8_t *pk = NULL;
+                if (form < 2) {
+                    q.w.packed_bf16 = form == 1;
+                    size_t sz = krn_q4_pack_size(&q.w);
+                    pk = aligned_alloc(64, (sz + 63) & ~(size_t)63);
+                    ck_assert_ptr_nonnull(pk);
+                    ck_assert_int_eq(krn_q4_pack(&q.w, pk), KRN_OK);
+                    q.w.packed = pk;
+                }
+                float *row = xmalloc(k * sizeof(float));
+                for (size_t i = 0; i < n; i++) {
+                    krn_q4_dequant_row(&q.w, i, row);
+                    for (size_t j = 0; j < k; j++) {
+                        size_t b = j / 32;
+                        float want = (float)((int)krn_q4_get(&q.w, i, j) - krn_q4_zp(&q.w, i, b)) *
+                                     q.scales[i * kb + b];
+                        ck_assert_msg(memcmp(&row[j], &want, 4) == 0, "form %d n %zu k %zu: row %zu col %zu: %g vs %g",
+                                      form, n, k, i, j, row[j], want);
+                    }
+                }
+                free(row);
+                free(pk);
+                qw_free(&q);
+            }
+}
+END_TEST
+
+/*
+ * mm_f (MatMul with a constant float weight): the reference against the
+ * definition in double (eight partial sums of K/8 terms each, then three
+ * levels of pairwise adds: each product and add rounds once, so
+ * |err| <= (K/8 + 3 + 1) u sum |a w| plus the double's own), and every SIMD
+ * level against the reference bit for bit (the same order of operations).
+ * Both weight layouts, fp32 and bfloat16 weights, odd N and K, tails of
+ * every width, and a row of zeros and negative zeros.
+ */
+START_TEST(mm_f_levels)
+{
+    rng r = {777};
+    krn_table ref = ref_tab(), tabs[MAX_TABS];
+    int nl = simd_tables(tabs, true);
+    static const size_t ms[] = {1, 3}, ns[] = {1, 7, 8, 9, 33}, ks[] = {1, 7, 8, 17, 64, 100};
+    for (size_t im = 0; im < 2; im++)
+        for (size_t in = 0; in < 5; in++)
+            for (size_t ik = 0; ik < 6; ik++)
+                for (int form = 0; form < 4; form++) {
+                    size_t m = ms[im], n = ns[in], k = ks[ik];
+                    bool nk = form & 1, bf16 = form & 2;
+                    size_t ld = (nk ? k : n) + 3, rows = nk ? n : k;
+                    float *a = frand(m * (k + 2), &r, -2, 2);
+                    float *wf = frand(rows * ld, &r, -1, 1);
+                    uint16_t *wh = xmalloc(rows * ld * sizeof *wh);
+                    for (size_t i = 0; i < rows * ld; i++) {
+                        uint32_t u;
+                        memcpy(&u, &wf[i], 4);
+                        wh[i] = (uint16_t)(u >> 16);
+                        u &= 0xFFFF0000u; /* the bfloat16 value, for the double reference */
+                        memcpy(&wf[i], &u, 4);
+                    }
+                    if (m > 1)
+                        for (size_t j = 0; j < k; j++)
+                            a[(k + 2) + j] = (j & 1) ? -0.0f : 0.0f;
+                    float *y0 = xmalloc(m * (n + 1) * sizeof(float)), *y1 = xmalloc(m * (n + 1) * sizeof(float));
+                    krn_mmf_args args = {.a = a, .a_ld = k + 2, .w = bf16 ? (const void *)wh : (const void *)wf,
+                                         .w_ld = ld, .w_bf16 = bf16, .w_nk = nk, .y = y0, .y_ld = n + 1,
+                                         .m = m, .n = n, .k = k};
+                    ref.mm_f.fn(&args, 0, n);
+                    for (size_t i = 0; i < m; i++)
+                        for (size_t j = 0; j < n; j++) {
+                            double want = 0, mag = 0;
+                            for (size_t t = 0; t < k; t++) {
+                                double w = wf[nk ? j * ld + t : t * ld + j];
+                                want += (double)a[i * (k + 2) + t] * w;
+                                mag += fabs((double)a[i * (k + 2) + t] * w);
+                            }
+                            CHECK_CLOSE(y0[i * (n + 1) + j], want, ((double)k / 8 + 5) * U * mag + 1e-30,
+                                        "mm_f ref m %zu n %zu k %zu form %d (%zu, %zu)", m, n, k, form, i, j);
+                        }
+                    for (int l = 0; l < nl; l++) {
+                        args.y = y1;
+                        memset(y1, 0xAB, m * (n + 1) * sizeof(float));
+                        /* two ranges, as two workers would split the columns */
+                        tabs[l].mm_f.fn(&args, 0, n / 2);
+                        tabs[l].mm_f.fn(&args, n / 2, n);
+                        for (size_t i = 0; i < m; i++)
+                            ck_assert_msg(memcmp(y0 + i * (n + 1), y1 + i * (n + 1), n * sizeof(float)) == 0,
+                                          "%s: m %zu n %zu k %zu form %d row %zu differs from the reference",
+                                          tabs[l].mm_f.name, m, n, k, form, i);
+                    }
+                    free(a);
+                    free(wf);
+                    free(wh);
+                    free(y0);
+                    free(y1);
+                }
+}
+END_TEST
+
 START_TEST(gather)
 {
     const size_t rows = 10, cols = 6, ld = 8;
@@ -1709,6 +1832,8 @@ int main(void)
     tcase_add_test(tc, mmnb_levels_block_sizes_and_edges);
     tcase_add_test(tc, mmnb_levels_projection_shapes);
     tcase_add_test(tc, q4_pack_layout);
+    tcase_add_test(tc, q4_dequant_rows);
+    tcase_add_test(tc, mm_f_levels);
     tcase_add_test(tc, norms);
     tcase_add_test(tc, norm_quant_fused);
     tcase_add_test(tc, rotary);
