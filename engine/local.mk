@@ -17,7 +17,7 @@ libqwen3d_a_SOURCES += \
 	engine/geometry.c engine/geometry.h
 libqwen3d_a_SOURCES += \
 	engine/onnx_write.c engine/onnx_write.h \
-	engine/synth.c engine/synth.h
+	engine/synth.c engine/synth.h engine/synth_std.c engine/synth_internal.h
 
 # Tokenizer: Hugging Face tokenizer.json, byte-level BPE (PCRE2, utf8proc).
 libqwen3d_a_SOURCES += engine/tokenizer.c engine/tokenizer.h engine/tok_internal.h engine/tok_load.c \
@@ -29,7 +29,7 @@ libqwen3d_a_SOURCES += engine/tokenizer.c engine/tokenizer.h engine/tok_internal
 libqwen3d_a_SOURCES += \
 	engine/pool.c engine/pool.h \
 	engine/plan.c engine/plan.h engine/plan_internal.h engine/op_registry.h \
-	engine/fuse.c engine/pack.c \
+	engine/lower.c engine/fuse.c engine/pack.c \
 	engine/op_shape.c engine/op_math.c engine/op_norm.c engine/op_matmul.c engine/op_attention.c \
 	engine/exec.c \
 	engine/runner.c engine/runner.h

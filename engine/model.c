@@ -107,6 +107,13 @@ const char *eng_shape_str(const int64_t *dims, int rank, char *buf, size_t cap)
     return buf;
 }
 
+uint64_t eng_dtype_bytes(int32_t dtype, uint64_t count)
+{
+    if (dtype == ENG_DT_UINT4 || dtype == ENG_DT_INT4)
+        return count / 2 + (count & 1);
+    return count * eng_dtype_size(dtype);
+}
+
 const char *eng_dtype_name(int32_t dtype)
 {
     switch (dtype) {
@@ -124,6 +131,8 @@ const char *eng_dtype_name(int32_t dtype)
     case ENG_DT_UINT32: return "UINT32";
     case ENG_DT_UINT64: return "UINT64";
     case ENG_DT_BFLOAT16: return "BFLOAT16";
+    case ENG_DT_UINT4: return "UINT4";
+    case ENG_DT_INT4: return "INT4";
     default: return "UNKNOWN";
     }
 }
@@ -349,9 +358,8 @@ static bool tensor_header(loader *L, const Onnx__TensorProto *tp, const char *wh
     memset(t, 0, sizeof *t);
     t->name = str_or_empty(tp->name);
     t->dtype = tp->has_data_type ? tp->data_type : ENG_DT_UNDEFINED;
-    size_t esize = eng_dtype_size(t->dtype);
     bool ok = true;
-    if (!esize) {
+    if (!eng_dtype_bytes(t->dtype, 1)) {
         eng_diag_add(L->diag, "%s: %s '%s': unsupported data type %d (%s)", L->file, what, t->name,
                      (int)t->dtype, eng_dtype_name(t->dtype));
         ok = false;
@@ -372,13 +380,15 @@ static bool tensor_header(loader *L, const Onnx__TensorProto *tp, const char *wh
     }
     if (!ok)
         return false;
-    if (eng_shape_size(t->dims, t->rank, esize, &t->n_elems, &t->nbytes) != 0) {
+    if (eng_shape_size(t->dims, t->rank, eng_dtype_size(t->dtype), &t->n_elems, &t->nbytes) != 0) {
         char shape[200];
         eng_diag_add(L->diag, "%s: %s '%s': shape %s overflows the largest tensor (%llu bytes, zero dims counted as 1)",
                      L->file, what, t->name, eng_shape_str(t->dims, t->rank, shape, sizeof shape),
                      (unsigned long long)ENG_MAX_TENSOR_BYTES);
         return false;
     }
+    /* 4-bit dtypes have no byte size above; n_elems <= 2^44, so this cannot overflow */
+    t->nbytes = eng_dtype_bytes(t->dtype, t->n_elems);
     return true;
 }
 
@@ -447,6 +457,11 @@ static bool tensor_external(loader *L, const Onnx__TensorProto *tp, const char *
 /* Converts the typed repeated fields (int32_data etc.) to the dtype's raw bytes. */
 static bool tensor_typed(loader *L, const Onnx__TensorProto *tp, const char *what, eng_tensor *t)
 {
+    if (!eng_dtype_size(t->dtype)) {
+        eng_diag_add(L->diag, "%s: %s '%s': %s data must be in raw_data or external data", L->file, what,
+                     t->name, eng_dtype_name(t->dtype));
+        return false;
+    }
     size_t count = 0;
     const char *field = NULL;
     switch (t->dtype) {

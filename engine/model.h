@@ -40,9 +40,11 @@ enum {
     ENG_DT_UINT32 = 12,
     ENG_DT_UINT64 = 13,
     ENG_DT_BFLOAT16 = 16,
+    ENG_DT_UINT4 = 21,
+    ENG_DT_INT4 = 22,
 };
 
-/* Bytes per element of a fixed-width dtype qwen3d can hold; 0 for any other. */
+/* Bytes per element of a byte-wide or wider dtype qwen3d can hold; 0 for any other (4-bit ones included). */
 size_t eng_dtype_size(int32_t dtype);
 
 /* Largest tensor accepted, in the file or computed at run time: far above any
@@ -60,6 +62,12 @@ size_t eng_dtype_size(int32_t dtype);
 int eng_shape_size(const int64_t *dims, int rank, size_t esize, uint64_t *n_elems, uint64_t *nbytes);
 /* Writes "[d0, d1, ...]" into BUF (cut to CAP bytes); returns BUF. */
 const char *eng_shape_str(const int64_t *dims, int rank, char *buf, size_t cap);
+/*
+ * Bytes of COUNT elements of any dtype qwen3d can hold, 4-bit ones included
+ * (two per byte, the first in the low nibble, the last byte padded); 0 for
+ * an unknown dtype.
+ */
+uint64_t eng_dtype_bytes(int32_t dtype, uint64_t count);
 /* "FLOAT", "INT64", ...; "dtype(N)" style names are not returned: unknown -> "UNKNOWN". */
 const char *eng_dtype_name(int32_t dtype);
 

@@ -443,8 +443,7 @@ int eng_ow_attr_string(eng_ow *w, const char *name, const char *s)
 static Onnx__TensorProto *tensor_new(eng_ow *w, const char *what, const char *name, int32_t dtype,
                                      size_t rank, const int64_t *dims, uint64_t *nbytes)
 {
-    size_t esize = eng_dtype_size(dtype);
-    if (!esize) {
+    if (!eng_dtype_bytes(dtype, 1)) {
         eng_ow_fail(w, "%s '%s': unsupported data type %d", what, nn(name), (int)dtype);
         return NULL;
     }
@@ -464,7 +463,7 @@ static Onnx__TensorProto *tensor_new(eng_ow *w, const char *what, const char *na
         }
         count *= (uint64_t)dims[i];
     }
-    *nbytes = count * esize;
+    *nbytes = eng_dtype_bytes(dtype, count);
     Onnx__TensorProto *t = malloc(sizeof *t);
     if (!t) {
         oom(w, what);

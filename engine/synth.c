@@ -37,33 +37,13 @@
 #include <unistd.h>
 
 #include "engine/model.h"
+#include "engine/synth_internal.h"
 
-#define ROPE_THETA 1000000.0f
-#define RMS_EPS 1e-6f
 #define QWEN3_BOS 151643
 #define QWEN3_EOS_IM_END 151645
 #define QWEN3_PAD 151643
-#define MAX_CONSTS 16
-#define NAME_MAX_LEN 192
 
-/* Tensor ids of the generator: one per weight tensor. */
-enum {
-    TID_EMBED = 1,
-    TID_FINAL_NORM = 2,
-};
-enum {
-    LT_INPUT_LN = 1,
-    LT_QKV,
-    LT_Q_NORM,
-    LT_K_NORM,
-    LT_O,
-    LT_POST_LN,
-    LT_GATE,
-    LT_UP,
-    LT_DOWN,
-};
-
-static uint32_t layer_tid(int64_t layer, int kind)
+uint32_t synth_layer_tid(int64_t layer, int kind)
 {
     return (uint32_t)(((uint64_t)layer + 1) << 8) | (uint32_t)kind;
 }
@@ -118,11 +98,54 @@ static int check_geom(const eng_synth_geom *g, char *err, size_t errlen)
         bad = "vocab size must be in [1, 16777216]";
     else if (g->context < 1 || g->context > (1 << 24))
         bad = "context length must be in [1, 16777216]";
+    else if ((unsigned)g->contract > ENG_SYNTH_FLOAT32 || (unsigned)g->carrier > ENG_SYNTH_CARRIER_BF16_ROUND)
+        bad = "unknown contract or carrier";
+    else if (g->decomposed && g->contract == ENG_SYNTH_ORT_INT4)
+        bad = "the ort-int4 contract has no decomposed form";
+    else if (g->carrier && g->contract != ENG_SYNTH_INT4_QDQ && g->contract != ENG_SYNTH_FLOAT)
+        bad = "only the BF16 contracts (int4-qdq, float) have FP32 carrier variants";
+    else if (g->embed_int4 && g->contract != ENG_SYNTH_ORT_INT4)
+        bad = "an INT4-valued FP32 embedding belongs to the ort-int4 contract";
+    else if (g->f32_weights && g->contract != ENG_SYNTH_ORT_INT4 && g->contract != ENG_SYNTH_FLOAT32)
+        bad = "fp32 weights hold no BF16 values: only ort-int4 and float32 take them";
     if (bad) {
         snprintf(err, errlen, "geometry '%s': %s", g->preset, bad);
         return -1;
     }
     return 0;
+}
+
+static const char *const contract_names[] = {"ort-int4", "int4-qdq", "float", "float32"};
+static const char *const carrier_names[] = {"bf16", "fp32", "bf16-round"};
+
+const char *eng_synth_contract_name(eng_synth_contract c)
+{
+    return (unsigned)c < 4 ? contract_names[c] : "?";
+}
+
+int eng_synth_contract_parse(const char *s, eng_synth_contract *out)
+{
+    for (int i = 0; i < 4; i++)
+        if (s && !strcmp(s, contract_names[i])) {
+            *out = (eng_synth_contract)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *eng_synth_carrier_name(eng_synth_carrier c)
+{
+    return (unsigned)c < 3 ? carrier_names[c] : "?";
+}
+
+int eng_synth_carrier_parse(const char *s, eng_synth_carrier *out)
+{
+    for (int i = 0; i < 3; i++)
+        if (s && !strcmp(s, carrier_names[i])) {
+            *out = (eng_synth_carrier)i;
+            return 0;
+        }
+    return -1;
 }
 
 /* ---- generator ---- */
@@ -136,7 +159,7 @@ static inline uint64_t mix64(uint64_t z)
 
 #define GOLDEN UINT64_C(0x9e3779b97f4a7c15)
 
-static inline uint64_t tensor_key(uint64_t seed, uint32_t tid)
+uint64_t synth_tensor_key(uint64_t seed, uint32_t tid)
 {
     return mix64(mix64(seed + GOLDEN) ^ ((uint64_t)tid * UINT64_C(0xd1b54a32d192ed03)));
 }
@@ -170,7 +193,7 @@ static inline float draw(uint64_t key, uint64_t index, float step, bool bf16)
     return as_weight(((float)(u >> 8) - 8388607.5f) * step, bf16);
 }
 
-static void gen_span(uint64_t key, uint64_t first, int64_t count, float amp, bool bf16, float *out)
+void synth_gen_span(uint64_t key, uint64_t first, int64_t count, float amp, bool bf16, float *out)
 {
     const float step = amp / 8388608.0f;
     int64_t i = 0;
@@ -189,7 +212,7 @@ static void gen_span(uint64_t key, uint64_t first, int64_t count, float amp, boo
 
 float eng_synth_uniform(uint64_t seed, uint32_t tensor_id, uint64_t index, float amp, bool bf16)
 {
-    return draw(tensor_key(seed, tensor_id), index, amp / 8388608.0f, bf16);
+    return draw(synth_tensor_key(seed, tensor_id), index, amp / 8388608.0f, bf16);
 }
 
 static float embed_amp(const eng_synth_geom *g)
@@ -203,19 +226,19 @@ eng_synth_proj eng_synth_proj_of(const eng_synth_geom *g, int64_t layer, eng_syn
     int64_t qw = g->q_heads * g->head, kvw = g->kv_heads * g->head;
     switch (kind) {
     case ENG_SYNTH_QKV:
-        p.tensor_id = layer_tid(layer, LT_QKV), p.n = qw + 2 * kvw, p.k = g->hidden;
+        p.tensor_id = synth_layer_tid(layer, LT_QKV), p.n = qw + 2 * kvw, p.k = g->hidden;
         break;
     case ENG_SYNTH_O:
-        p.tensor_id = layer_tid(layer, LT_O), p.n = g->hidden, p.k = qw;
+        p.tensor_id = synth_layer_tid(layer, LT_O), p.n = g->hidden, p.k = qw;
         break;
     case ENG_SYNTH_GATE:
-        p.tensor_id = layer_tid(layer, LT_GATE), p.n = g->intermediate, p.k = g->hidden;
+        p.tensor_id = synth_layer_tid(layer, LT_GATE), p.n = g->intermediate, p.k = g->hidden;
         break;
     case ENG_SYNTH_UP:
-        p.tensor_id = layer_tid(layer, LT_UP), p.n = g->intermediate, p.k = g->hidden;
+        p.tensor_id = synth_layer_tid(layer, LT_UP), p.n = g->intermediate, p.k = g->hidden;
         break;
     case ENG_SYNTH_DOWN:
-        p.tensor_id = layer_tid(layer, LT_DOWN), p.n = g->hidden, p.k = g->intermediate;
+        p.tensor_id = synth_layer_tid(layer, LT_DOWN), p.n = g->hidden, p.k = g->intermediate;
         break;
     case ENG_SYNTH_LM_HEAD:
         p.tensor_id = TID_EMBED, p.n = g->vocab, p.k = g->hidden;
@@ -228,13 +251,12 @@ eng_synth_proj eng_synth_proj_of(const eng_synth_geom *g, int64_t layer, eng_syn
 
 void eng_synth_proj_row(const eng_synth_proj *p, uint64_t seed, int64_t n, float *row)
 {
-    gen_span(tensor_key(seed, p->tensor_id), (uint64_t)n * (uint64_t)p->k, p->k, p->amp, p->bf16, row);
+    synth_gen_span(synth_tensor_key(seed, p->tensor_id), (uint64_t)n * (uint64_t)p->k, p->k, p->amp, p->bf16, row);
 }
 
-/* Norm weights near 1. */
-static void gen_norm(uint64_t seed, uint32_t tid, int64_t n, bool bf16, float *out)
+void synth_gen_norm(uint64_t seed, uint32_t tid, int64_t n, bool bf16, float *out)
 {
-    gen_span(tensor_key(seed, tid), 0, n, 0.2f, bf16, out);
+    synth_gen_span(synth_tensor_key(seed, tid), 0, n, 0.2f, bf16, out);
     for (int64_t i = 0; i < n; i++)
         out[i] = as_weight(out[i] + 1.0f, bf16);
 }
@@ -286,20 +308,7 @@ void eng_synth_q4_row(const float *w, int64_t k, uint8_t *blob, float *scales)
 
 /* ---- graph builder ---- */
 
-typedef struct synth {
-    eng_ow *w;
-    const eng_synth_geom *g;
-    uint64_t seed;
-    bool dry;                          /* no data file: generate nothing */
-    char consts[MAX_CONSTS][NAME_MAX_LEN];
-    int n_consts;
-    float *row;                        /* one weight row, [max K] */
-    uint8_t *blob;                     /* its int4 packing, [max K / 2] */
-    char seqlens_k[NAME_MAX_LEN], total_len[NAME_MAX_LEN];
-} synth;
-
-__attribute__((format(printf, 3, 4)))
-static const char *fmt(char *buf, size_t cap, const char *f, ...)
+const char *synth_fmt(char *buf, size_t cap, const char *f, ...)
 {
     va_list ap;
     va_start(ap, f);
@@ -307,14 +316,13 @@ static const char *fmt(char *buf, size_t cap, const char *f, ...)
     va_end(ap);
     return buf;
 }
-#define NAME(buf, ...) fmt(buf, sizeof buf, __VA_ARGS__)
 
 /*
  * The output of the INT64 Constant holding V (a 0-D scalar when SCALAR), named
  * by its literal the way the builder does, e.g. "/model/constants/INT64/[0, -1, 128]";
  * one Constant node per distinct literal.
  */
-static const char *const_i64(synth *s, size_t n, const int64_t *v, bool scalar)
+const char *synth_const_i64(synth *s, size_t n, const int64_t *v, bool scalar)
 {
     char lit[NAME_MAX_LEN];
     size_t o = 0;
@@ -329,6 +337,14 @@ static const char *const_i64(synth *s, size_t n, const int64_t *v, bool scalar)
     }
     char out[NAME_MAX_LEN], node[NAME_MAX_LEN];
     NAME(out, "/model/constants/INT64/%s", lit);
+    NAME(node, "/model/constant_nodes/INT64/%s", lit);
+    int64_t dims[1] = {(int64_t)n};
+    return synth_const(s, out, node, ENG_DT_INT64, scalar ? 0 : 1, dims, v, n * sizeof *v);
+}
+
+const char *synth_const(synth *s, const char *out, const char *node, int32_t dt, int rank, const int64_t *dims,
+                        const void *data, size_t bytes)
+{
     for (int i = 0; i < s->n_consts; i++)
         if (!strcmp(s->consts[i], out))
             return s->consts[i];
@@ -336,20 +352,38 @@ static const char *const_i64(synth *s, size_t n, const int64_t *v, bool scalar)
         eng_ow_fail(s->w, "constant %s: more distinct constants than the graph form has", out);
         return "";
     }
-    NAME(node, "/model/constant_nodes/INT64/%s", lit);
-    int64_t dims[1] = {(int64_t)n};
-    eng_ow_constant(s->w, node, out, ENG_DT_INT64, scalar ? 0 : 1, dims, v, n * sizeof *v);
+    eng_ow_constant(s->w, node, out, dt, rank, dims, data, bytes);
     snprintf(s->consts[s->n_consts], NAME_MAX_LEN, "%s", out);
     return s->consts[s->n_consts++];
 }
 
-static void norm_init(synth *s, const char *name, uint32_t tid, int64_t n)
+uint16_t synth_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+        return (uint16_t)((u >> 16) | 0x40u); /* NaN stays a (quiet) NaN */
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+void synth_write_row(synth *s, const float *v, int64_t n, int32_t dt)
+{
+    if (dt != ENG_DT_BFLOAT16) {
+        eng_ow_init_write(s->w, v, (size_t)n * sizeof(float));
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        s->row16[i] = synth_bf16(v[i]);
+    eng_ow_init_write(s->w, s->row16, (size_t)n * sizeof(uint16_t));
+}
+
+void synth_norm_init(synth *s, const char *name, uint32_t tid, int64_t n, int32_t dt)
 {
     int64_t dims[1] = {n};
-    eng_ow_init_begin(s->w, name, ENG_DT_FLOAT, 1, dims);
+    eng_ow_init_begin(s->w, name, dt, 1, dims);
     if (!s->dry && !eng_ow_error(s->w)) {
-        gen_norm(s->seed, tid, n, !s->g->f32_weights, s->row);
-        eng_ow_init_write(s->w, s->row, (size_t)n * sizeof(float));
+        synth_gen_norm(s->seed, tid, n, !s->g->f32_weights, s->row);
+        synth_write_row(s, s->row, n, dt);
     }
     eng_ow_init_end(s->w);
 }
@@ -388,9 +422,9 @@ static void proj_inits(synth *s, const eng_synth_proj *p, const char *bname, con
         if (!scales) {
             eng_ow_fail(s->w, "initializer '%s': out of memory for %" PRId64 " scales", sname, p->n * kb);
         } else {
-            uint64_t key = tensor_key(s->seed, p->tensor_id);
+            uint64_t key = synth_tensor_key(s->seed, p->tensor_id);
             for (int64_t n = 0; n < p->n && !eng_ow_error(s->w); n++) {
-                gen_span(key, (uint64_t)n * (uint64_t)p->k, p->k, p->amp, p->bf16, s->row);
+                synth_gen_span(key, (uint64_t)n * (uint64_t)p->k, p->k, p->amp, p->bf16, s->row);
                 eng_synth_q4_row(s->row, p->k, s->blob, scales + n * kb);
                 eng_ow_init_write(s->w, s->blob, (size_t)p->k / 2);
             }
@@ -471,7 +505,7 @@ static void matmul_nbits(synth *s, int64_t layer, eng_synth_proj_kind kind, cons
     eng_ow_attr_int(s->w, "accuracy_level", 4);
 }
 
-static void graph_io(synth *s)
+void synth_graph_io(synth *s)
 {
     const eng_synth_geom *g = s->g;
     char name[NAME_MAX_LEN];
@@ -501,7 +535,7 @@ static void mask_prelude(synth *s)
 {
 #define BASE "/model/attn_mask_reformat/attn_mask_subgraph"
     const int64_t one = 1;
-    const char *c1 = const_i64(s, 1, &one, false);
+    const char *c1 = synth_const_i64(s, 1, &one, false);
     eng_ow_node(s->w, "ReduceSum", "", BASE "/ReduceSum", ENG_OW_LIST("attention_mask", c1),
                 ENG_OW_LIST(BASE "/ReduceSum/output_0"));
     eng_ow_attr_int(s->w, "keepdims", 0);
@@ -511,7 +545,7 @@ static void mask_prelude(synth *s)
     eng_ow_node(s->w, "Cast", "", BASE "/Sub/Cast", ENG_OW_LIST(BASE "/Sub/output_0"), ENG_OW_LIST(s->seqlens_k));
     eng_ow_attr_int(s->w, "to", ENG_DT_INT32);
     eng_ow_node(s->w, "Shape", "", BASE "/Shape", ENG_OW_LIST("attention_mask"), ENG_OW_LIST(BASE "/Shape/output_0"));
-    const char *c1s = const_i64(s, 1, &one, true);
+    const char *c1s = synth_const_i64(s, 1, &one, true);
     eng_ow_node(s->w, "Gather", "", BASE "/Gather", ENG_OW_LIST(BASE "/Shape/output_0", c1s),
                 ENG_OW_LIST(BASE "/Gather/output_0"));
     eng_ow_attr_int(s->w, "axis", 0);
@@ -529,9 +563,16 @@ static void embedding(synth *s, char *out)
     eng_ow_init_begin(s->w, "model.embed_tokens.weight", ENG_DT_FLOAT, 2, dims);
     if (!s->dry) {
         eng_synth_proj p = eng_synth_proj_of(g, 0, ENG_SYNTH_LM_HEAD);
-        uint64_t key = tensor_key(s->seed, p.tensor_id);
+        uint64_t key = synth_tensor_key(s->seed, p.tensor_id);
+        float *sc = s->rsc;
         for (int64_t n = 0; n < g->vocab && !eng_ow_error(s->w); n++) {
-            gen_span(key, (uint64_t)n * (uint64_t)p.k, p.k, p.amp, p.bf16, s->row);
+            synth_gen_span(key, (uint64_t)n * (uint64_t)p.k, p.k, p.amp, p.bf16, s->row);
+            /* The values the tied INT4 weight of the standard contracts holds, as their Gather sees them. */
+            if (g->embed_int4) {
+                eng_synth_q4_row(s->row, p.k, s->blob, sc);
+                for (int64_t k = 0; k < p.k; k++)
+                    s->row[k] = (float)((int)((s->blob[k / 2] >> (4 * (k & 1))) & 15) - 8) * sc[k / ENG_SYNTH_BLOCK];
+            }
             eng_ow_init_write(s->w, s->row, (size_t)p.k * sizeof(float));
         }
     }
@@ -542,7 +583,7 @@ static void embedding(synth *s, char *out)
 }
 
 /* cos_cache / sin_cache [context, H/2]: cos/sin(t * inv_freq[i]) in float32, as the builder computes them. */
-static void rope_caches(synth *s)
+void synth_rope_caches(synth *s)
 {
     const eng_synth_geom *g = s->g;
     int64_t half = g->head / 2;
@@ -576,17 +617,17 @@ static void qk_norm(synth *s, int64_t layer, const char *which, uint32_t tid, in
     char n[NAME_MAX_LEN], r1[NAME_MAX_LEN], ln[NAME_MAX_LEN], w[NAME_MAX_LEN];
     int64_t heads_shape[3] = {0, -1, g->head};
     int64_t back_shape[3] = {0, -1, width};
-    const char *c_heads = const_i64(s, 3, heads_shape, false);
+    const char *c_heads = synth_const_i64(s, 3, heads_shape, false);
     NAME(n, "/model/layers.%" PRId64 "/attn/%s/Reshape_1", layer, which);
     NAME(r1, "%s/output_0", n);
     eng_ow_node(s->w, "Reshape", "", n, ENG_OW_LIST(input, c_heads), ENG_OW_LIST(r1));
     NAME(w, "model.layers.%" PRId64 ".attn.%s.layernorm.weight", layer, which);
-    norm_init(s, w, tid, g->head);
+    synth_norm_init(s, w, tid, g->head, ENG_DT_FLOAT);
     NAME(n, "/model/layers.%" PRId64 "/attn/%s/SimplifiedLayerNormalization", layer, which);
     simplified_ln(s, n, r1, w, NAME(ln, "%s/output_0", n));
-    const char *c_back = const_i64(s, 3, back_shape, false);
+    const char *c_back = synth_const_i64(s, 3, back_shape, false);
     NAME(n, "/model/layers.%" PRId64 "/attn/%s/Reshape_2", layer, which);
-    fmt(out, NAME_MAX_LEN, "%s/output_0", n);
+    synth_fmt(out, NAME_MAX_LEN, "%s/output_0", n);
     eng_ow_node(s->w, "Reshape", "", n, ENG_OW_LIST(ln, c_back), ENG_OW_LIST(out));
 }
 
@@ -600,7 +641,7 @@ static void layer(synth *s, int64_t i, char *residual, char *sub)
     char gate[NAME_MAX_LEN], up[NAME_MAX_LEN], sig[NAME_MAX_LEN], act[NAME_MAX_LEN], mul[NAME_MAX_LEN];
 
     NAME(w, "model.layers.%" PRId64 ".input_layernorm.weight", i);
-    norm_init(s, w, layer_tid(i, LT_INPUT_LN), g->hidden);
+    synth_norm_init(s, w, synth_layer_tid(i, LT_INPUT_LN), g->hidden, ENG_DT_FLOAT);
     NAME(x, "/model/layers.%" PRId64 "/input_layernorm/output_0", i);
     if (i == 0) {
         simplified_ln(s, NAME(n, "/model/layers.0/input_layernorm/LayerNorm"), residual, w, x);
@@ -613,16 +654,16 @@ static void layer(synth *s, int64_t i, char *residual, char *sub)
     int64_t qw = g->q_heads * g->head, kvw = g->kv_heads * g->head;
     matmul_nbits(s, i, ENG_SYNTH_QKV, x, qkv);
     int64_t split[3] = {qw, kvw, kvw};
-    const char *c_split = const_i64(s, 3, split, false);
+    const char *c_split = synth_const_i64(s, 3, split, false);
     NAME(n, "/model/layers.%" PRId64 "/attn/qkv_proj/Split", i);
     eng_ow_node(s->w, "Split", "", n, ENG_OW_LIST(qkv, c_split),
                 ENG_OW_LIST(NAME(q, "%s/output_0", n), NAME(k, "%s/output_1", n), NAME(v, "%s/output_2", n)));
     eng_ow_attr_int(s->w, "axis", -1);
 
-    qk_norm(s, i, "q_norm", layer_tid(i, LT_Q_NORM), qw, NAME(t, "%s", q), q);
-    qk_norm(s, i, "k_norm", layer_tid(i, LT_K_NORM), kvw, NAME(t, "%s", k), k);
+    qk_norm(s, i, "q_norm", synth_layer_tid(i, LT_Q_NORM), qw, NAME(t, "%s", q), q);
+    qk_norm(s, i, "k_norm", synth_layer_tid(i, LT_K_NORM), kvw, NAME(t, "%s", k), k);
     if (i == 0)
-        rope_caches(s);
+        synth_rope_caches(s);
 
     NAME(n, "/model/layers.%" PRId64 "/attn/GroupQueryAttention", i);
     NAME(pk, "past_key_values.%" PRId64 ".key", i);
@@ -646,7 +687,7 @@ static void layer(synth *s, int64_t i, char *residual, char *sub)
     matmul_nbits(s, i, ENG_SYNTH_O, attn, sub);
 
     NAME(w, "model.layers.%" PRId64 ".post_attention_layernorm.weight", i);
-    norm_init(s, w, layer_tid(i, LT_POST_LN), g->hidden);
+    synth_norm_init(s, w, synth_layer_tid(i, LT_POST_LN), g->hidden, ENG_DT_FLOAT);
     NAME(x, "/model/layers.%" PRId64 "/post_attention_layernorm/output_0", i);
     NAME(o3, "/model/layers.%" PRId64 "/post_attention_layernorm/output_3", i);
     skip_ln(s, NAME(n, "/model/layers.%" PRId64 "/post_attention_layernorm/SkipLayerNorm", i), residual, sub, w, x, o3);
@@ -679,8 +720,10 @@ static eng_ow *build(const eng_synth_geom *g, uint64_t seed, const char *data_pa
     if (g->head > kmax)
         kmax = g->head;
     s.row = malloc((size_t)kmax * sizeof *s.row);
+    s.row16 = malloc((size_t)kmax * sizeof *s.row16);
+    s.rsc = malloc(((size_t)kmax / ENG_SYNTH_BLOCK + 1) * sizeof *s.rsc);
     s.blob = malloc((size_t)kmax / 2 + 1);
-    if (!s.w || !s.row || !s.blob) {
+    if (!s.w || !s.row || !s.row16 || !s.rsc || !s.blob) {
         snprintf(err, errlen, "out of memory building the '%s' graph", g->preset);
         goto fail;
     }
@@ -688,9 +731,17 @@ static eng_ow *build(const eng_synth_geom *g, uint64_t seed, const char *data_pa
         eng_ow_data_open(s.w, data_path, location ? location : "model.onnx.data");
     if (progress && progress->fn)
         eng_ow_set_progress(s.w, progress->fn, progress->ctx, total);
+    if (g->contract != ENG_SYNTH_ORT_INT4) {
+        synth_std_graph(&s);
+        if (eng_ow_error(s.w)) {
+            snprintf(err, errlen, "%s", eng_ow_error(s.w));
+            goto fail;
+        }
+        goto done;
+    }
     eng_ow_opset(s.w, "", 21);
     eng_ow_opset(s.w, "com.microsoft", 1);
-    graph_io(&s);
+    synth_graph_io(&s);
     mask_prelude(&s);
 
     char residual[NAME_MAX_LEN], sub[NAME_MAX_LEN] = "";
@@ -700,7 +751,7 @@ static eng_ow *build(const eng_synth_geom *g, uint64_t seed, const char *data_pa
 
     char n[NAME_MAX_LEN], w[NAME_MAX_LEN], f[NAME_MAX_LEN], logits[NAME_MAX_LEN];
     NAME(w, "model.layers.%" PRId64 ".final_norm_layernorm.weight", g->layers);
-    norm_init(&s, w, TID_FINAL_NORM, g->hidden);
+    synth_norm_init(&s, w, TID_FINAL_NORM, g->hidden, ENG_DT_FLOAT);
     NAME(f, "/model/layers.%" PRId64 "/final_norm_layernorm/output_0", g->layers);
     skip_ln(&s, NAME(n, "/model/layers.%" PRId64 "/final_norm_layernorm/SkipLayerNorm", g->layers), residual, sub, w,
             f, NULL);
@@ -710,11 +761,16 @@ static eng_ow *build(const eng_synth_geom *g, uint64_t seed, const char *data_pa
         snprintf(err, errlen, "%s", eng_ow_error(s.w));
         goto fail;
     }
+done:
     free(s.row);
+    free(s.row16);
+    free(s.rsc);
     free(s.blob);
     return s.w;
 fail:
     free(s.row);
+    free(s.row16);
+    free(s.rsc);
     free(s.blob);
     eng_ow_free(s.w);
     return NULL;

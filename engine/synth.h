@@ -19,6 +19,48 @@
 
 #include "engine/onnx_write.h"
 
+/*
+ * The graph contracts the writer produces for the same weights
+ * (design.md section 1):
+ *   ort-int4  the ONNX Runtime GenAI form (MatMulNBits, GroupQueryAttention, ...);
+ *   int4-qdq  standard ONNX: every projection UINT4 [K, N] -> DequantizeLinear
+ *             (axis 0, block 32, BF16 scales, UINT4 zero points) -> MatMul; the
+ *             tied embedding / LM head one UINT4 [V, D] -> DequantizeLinear
+ *             (axis 1) -> Gather, and -> Transpose -> MatMul; BF16 activations;
+ *   float     standard ONNX with constant BF16 weights and BF16 activations;
+ *   float32   its FP32 twin (the same graph with FP32 values).
+ * The standard ones use opset 23 RMSNormalization, RotaryEmbedding and
+ * Attention, or with `decomposed` their primitive decompositions. Their
+ * public inputs and outputs are the ORT form's (FP32 KV and logits), reached
+ * through Cast nodes.
+ */
+typedef enum eng_synth_contract {
+    ENG_SYNTH_ORT_INT4 = 0,
+    ENG_SYNTH_INT4_QDQ,
+    ENG_SYNTH_FLOAT,
+    ENG_SYNTH_FLOAT32,
+} eng_synth_contract;
+
+/*
+ * How the BF16 values of int4-qdq and float are carried. ONNX Runtime has no
+ * BF16 CPU kernels, so its references are the same graph with FP32 in their
+ * place: the values are exact copies and the Casts to BF16 vanish (fp32), or
+ * every computing node's output goes through Cast to BF16 and back
+ * (bf16-round), which rounds where the BF16 graph rounds and so bounds how
+ * far the BF16 graph's results may lie from the FP32 carrier's.
+ */
+typedef enum eng_synth_carrier {
+    ENG_SYNTH_CARRIER_NATIVE = 0,
+    ENG_SYNTH_CARRIER_FP32,
+    ENG_SYNTH_CARRIER_BF16_ROUND,
+} eng_synth_carrier;
+
+/* "ort-int4", ...; and back (0, or -1 for an unknown name). */
+const char *eng_synth_contract_name(eng_synth_contract c);
+int eng_synth_contract_parse(const char *s, eng_synth_contract *out);
+const char *eng_synth_carrier_name(eng_synth_carrier c);
+int eng_synth_carrier_parse(const char *s, eng_synth_carrier *out);
+
 typedef struct eng_synth_geom {
     char preset[16];
     int64_t layers;
@@ -30,6 +72,10 @@ typedef struct eng_synth_geom {
     int64_t vocab;          /* V */
     int64_t context;        /* rows of cos_cache/sin_cache, genai context_length */
     bool f32_weights;       /* weights drawn as full fp32 values instead of bfloat16 ones */
+    eng_synth_contract contract;
+    bool decomposed;        /* standard contracts: primitive ops instead of the opset 23 ones */
+    eng_synth_carrier carrier; /* int4-qdq and float: the ONNX Runtime reference variants */
+    bool embed_int4;        /* ort-int4: the FP32 embedding holds the dequantized INT4 tied weight */
 } eng_synth_geom;
 
 /* Fills G for "tiny", "0.6b" or "4b"; -1 for any other name. */

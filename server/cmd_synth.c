@@ -14,24 +14,41 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: qwen3d synth --preset tiny|0.6b|4b --out DIR [--seed N] [--layers N] [--weights bf16|f32]\n"
-            "                    [--tokenizer DIR]\n"
+            "usage: qwen3d synth --preset tiny|0.6b|4b --out DIR [--contract C] [--decomposed]\n"
+            "                    [--carrier bf16|fp32|bf16-round] [--embedding f32|int4] [--seed N]\n"
+            "                    [--layers N] [--weights bf16|f32] [--tokenizer DIR]\n"
             "\n"
-            "Writes a Qwen3 model folder in the ONNX Runtime GenAI INT4 CPU graph form with\n"
-            "deterministic random weights: model.onnx, model.onnx.data, genai_config.json and,\n"
-            "with --tokenizer, tokenizer.json and tokenizer_config.json copied from DIR or DIR/models.\n"
+            "Writes a Qwen3 model folder with deterministic random weights: model.onnx,\n"
+            "model.onnx.data, genai_config.json and, with --tokenizer, tokenizer.json and\n"
+            "tokenizer_config.json copied from DIR or DIR/models. Every contract holds the same\n"
+            "weights (the same INT4 codes and scales in both INT4 forms).\n"
             "  --preset P      geometry: tiny (2 layers, hidden 256), 0.6b (28/1024), 4b (36/2560)\n"
             "  --out DIR       output folder, created with its parents if needed\n"
+            "  --contract C    ort-int4 (default): the ONNX Runtime GenAI INT4 CPU form (MatMulNBits,\n"
+            "                  GroupQueryAttention); int4-qdq: standard ONNX, UINT4 weights through\n"
+            "                  DequantizeLinear, the embedding tied to the LM head, BF16 activations;\n"
+            "                  float: BF16 weights and activations; float32: its FP32 twin\n"
+            "  --decomposed    int4-qdq, float, float32: primitive ops (ReduceMean/Pow/Sqrt/Div, Slice/\n"
+            "                  Neg/Concat/Mul/Add, MatMul/Softmax) instead of the opset 23 RMSNormalization,\n"
+            "                  RotaryEmbedding and Attention\n"
+            "  --carrier K     int4-qdq, float: bf16 (default), the contract itself; fp32, its BF16 values\n"
+            "                  carried as FP32 (ONNX Runtime's reference); bf16-round, that with every\n"
+            "                  node's output rounded to BF16 and back (the bound for the BF16 graph)\n"
+            "  --embedding E   ort-int4: f32 (default), the embedding's own values; int4, the values of\n"
+            "                  the INT4 tied weight the standard contracts look up (to compare the forms)\n"
             "  --seed N        weight seed, 0 .. 2^63-1 (default 1)\n"
             "  --layers N      override the preset's layer count, 1 .. 4096\n"
             "  --weights W     bf16 (default): weights are bfloat16 values, as in Qwen3's checkpoints,\n"
-            "                  so every scale is too; f32: full fp32 values (scales that fit no 16-bit form)\n"
+            "                  so every scale is too; f32: full fp32 values (scales that fit no 16-bit\n"
+            "                  form; ort-int4 and float32 only)\n"
             "  --tokenizer DIR folder holding the Qwen3 tokenizer files\n");
 }
 
 int cmd_synth(int argc, char **argv)
 {
     const char *preset = NULL, *out = NULL, *seed_s = NULL, *layers_s = NULL, *tokenizer = NULL, *weights = NULL;
+    const char *contract = NULL, *carrier = NULL, *embedding = NULL;
+    bool decomposed = false;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
@@ -59,6 +76,20 @@ int cmd_synth(int argc, char **argv)
             if (r < 0)
                 return 2;
             weights = v;
+        } else if ((r = cli_opt("synth", argc, argv, &i, "contract", &v)) != 0) {
+            if (r < 0)
+                return 2;
+            contract = v;
+        } else if ((r = cli_opt("synth", argc, argv, &i, "carrier", &v)) != 0) {
+            if (r < 0)
+                return 2;
+            carrier = v;
+        } else if ((r = cli_opt("synth", argc, argv, &i, "embedding", &v)) != 0) {
+            if (r < 0)
+                return 2;
+            embedding = v;
+        } else if (cli_flag(argv, i, "decomposed")) {
+            decomposed = true;
         } else if ((r = cli_opt("synth", argc, argv, &i, "tokenizer", &v)) != 0) {
             if (r < 0)
                 return 2;
@@ -87,6 +118,22 @@ int cmd_synth(int argc, char **argv)
     if (weights && strcmp(weights, "bf16") && strcmp(weights, "f32"))
         return cli_fail("synth", "--weights: '%s' is not bf16 or f32", weights);
     g.f32_weights = weights && !strcmp(weights, "f32");
+    if (contract && eng_synth_contract_parse(contract, &g.contract))
+        return cli_fail("synth", "--contract: '%s' is not ort-int4, int4-qdq, float or float32", contract);
+    if (carrier && eng_synth_carrier_parse(carrier, &g.carrier))
+        return cli_fail("synth", "--carrier: '%s' is not bf16, fp32 or bf16-round", carrier);
+    if (embedding && strcmp(embedding, "f32") && strcmp(embedding, "int4"))
+        return cli_fail("synth", "--embedding: '%s' is not f32 or int4", embedding);
+    g.embed_int4 = embedding && !strcmp(embedding, "int4");
+    g.decomposed = decomposed;
+    if (g.decomposed && g.contract == ENG_SYNTH_ORT_INT4)
+        return cli_fail("synth", "--decomposed: the ort-int4 contract has no decomposed form");
+    if (g.carrier && g.contract != ENG_SYNTH_INT4_QDQ && g.contract != ENG_SYNTH_FLOAT)
+        return cli_fail("synth", "--carrier: only int4-qdq and float have FP32 carrier variants");
+    if (g.embed_int4 && g.contract != ENG_SYNTH_ORT_INT4)
+        return cli_fail("synth", "--embedding: only the ort-int4 contract has a separate FP32 embedding");
+    if (g.f32_weights && g.contract != ENG_SYNTH_ORT_INT4 && g.contract != ENG_SYNTH_FLOAT32)
+        return cli_fail("synth", "--weights f32: the %s contract holds BF16 values", eng_synth_contract_name(g.contract));
     if (tokenizer && !*tokenizer)
         return cli_fail("synth", "--tokenizer: empty folder name");
 
@@ -108,9 +155,11 @@ int cmd_synth(int argc, char **argv)
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-    printf("%s: preset %s, %" PRId64 " layers, seed %" PRId64 ", %s weights, %zu nodes, %zu initializers, %" PRIu64
-           " bytes (model.onnx %" PRIu64 ", model.onnx.data %" PRIu64 "), %.2f s\n",
-           out, g.preset, g.layers, seed, g.f32_weights ? "f32" : "bf16", res.n_nodes, res.n_initializers,
+    printf("%s: preset %s, contract %s%s%s%s, %" PRId64 " layers, seed %" PRId64 ", %s weights, %zu nodes, "
+           "%zu initializers, %" PRIu64 " bytes (model.onnx %" PRIu64 ", model.onnx.data %" PRIu64 "), %.2f s\n",
+           out, g.preset, eng_synth_contract_name(g.contract), g.decomposed ? " (decomposed)" : "",
+           g.carrier ? ", carrier " : "", g.carrier ? eng_synth_carrier_name(g.carrier) : "", g.layers, seed,
+           g.f32_weights ? "f32" : "bf16", res.n_nodes, res.n_initializers,
            res.onnx_bytes + res.data_bytes,
            res.onnx_bytes, res.data_bytes, secs);
     return 0;

@@ -104,7 +104,7 @@ static void check_graph(const eng_graph *g)
     for (size_t i = 0; i < g->n_inits; i++) {
         const eng_tensor *t = &g->inits[i];
         FUZZ_CHECK(t->nbytes == 0 || t->data);
-        FUZZ_CHECK(t->nbytes == t->n_elems * eng_dtype_size(t->dtype));
+        FUZZ_CHECK(t->nbytes == eng_dtype_bytes(t->dtype, t->n_elems));
     }
 }
 

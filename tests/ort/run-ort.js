@@ -7,6 +7,14 @@
 // Usage: run-ort.js --model DIR --prompt-ids 1,2,3 [--teacher-ids 4,5,6]
 //                   [--steps N] [--dump-logits FILE] [--threads N]
 //                   [--accuracy-level N] [--work-dir DIR] [--round-past-f16] [--json]
+//                   [--opt-level disabled|basic|extended|all] [--config KEY=VALUE]
+//
+// --opt-level sets ONNX Runtime's graph optimization level (default all). At
+// extended and all it rewrites DequantizeLinear -> MatMul of UINT4 weights
+// into MatMulNBits with int8 activations (accuracy level from the session
+// config key session.qdq_matmulnbits_accuracy_level, default 4), so the
+// exact reference for the standard INT4 contract runs at basic. --config adds
+// a session config entry (repeatable).
 //
 // --accuracy-level N runs a copy whose MatMulNBits nodes all carry
 // accuracy_level=N (0 = fp32 activations, 4 = int8), made in a scratch folder
@@ -77,7 +85,7 @@ function roundF16InPlace(a) {
 }
 
 function parseArgs(argv) {
-  const o = { threads: 1, teacher: [], steps: null, json: false, accuracyLevel: null };
+  const o = { threads: 1, teacher: [], steps: null, json: false, accuracyLevel: null, optLevel: 'all', config: {} };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const val = () => {
@@ -95,6 +103,17 @@ function parseArgs(argv) {
       case '--work-dir': o.workDir = val(); break;
       case '--json': o.json = true; break;
       case '--round-past-f16': o.roundPastF16 = true; break;
+      case '--opt-level': {
+        o.optLevel = val();
+        if (!['disabled', 'basic', 'extended', 'all'].includes(o.optLevel)) throw new UsageError(`--opt-level: "${o.optLevel}"`);
+        break;
+      }
+      case '--config': {
+        const kv = val(), eq = kv.indexOf('=');
+        if (eq <= 0) throw new UsageError(`--config: "${kv}" is not KEY=VALUE`);
+        o.config[kv.slice(0, eq)] = kv.slice(eq + 1);
+        break;
+      }
       default: throw new UsageError(`unknown argument "${a}"`);
     }
   }
@@ -228,6 +247,18 @@ async function main() {
   }
 }
 
+// Session config entries as onnxruntime-node takes them: "a.b=c" as {a: {b: "c"}}.
+function configTree(flat) {
+  const tree = {};
+  for (const [k, v] of Object.entries(flat)) {
+    const parts = k.split('.');
+    let node = tree;
+    for (const p of parts.slice(0, -1)) node = node[p] = node[p] || {};
+    node[parts[parts.length - 1]] = v;
+  }
+  return tree;
+}
+
 async function run(ort, o, cfg, modelDir) {
   const modelPath = path.join(modelDir, cfg.filename);
   const t0 = performance.now();
@@ -235,6 +266,8 @@ async function run(ort, o, cfg, modelDir) {
     intraOpNumThreads: o.threads,
     interOpNumThreads: 1,
     executionMode: 'sequential',
+    graphOptimizationLevel: o.optLevel,
+    extra: configTree(o.config),
     // Fatal only: ORT's own error lines would break the one-line error rule.
     logSeverityLevel: 4,
   });
