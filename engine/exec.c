@@ -243,8 +243,9 @@ int eng_exec_last_row_only(eng_exec *x, const char *name, bool on, eng_diag *dia
         eng_diag_add(diag, "'%s' is not a computed output of the graph", name);
         return -1;
     }
-    if (p->steps[i].op != &op_matmulnbits) {
-        eng_diag_add(diag, "output '%s' comes from %s, not a row-wise MatMulNBits", name, p->steps[i].node->op_type);
+    if (p->steps[i].op != &op_matmulnbits && p->steps[i].op != &op_matmul_f) {
+        eng_diag_add(diag, "output '%s' comes from %s, not a row-wise MatMulNBits or MatMul", name,
+                     p->steps[i].node->op_type);
         return -1;
     }
     x->last_row[i] = on;
@@ -605,9 +606,10 @@ void eng_exec_set_profiling(eng_exec *x, bool on)
 size_t eng_exec_profile(const eng_exec *x, eng_prof_entry *out, size_t cap)
 {
     size_t n = 0;
-    for (size_t k = 0; k < plan_n_ops && n < cap; k++)
+    for (size_t k = 0; k < plan_n_ops + plan_n_internal_ops && n < cap; k++)
         if (x->prof_calls[k])
-            out[n++] = (eng_prof_entry){plan_ops[k]->op, x->prof_ns[k], x->prof_calls[k]};
+            out[n++] = (eng_prof_entry){k < plan_n_ops ? plan_ops[k]->op : plan_internal_ops[k - plan_n_ops]->op,
+                                        x->prof_ns[k], x->prof_calls[k]};
     return n;
 }
 

@@ -66,12 +66,57 @@ void plan_fuse_norm_quant(eng_plan *p)
             step *r = &p->steps[j];
             if (int8_mmnb_reading(r, ns->out[0])) {
                 r->p.mmnb.qa_from_norm = true;
-                snprintf(r->kernel, sizeof r->kernel, "%s%s (activations quantized by the norm)",
-                         p->krn.mmnb_i8.name, plan_pack_note(&r->p.mmnb.w));
+                snprintf(r->kernel, sizeof r->kernel, "%s%s%s%s (activations quantized by the norm)",
+                         r->origin ? r->origin : "", r->origin ? ": " : "", p->krn.mmnb_i8.name,
+                         plan_pack_note(&r->p.mmnb.w));
             }
         }
         size_t len = strlen(ns->kernel);
         snprintf(ns->kernel + len, sizeof ns->kernel - len, " + %s", p->krn.quant_a8.name);
+    }
+}
+
+/*
+ * Plan rewrite: Add(residual, sublayer) followed by an RMS norm of the sum
+ * over the last axis (the standard contracts' form of the ORT form's
+ * SkipSimplifiedLayerNormalization) becomes that one step: the norm writes
+ * the sum, as output 3, for the residual stream's later readers, and the Add
+ * is folded. Only when every other reader of the sum comes after the norm.
+ * The sum and the normalized row are computed exactly as the two steps do.
+ */
+void plan_fuse_skip_norm(eng_plan *p)
+{
+    for (size_t i = 0; i < p->n_steps; i++) {
+        step *ns = &p->steps[i];
+        if (ns->op != &op_sln || ns->p.norm.axis != -1 || ns->n_in != 2)
+            continue;
+        int sum = ns->in[0], ia = plan_producer_step(p, sum);
+        if (ia < 0 || p->steps[ia].op != &op_add || p->steps[ia].silu_gate >= 0 || p->vals[sum].graph_output)
+            continue;
+        bool later = true;
+        for (size_t j = 0; j <= i && later; j++)
+            for (int k = 0; k < p->steps[j].n_in && j != i; k++)
+                later &= p->steps[j].op == &op_folded || p->steps[j].in[k] != sum;
+        if (!later)
+            continue;
+        step *add = &p->steps[ia];
+        int gamma = ns->in[1];
+        ns->op = &op_skip_sln;
+        ns->n_in = 3;
+        ns->in[0] = add->in[0];
+        ns->in[1] = add->in[1];
+        ns->in[2] = gamma;
+        for (int k = ns->n_out; k < 4; k++)
+            ns->out[k] = -1;
+        ns->n_out = 4;
+        ns->out[3] = sum;
+        p->vals[sum].def = (int)i;
+        for (int k = 0; k < 2; k++)
+            if (p->vals[ns->in[k]].last < (int)i && !p->vals[ns->in[k]].graph_output)
+                p->vals[ns->in[k]].last = (int)i;
+        add->op = &op_folded;
+        snprintf(add->kernel, sizeof add->kernel, "fused into the RMS norm after it (skip norm)");
+        snprintf(ns->kernel, sizeof ns->kernel, "%s (Add + RMS norm fused)", p->krn.skip_rmsnorm.name);
     }
 }
 

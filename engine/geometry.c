@@ -20,6 +20,7 @@ const char *eng_weight_role_name(eng_weight_role r)
     case ENG_ROLE_EMBEDDING: return "embedding";
     case ENG_ROLE_NORM: return "norm_weights";
     case ENG_ROLE_ROTARY: return "rotary_caches";
+    case ENG_ROLE_FLOAT_WEIGHT: return "float_weights";
     default: return "other";
     }
 }
@@ -46,6 +47,17 @@ eng_weight_role eng_initializer_role(const eng_graph *g, size_t i)
                 return ENG_ROLE_NORM;
             } else if (is_op(n, "com.microsoft", "GroupQueryAttention") && (j == 7 || j == 8)) {
                 return ENG_ROLE_ROTARY;
+            } else if (is_op(n, "", "DequantizeLinear")) {
+                return j == 0 ? ENG_ROLE_INT4_WEIGHT : j == 1 ? ENG_ROLE_SCALES : ENG_ROLE_ZERO_POINTS;
+            } else if (is_op(n, "", "Gather") && j == 0 && g->inits[i].dtype == ENG_DT_BFLOAT16) {
+                return ENG_ROLE_EMBEDDING;
+            } else if ((is_op(n, "", "MatMul") && j == 1) || (is_op(n, "", "Transpose") && g->inits[i].rank == 2)) {
+                return ENG_ROLE_FLOAT_WEIGHT;
+            } else if ((is_op(n, "", "RMSNormalization") && j == 1) || (is_op(n, "", "Mul") && g->inits[i].rank == 1)) {
+                return ENG_ROLE_NORM;
+            } else if ((is_op(n, "", "RotaryEmbedding") && (j == 1 || j == 2)) ||
+                       ((is_op(n, "", "Cast") || is_op(n, "", "Gather")) && g->inits[i].rank == 2)) {
+                return ENG_ROLE_ROTARY;
             }
             return ENG_ROLE_OTHER;
         }
@@ -70,6 +82,103 @@ static const eng_node *consumer(const eng_graph *g, int v, const char *domain, c
     return NULL;
 }
 
+/* The constant tensor behind value v: an initializer, or one through a Cast (the BF16 graphs' tables). */
+static const eng_tensor *table_of(const eng_graph *g, int v)
+{
+    if (v < 0)
+        return NULL;
+    const eng_tensor *t = eng_graph_initializer(g, g->values[v].name);
+    const eng_node *c = t ? NULL : eng_graph_producer(g, g->values[v].name);
+    if (c && is_op(c, "", "Cast") && c->n_inputs)
+        t = eng_graph_initializer(g, c->inputs[0]);
+    return t;
+}
+
+/* K of a standard MatMul's weight: a [K, N] constant, or a DequantizeLinear of UINT4 [K, N] codes. */
+static int64_t matmul_k(const eng_graph *g, const eng_node *mm)
+{
+    if (!mm || mm->n_inputs < 2)
+        return 0;
+    const eng_tensor *t = eng_graph_initializer(g, mm->inputs[1]);
+    const eng_node *dq = t ? NULL : eng_graph_producer(g, mm->inputs[1]);
+    if (dq && is_op(dq, "", "DequantizeLinear") && dq->n_inputs)
+        t = eng_graph_initializer(g, dq->inputs[0]);
+    return t && t->rank == 2 ? t->dims[0] : 0;
+}
+
+/*
+ * The standard contracts (design.md section 1): attention nodes are
+ * Attention, or the decomposition's Softmax, its query Reshape to
+ * [0, 0, kv_heads, group, head] giving the heads; the embedding a FLOAT or
+ * BFLOAT16 table, or the UINT4 [V, D] codes behind DequantizeLinear.
+ */
+static void standard_geometry(const eng_graph *g, eng_geometry *geo)
+{
+    const eng_node *att = NULL;
+    int64_t softmaxes = 0;
+    for (size_t k = 0; k < g->n_nodes; k++) {
+        const eng_node *n = &g->nodes[k];
+        if (is_op(n, "", "Attention")) {
+            if (!att)
+                att = n;
+            geo->layers++;
+        }
+        softmaxes += is_op(n, "", "Softmax");
+        if (is_op(n, "", "Reshape") && n->n_inputs == 2 && !geo->heads) {
+            const eng_tensor *sh = eng_graph_initializer(g, n->inputs[1]);
+            const eng_node *c = sh ? NULL : eng_graph_producer(g, n->inputs[1]);
+            if (c && is_op(c, "", "Constant") && c->n_attrs == 1)
+                sh = c->attrs[0].t;
+            if (sh && sh->dtype == ENG_DT_INT64 && sh->n_elems == 5 && sh->data) {
+                const int64_t *d = sh->data;
+                geo->kv_heads = d[2];
+                geo->heads = d[2] * d[3];
+                geo->head_size = d[4];
+            }
+        }
+        if (is_op(n, "", "Gather") && n->n_inputs > 0 && !geo->vocab) {
+            const eng_tensor *t = eng_graph_initializer(g, n->inputs[0]);
+            const eng_node *dq = t ? NULL : eng_graph_producer(g, n->inputs[0]);
+            if (dq && is_op(dq, "", "DequantizeLinear") && dq->n_inputs)
+                t = eng_graph_initializer(g, dq->inputs[0]);
+            if (t && t->rank == 2 && (t->dtype == ENG_DT_BFLOAT16 || t->dtype == ENG_DT_FLOAT ||
+                                      t->dtype == ENG_DT_UINT4) && (dq || n->n_inputs < 2 ||
+                                      g->values[eng_graph_value(g, n->inputs[1])].kind == ENG_VALUE_INPUT)) {
+                geo->vocab = t->dims[0];
+                geo->hidden = t->dims[1];
+            }
+        }
+        /* down_proj reads the SwiGLU product, a Mul of two computed values (a norm's Mul has a weight) */
+        if (is_op(n, "", "MatMul") && !geo->intermediate && n->n_inputs > 0) {
+            const eng_node *p = eng_graph_producer(g, n->inputs[0]);
+            if (p && is_op(p, "", "Mul") && p->n_inputs == 2 && eng_graph_producer(g, p->inputs[0]) &&
+                eng_graph_producer(g, p->inputs[1]))
+                geo->intermediate = matmul_k(g, n);
+        }
+        const eng_tensor *cos = NULL;
+        if (is_op(n, "", "RotaryEmbedding") && n->n_inputs > 1)
+            cos = table_of(g, eng_graph_value(g, n->inputs[1]));
+        else if (is_op(n, "", "Gather") && n->n_inputs > 1) {
+            const eng_node *ix = eng_graph_producer(g, n->inputs[1]);
+            if (ix && is_op(ix, "", "Range"))
+                cos = table_of(g, eng_graph_value(g, n->inputs[0]));
+        }
+        if (cos && cos->rank == 2 && !geo->max_positions) {
+            geo->max_positions = cos->dims[0];
+            geo->rotary_dim = 2 * cos->dims[1];
+        }
+    }
+    if (att) {
+        geo->heads = eng_node_attr_int(att, "q_num_heads", 0);
+        geo->kv_heads = eng_node_attr_int(att, "kv_num_heads", 0);
+        const eng_node *o_proj = consumer(g, att->output_values[0], "", "MatMul");
+        if (o_proj && geo->heads > 0)
+            geo->head_size = matmul_k(g, o_proj) / geo->heads;
+    } else {
+        geo->layers = softmaxes;
+    }
+}
+
 int eng_graph_geometry(const eng_graph *g, eng_geometry *geo, eng_diag *diag)
 {
     memset(geo, 0, sizeof *geo);
@@ -81,9 +190,10 @@ int eng_graph_geometry(const eng_graph *g, eng_geometry *geo, eng_diag *diag)
                 gqa = n;
             geo->layers++;
         }
-        if (is_op(n, "", "Gather") && n->n_inputs > 0 && !geo->vocab) {
+        if (is_op(n, "", "Gather") && n->n_inputs > 1 && !geo->vocab) {
             const eng_tensor *t = eng_graph_initializer(g, n->inputs[0]);
-            if (t && t->dtype == ENG_DT_FLOAT && t->rank == 2) {
+            int ix = eng_graph_value(g, n->inputs[1]);
+            if (t && t->dtype == ENG_DT_FLOAT && t->rank == 2 && ix >= 0 && g->values[ix].kind == ENG_VALUE_INPUT) {
                 geo->vocab = t->dims[0];
                 geo->hidden = t->dims[1];
             }
@@ -95,6 +205,8 @@ int eng_graph_geometry(const eng_graph *g, eng_geometry *geo, eng_diag *diag)
                 geo->intermediate = eng_node_attr_int(n, "K", 0);
         }
     }
+    if (!gqa)
+        standard_geometry(g, geo);
     if (gqa) {
         geo->heads = eng_node_attr_int(gqa, "num_heads", 0);
         geo->kv_heads = eng_node_attr_int(gqa, "kv_num_heads", 0);
@@ -110,12 +222,14 @@ int eng_graph_geometry(const eng_graph *g, eng_geometry *geo, eng_diag *diag)
     size_t before = diag->n_total;
     const char *dir = g->dir;
     if (!geo->layers)
-        eng_diag_add(diag, "%s: no GroupQueryAttention node: not a decoder graph of the supported form", dir);
+        eng_diag_add(diag, "%s: no GroupQueryAttention, Attention or attention decomposition: not a decoder graph "
+                     "of a supported form", dir);
     if (!geo->vocab)
-        eng_diag_add(diag, "%s: no float embedding table read by a Gather node", dir);
+        eng_diag_add(diag, "%s: no embedding table (float, or UINT4 through DequantizeLinear) read by a Gather node",
+                     dir);
     if (geo->layers && !geo->head_size)
-        eng_diag_add(diag, "%s: cannot derive head size: no MatMulNBits reads the attention output", dir);
+        eng_diag_add(diag, "%s: cannot derive head size: no projection reads the attention output", dir);
     if (geo->layers && !geo->intermediate)
-        eng_diag_add(diag, "%s: cannot derive the MLP width: no MatMulNBits reads a Mul output", dir);
+        eng_diag_add(diag, "%s: cannot derive the MLP width: no projection reads a Mul output", dir);
     return diag->n_total > before ? -1 : 0;
 }

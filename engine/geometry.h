@@ -12,7 +12,7 @@
 #include "engine/model.h"
 
 typedef struct eng_geometry {
-    int64_t layers;        /* GroupQueryAttention nodes */
+    int64_t layers;        /* attention nodes: GroupQueryAttention, Attention, or decomposed (Softmax) */
     int64_t hidden;        /* embedding width D */
     int64_t heads;         /* query heads */
     int64_t kv_heads;
@@ -32,6 +32,7 @@ typedef enum {
     ENG_ROLE_EMBEDDING,    /* float table read by Gather */
     ENG_ROLE_NORM,         /* layer-norm gammas */
     ENG_ROLE_ROTARY,       /* cos/sin caches */
+    ENG_ROLE_FLOAT_WEIGHT, /* constant FLOAT / BFLOAT16 MatMul weights (the float contracts) */
     ENG_ROLE_COUNT
 } eng_weight_role;
 

@@ -175,13 +175,25 @@ static int gqa_shapes(eng_exec *x, const step *s, gqa_dims *d)
         }
         d->P = pk->v.dims[2];
     }
-    if (seq->v.dtype != ENG_DT_INT32 || eng_view_numel(&seq->v) != 1)
-        STEP_FAIL(x, s, "seqlens_k must be INT32 [1]");
-    if (tot->v.dtype != ENG_DT_INT32 || eng_view_numel(&tot->v) != 1)
-        STEP_FAIL(x, s, "total_sequence_length must be one INT32");
-    if (need_data(x, s, tot, "total_sequence_length") != 0)
-        return -1;
-    d->T = ((const int32_t *)tot->v.data)[0];
+    if (g->lowered) {
+        /* the attention mask's length, from the positions the graph computes for its rotary embedding */
+        if (tot->v.dtype != ENG_DT_INT64 || eng_view_numel(&tot->v) != 1)
+            STEP_FAIL(x, s, "the attention mask length must be one INT64");
+        if (need_data(x, s, tot, "the attention mask length") != 0)
+            return -1;
+        d->T = ((const int64_t *)tot->v.data)[0];
+        if (pk && !x->n_batch && !x->kv[g->index].k && d->P != d->T - d->S)
+            STEP_FAIL(x, s, "past_key holds %lld tokens, the attention mask %lld - %lld new", (long long)d->P,
+                      (long long)d->T, (long long)d->S);
+    } else {
+        if (seq->v.dtype != ENG_DT_INT32 || eng_view_numel(&seq->v) != 1)
+            STEP_FAIL(x, s, "seqlens_k must be INT32 [1]");
+        if (tot->v.dtype != ENG_DT_INT32 || eng_view_numel(&tot->v) != 1)
+            STEP_FAIL(x, s, "total_sequence_length must be one INT32");
+        if (need_data(x, s, tot, "total_sequence_length") != 0)
+            return -1;
+        d->T = ((const int32_t *)tot->v.data)[0];
+    }
     if (d->T < d->S)
         STEP_FAIL(x, s, "total_sequence_length %lld is less than the %lld new tokens", (long long)d->T, (long long)d->S);
     d->present = d->T > d->P ? d->T : d->P;
@@ -422,7 +434,7 @@ static int run_gqa(eng_exec *x, const step *s)
     const rt_val *seq = IN(x, s, 5);
     rt_val *out = OUT(x, s, 0), *prk = OUT(x, s, 1), *prv = OUT(x, s, 2);
     int64_t S = d.S, H = d.H, Nq = g->heads, Nkv = g->kv_heads;
-    int64_t total = (int64_t)((const int32_t *)seq->v.data)[0] + 1;
+    int64_t total = g->lowered ? d.T : (int64_t)((const int32_t *)seq->v.data)[0] + 1;
     bool first = S == d.T;
     int64_t past = first ? 0 : total - S;
     if (first && total != S)
@@ -478,6 +490,25 @@ static int run_gqa(eng_exec *x, const step *s)
         return 0;
     }
     run_rows(x, s, &d, &sq);
+    return 0;
+}
+
+/* ---- lowered Attention (lower.c) ------------------------------------------------ */
+
+int plan_prep_lowered_attention(plan_builder *b, step *s, int64_t heads, int64_t kv_heads, float scale,
+                                const char *what)
+{
+    gqa_params *g = &s->p.gqa;
+    s->op = &op_gqa;
+    s->lowered = true;
+    /* q, k and v are separate (never packed): the query's width is its own heads' */
+    *g = (gqa_params){.index = b->p->n_gqa++, .heads = heads, .kv_heads = kv_heads, .width_heads = heads,
+                      .scale = scale, .rotary = true, .lowered = true};
+    if (heads <= 0 || kv_heads <= 0 || heads % kv_heads)
+        PREP_FAIL(b, s, "%lld query heads are not a positive multiple of %lld kv heads", (long long)heads,
+                  (long long)kv_heads);
+    snprintf(s->kernel, sizeof s->kernel, "%s: %s + %s + %s", what, b->p->krn.kv_store.name, b->p->krn.rotary.name,
+             b->p->krn.gqa.name);
     return 0;
 }
 

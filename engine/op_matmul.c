@@ -10,6 +10,8 @@
 #include "engine/plan_internal.h"
 #include "engine/sampler.h"
 
+#include <stdlib.h>
+
 typedef struct mmnb_call { const krn_table *t; krn_mmnb_args a; bool int8; } mmnb_call;
 
 typedef struct quant_call { const krn_table *t; krn_quant_args a; } quant_call;
@@ -180,6 +182,141 @@ static int run_mmnb(eng_exec *x, const step *s)
     return 0;
 }
 
+/* ---- lowered DequantizeLinear -> MatMul (lower.c) ---------------------------------- */
+
+/*
+ * The same kernels as MatMulNBits over the same 4-bit codes: a weight whose
+ * zero points are all 8 is repacked like MatMulNBits' (the int8 kernels'
+ * packed form, scales kept as bfloat16 when they are), any other gets a copy
+ * in MatMulNBits' own layout with its zero points, which the kernels read in
+ * place. pack_all() fills either from the mapped tensors.
+ */
+int plan_prep_q4(plan_builder *b, step *s, const q4_src *src, const char *what)
+{
+    mmnb_params *m = &s->p.mmnb;
+    s->op = &op_matmulnbits;
+    s->lowered = true;
+    s->origin = what;
+    m->w = (krn_q4_weights){.n = src->n, .k = src->k, .block_size = 32};
+    krn_q4_weights_set_blocks(&m->w);
+    m->qdq = src;
+    m->int8 = !b->p->opts.matmul_fp32;
+    bool packing = m->int8 && b->p->krn.q4_packed && src->zp_all_8;
+    m->w.packed_bf16 = packing && plan_q4_scales_bf16(src);
+    size_t kb = m->w.k_blocks;
+    if (packing) {
+        if (!plan_size_packs(b))
+            PREP_FAIL(b, s, "out of memory sizing the repacked weights");
+        uint64_t counted = 0;
+        void *buf = plan_packed_slot(b, s, krn_q4_pack_size(&m->w), &counted);
+        if (!buf)
+            PREP_FAIL(b, s, "out of memory repacking %zu bytes of weights", krn_q4_pack_size(&m->w));
+        m->w.packed = buf;
+        b->p->prepared_bytes += counted;
+    } else {
+        /* MatMulNBits' layout: [n, k_blocks, 16] codes, fp32 scales, packed zero points (none when all 8) */
+        uint8_t *bd = malloc(src->n * kb * 16 + 1);
+        float *sc = malloc(src->n * kb * sizeof *sc + 1);
+        uint8_t *zp = src->zp_all_8 ? NULL : calloc(src->n * ((kb + 1) / 2) + 1, 1);
+        if (!plan_own(b->p, bd) | !plan_own(b->p, sc) | (!src->zp_all_8 && !plan_own(b->p, zp)))
+            PREP_FAIL(b, s, "out of memory copying %zu x %zu weights", src->n, src->k);
+        m->w.b_data = bd;
+        m->w.scales = sc;
+        m->w.zero_pts = zp;
+        b->p->prepared_bytes += src->n * kb * (16 + sizeof *sc) + (zp ? src->n * ((kb + 1) / 2) : 0);
+    }
+    if (m->int8)
+        snprintf(s->kernel, sizeof s->kernel, "%s: %s + %s%s%s", what, b->p->krn.quant_a8.name,
+                 b->p->krn.mmnb_i8.name, plan_pack_note(&m->w), src->zp_all_8 ? "" : " (zero points)");
+    else
+        snprintf(s->kernel, sizeof s->kernel, "%s: %s%s", what, b->p->krn.mmnb_f32.name,
+                 src->zp_all_8 ? "" : " (zero points)");
+    return 0;
+}
+
+/* ---- MatMul with a constant float weight (lower.c) -------------------------------- */
+
+typedef struct mmf_call { const krn_table *t; krn_mmf_args a; } mmf_call;
+
+static void do_mmf(const void *c, size_t b, size_t e)
+{
+    const mmf_call *m = c;
+    m->t->mm_f.fn(&m->a, b, e);
+}
+
+int plan_prep_matmul_f(plan_builder *b, step *s, const eng_tensor *w, bool nk)
+{
+    s->op = &op_matmul_f;
+    s->lowered = true;
+    mmf_params *f = &s->p.mmf;
+    *f = (mmf_params){.w = w->data, .w_ld = (size_t)w->dims[1], .bf16 = w->dtype == ENG_DT_BFLOAT16, .nk = nk,
+                      .n = (size_t)w->dims[nk ? 0 : 1], .k = (size_t)w->dims[nk ? 1 : 0]};
+    /* used in place from the mapping */
+    b->p->prepared_bytes += w->nbytes;
+    snprintf(s->kernel, sizeof s->kernel, "%s (%s weight%s, in place)", b->p->krn.mm_f.name,
+             f->bf16 ? "bf16" : "fp32", nk ? ", transposed" : "");
+    return 0;
+}
+
+static int infer_mmf(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0);
+    const mmf_params *f = &s->p.mmf;
+    if (a->v.dtype != ENG_DT_FLOAT)
+        STEP_FAIL(x, s, "input A must be a float tensor");
+    if (a->v.rank < 1 || a->v.dims[a->v.rank - 1] != (int64_t)f->k)
+        STEP_FAIL(x, s, "input A's last dimension must be K = %zu", f->k);
+    int64_t d[ENG_MAX_RANK];
+    memcpy(d, a->v.dims, sizeof d);
+    d[a->v.rank - 1] = (int64_t)f->n;
+    return set_out(x, s, 0, ENG_DT_FLOAT, a->v.rank, d);
+}
+
+static int run_mmf(eng_exec *x, const step *s)
+{
+    const rt_val *a = IN(x, s, 0);
+    const mmf_params *f = &s->p.mmf;
+    size_t rows = eng_view_numel(&a->v) / f->k;
+    mmf_call c = {&x->p->krn, {.a = a->v.data, .a_ld = f->k, .w = f->w, .w_ld = f->w_ld, .w_bf16 = f->bf16,
+                                .w_nk = f->nk, .y = OUT(x, s, 0)->v.data, .y_ld = f->n, .m = rows, .n = f->n,
+                                .k = f->k}};
+    if (rows)
+        plan_run_par(x, f->n, 16, do_mmf, &c);
+    return 0;
+}
+
+/* ---- embedding rows of the tied INT4 weight (lower.c) ------------------------------ */
+
+static int infer_gather_q4(eng_exec *x, const step *s)
+{
+    const rt_val *ix = IN(x, s, 1);
+    const krn_q4_weights *w = &s->p.gq4.head->p.mmnb.w;
+    if (ix->v.dtype != ENG_DT_INT64 && ix->v.dtype != ENG_DT_INT32)
+        STEP_FAIL(x, s, "indices must be INT64 or INT32, not %s", eng_dtype_name(ix->v.dtype));
+    if (ix->v.rank + 1 > ENG_MAX_RANK)
+        STEP_FAIL(x, s, "indices of rank %d are too many", ix->v.rank);
+    int64_t d[ENG_MAX_RANK];
+    memcpy(d, ix->v.dims, sizeof d);
+    d[ix->v.rank] = (int64_t)w->k;
+    return set_out(x, s, 0, ENG_DT_FLOAT, ix->v.rank + 1, d);
+}
+
+static int run_gather_q4(eng_exec *x, const step *s)
+{
+    const rt_val *ix = IN(x, s, 1);
+    float *o = OUT(x, s, 0)->v.data;
+    const krn_q4_weights *w = &s->p.gq4.head->p.mmnb.w;
+    uint64_t n = eng_view_numel(&ix->v);
+    int64_t rows = (int64_t)w->n;
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t r = int_at(&ix->v, i);
+        if (r < -rows || r >= rows)
+            STEP_FAIL(x, s, "index %lld out of range [-%lld, %lld)", (long long)r, (long long)rows, (long long)rows);
+        krn_q4_dequant_row(w, (size_t)(r < 0 ? r + rows : r), o + i * w->k);
+    }
+    return 0;
+}
+
 /* ---- registry rows (op_registry.h) ---- */
 
 const op_def op_matmulnbits = {
@@ -188,4 +325,14 @@ const op_def op_matmulnbits = {
     .attrs = {{"K", ENG_ATTR_INT, true}, {"N", ENG_ATTR_INT, true}, {"bits", ENG_ATTR_INT, false},
               {"block_size", ENG_ATTR_INT, false}, {"accuracy_level", ENG_ATTR_INT, false}},
     .prepare = prep_mmnb, .infer = infer_mmnb, .run = run_mmnb,
+};
+
+/* Internal steps of lowered graphs (lower.c); no ONNX op names them. */
+const op_def op_matmul_f = {
+    .domain = "", .op = "MatMul (float weight)", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
+    .infer = infer_mmf, .run = run_mmf,
+};
+const op_def op_gather_q4 = {
+    .domain = "", .op = "Gather (tied INT4 embedding)", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
+    .infer = infer_gather_q4, .run = run_gather_q4,
 };

@@ -150,6 +150,17 @@ static int run_skip_sln(eng_exec *x, const step *s)
     return 0;
 }
 
+/*
+ * RMSNormalization (opset 23): the same computation as
+ * SimplifiedLayerNormalization with the same attributes and defaults, so it
+ * becomes that step (and takes part in the same fusions).
+ */
+static int prep_rmsnorm(plan_builder *b, step *s)
+{
+    s->op = &op_sln;
+    return prep_sln(b, s);
+}
+
 /* ---- registry rows (op_registry.h) ---- */
 
 const op_def op_sln = {
@@ -164,4 +175,11 @@ const op_def op_skip_sln = {
     .min_in = 3, .max_in = 4, .min_out = 1, .max_out = 4,
     .attrs = {{"epsilon", ENG_ATTR_FLOAT, false}},
     .prepare = prep_skip_sln, .infer = infer_skip_sln, .run = run_skip_sln,
+};
+const op_def op_rmsnorm = {
+    .domain = "", .op = "RMSNormalization",
+    .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
+    .attrs = {{"axis", ENG_ATTR_INT, false}, {"epsilon", ENG_ATTR_FLOAT, false},
+              {"stash_type", ENG_ATTR_INT, false}},
+    .prepare = prep_rmsnorm, .infer = infer_sln, .run = run_sln,
 };

@@ -31,7 +31,8 @@ static int prep_constant(plan_builder *b, step *s)
     } else if (!strcmp(a->name, "value_float") || !strcmp(a->name, "value_int")) {
         bool f = a->name[6] == 'f';
         void *buf = calloc(1, 8);
-        p->owned[p->n_owned++] = buf;
+        if (!plan_own(p, buf))
+            PREP_FAIL(b, s, "out of memory");
         if (f)
             *(float *)buf = a->f;
         else
@@ -43,7 +44,8 @@ static int prep_constant(plan_builder *b, step *s)
         bool f = a->name[6] == 'f';
         size_t cnt = f ? a->n_floats : a->n_ints;
         void *buf = calloc(cnt + 1, 8);
-        p->owned[p->n_owned++] = buf;
+        if (!plan_own(p, buf))
+            PREP_FAIL(b, s, "out of memory");
         if (cnt && f) /* an empty list may have no array at all */
             memcpy(buf, a->floats, cnt * sizeof(float));
         else if (cnt)
@@ -110,6 +112,8 @@ static int prep_gather(plan_builder *b, step *s)
                           (s->p.gather.axis == 0 || s->p.gather.axis == -2);
     if (s->p.gather.use_krn)
         snprintf(s->kernel, sizeof s->kernel, "%s", b->p->krn.gather.name);
+    else if (table && table->dtype == ENG_DT_BFLOAT16)
+        snprintf(s->kernel, sizeof s->kernel, "gather.generic (bf16 rows widened to fp32)");
     else
         snprintf(s->kernel, sizeof s->kernel, "gather.generic");
     return 0;
@@ -135,7 +139,8 @@ static int infer_gather(eng_exec *x, const step *s)
         od[k++] = ix->v.dims[i];
     for (int i = (int)axis + 1; i < r; i++)
         od[k++] = d->v.dims[i];
-    return set_out(x, s, 0, d->v.dtype, orank, od);
+    /* the plan keeps BF16 values in FP32 (lower.c): a BF16 table gives FLOAT rows */
+    return set_out(x, s, 0, d->v.dtype == ENG_DT_BFLOAT16 ? ENG_DT_FLOAT : d->v.dtype, orank, od);
 }
 
 static int run_gather(eng_exec *x, const step *s)
@@ -165,12 +170,24 @@ static int run_gather(eng_exec *x, const step *s)
         if (v < -dim || v >= dim)
             goto range;
     }
+    bool widen = d->v.dtype == ENG_DT_BFLOAT16;
     for (uint64_t ob = 0; ob < outer; ob++)
         for (uint64_t i = 0; i < n_idx; i++) {
             int64_t v = int_at(&ix->v, i);
             if (v < 0)
                 v += dim;
-            memcpy(dst + (ob * n_idx + i) * inner, src + (ob * (uint64_t)dim + (uint64_t)v) * inner, inner);
+            const uint8_t *from = src + (ob * (uint64_t)dim + (uint64_t)v) * inner;
+            if (!widen) {
+                memcpy(dst + (ob * n_idx + i) * inner, from, inner);
+                continue;
+            }
+            float *to = (float *)(void *)dst + (ob * n_idx + i) * (inner / 2);
+            for (uint64_t e = 0; e < inner / 2; e++) {
+                uint16_t h;
+                memcpy(&h, from + 2 * e, sizeof h);
+                uint32_t u = (uint32_t)h << 16;
+                memcpy(&to[e], &u, sizeof u);
+            }
         }
     return 0;
 range:
@@ -184,9 +201,10 @@ range:
 
 /* ---- Cast ---------------------------------------------------------------------- */
 
+/* BFLOAT16 is a target, kept as FLOAT: the plan never rounds to BF16 (lower.c). */
 static bool cast_supported(int32_t t)
 {
-    return t == ENG_DT_FLOAT || t == ENG_DT_DOUBLE || is_int_dtype(t);
+    return t == ENG_DT_FLOAT || t == ENG_DT_DOUBLE || t == ENG_DT_BFLOAT16 || is_int_dtype(t);
 }
 
 static int prep_cast(plan_builder *b, step *s)
@@ -201,9 +219,9 @@ static int prep_cast(plan_builder *b, step *s)
 static int infer_cast(eng_exec *x, const step *s)
 {
     const rt_val *a = IN(x, s, 0);
-    if (!cast_supported(a->v.dtype))
+    if (!cast_supported(a->v.dtype) || a->v.dtype == ENG_DT_BFLOAT16)
         STEP_FAIL(x, s, "input type %s is not supported", eng_dtype_name(a->v.dtype));
-    return set_out(x, s, 0, s->p.cast.to, a->v.rank, a->v.dims);
+    return set_out(x, s, 0, s->p.cast.to == ENG_DT_BFLOAT16 ? ENG_DT_FLOAT : s->p.cast.to, a->v.rank, a->v.dims);
 }
 
 static int run_cast(eng_exec *x, const step *s)

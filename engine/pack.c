@@ -55,14 +55,80 @@ static const eng_tensor *node_init(const eng_plan *p, const eng_node *n, size_t 
     return t->dtype == dtype && t->n_elems == n_elems ? t : NULL;
 }
 
+bool plan_q4_scales_bf16(const q4_src *src)
+{
+    if (src->s_dtype == ENG_DT_BFLOAT16)
+        return true;
+    size_t kb = (src->k + 31) / 32;
+    for (size_t n = 0; n < src->n; n++)
+        for (size_t j = 0; j < kb; j++) {
+            float v;
+            memcpy(&v, (const float *)src->s + n * src->s_sn + j * src->s_sb, sizeof v);
+            if (!krn_q4_scales_fit_bf16(&v, 1))
+                return false;
+        }
+    return true;
+}
+
+/* Nibble i of a 4-bit tensor. */
+static inline unsigned nib(const uint8_t *t, uint64_t i)
+{
+    return (t[i / 2] >> (4 * (i & 1))) & 15;
+}
+
+/*
+ * Columns n0 .. n1 of a lowered weight in MatMulNBits' layout, the first at
+ * index 0: codes [n, k_blocks, 16] (the padding of a last partial block 0),
+ * fp32 scales [n * k_blocks], and unless ZP is NULL the zero points
+ * [n, (k_blocks + 1) / 2] packed two per byte.
+ */
+void plan_q4_fill(const q4_src *src, size_t n0, size_t n1, uint8_t *b, float *scales, uint8_t *zp)
+{
+    size_t kb = (src->k + 31) / 32, zb = (kb + 1) / 2;
+    for (size_t n = n0; n < n1; n++) {
+        uint8_t *row = b + (n - n0) * kb * 16;
+        memset(row, 0, kb * 16);
+        for (size_t k = 0; k < src->k; k++)
+            row[k / 2] |= (uint8_t)(nib(src->q, n * src->q_sn + k * src->q_sk) << (4 * (k & 1)));
+        for (size_t j = 0; j < kb; j++) {
+            uint64_t i = n * src->s_sn + j * src->s_sb;
+            if (src->s_dtype == ENG_DT_BFLOAT16) {
+                uint16_t h;
+                memcpy(&h, (const uint16_t *)src->s + i, sizeof h);
+                uint32_t u = (uint32_t)h << 16;
+                memcpy(&scales[(n - n0) * kb + j], &u, sizeof u);
+            } else {
+                memcpy(&scales[(n - n0) * kb + j], (const float *)src->s + i, sizeof(float));
+            }
+        }
+        if (zp) {
+            memset(zp + (n - n0) * zb, 0, zb);
+            for (size_t j = 0; j < kb; j++)
+                zp[(n - n0) * zb + j / 2] |= (uint8_t)(nib(src->z, n * src->z_sn + j * src->z_sb) << (4 * (j & 1)));
+        }
+    }
+}
+
 /*
  * Bytes of krn_q4_pack for a MatMulNBits node as its attributes and scales
- * describe it (0 when the packed form does not apply), and in *bf16 the form
- * of its scales.
+ * describe it, or for a lowered DequantizeLinear weight as the lowering
+ * found it (0 when the packed form does not apply), and in *bf16 the form of
+ * its scales.
  */
-static size_t node_pack_size(const eng_plan *p, const eng_node *n, bool *bf16)
+static size_t node_pack_size(const eng_plan *p, size_t i, bool *bf16)
 {
+    const eng_node *n = &p->g->nodes[i];
+    const step *s = &p->steps[i];
     *bf16 = false;
+    if (s->op == &op_matmulnbits && s->p.mmnb.qdq) {
+        const q4_src *src = s->p.mmnb.qdq;
+        if (p->opts.matmul_fp32 || !p->krn.q4_packed || !src->zp_all_8)
+            return 0;
+        *bf16 = plan_q4_scales_bf16(src);
+        krn_q4_weights w = {.n = src->n, .k = src->k, .block_size = 32, .packed_bf16 = *bf16};
+        krn_q4_weights_set_blocks(&w);
+        return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;
+    }
     if (strcmp(n->op_type, "MatMulNBits") || eng_node_attr_int(n, "bits", 4) != 4 ||
         eng_node_attr_int(n, "block_size", 0) != 32 || eng_node_attr_int(n, "accuracy_level", 0) != 4 ||
         (n->n_inputs > 3 && n->input_values[3] >= 0))
@@ -95,7 +161,7 @@ bool plan_size_packs(plan_builder *b)
         return false;
     /* An overflowing total cannot be allocated: packed_slot() then fails the node naming it. */
     for (size_t i = 0; i < g->n_nodes; i++)
-        if (!ck_add_u64(b->pack_total, node_pack_size(b->p, &g->nodes[i], &b->scales_bf16[i]), &b->pack_total))
+        if (!ck_add_u64(b->pack_total, node_pack_size(b->p, i, &b->scales_bf16[i]), &b->pack_total))
             b->pack_total = UINT64_MAX;
     b->pack_sized = true;
     return true;
@@ -132,10 +198,9 @@ void *plan_packed_slot(plan_builder *b, const step *s, size_t bytes, uint64_t *c
         return (void *)(base + used);
     size_t want = base ? bytes : (total >= bytes ? total : bytes);
     void *buf = alloc_weights(want);
-    if (buf) {
-        p->owned[p->n_owned++] = buf;
-        *counted = want;
-    }
+    if (!plan_own(p, buf))
+        return NULL;
+    *counted = want;
     return buf;
 }
 
@@ -151,23 +216,64 @@ typedef struct pack_job {
     _Atomic uint64_t *done;   /* packed bytes of all jobs */
     const eng_plan_opts *report; /* set for the caller's own job: it tells opts->progress */
     uint64_t total;
+    bool failed; /* a lowered weight's tile buffers could not be allocated */
 } pack_job;
 
-static void pack_one(step *s)
+/*
+ * A lowered DequantizeLinear weight: its packed form one tile of columns at
+ * a time (each tile's columns gathered into MatMulNBits' layout first), or
+ * its whole copy in that layout.
+ */
+static bool pack_qdq(mmnb_params *m)
+{
+    const q4_src *src = m->qdq;
+    size_t kb = m->w.k_blocks;
+    if (!m->w.packed) {
+        plan_q4_fill(src, 0, src->n, (uint8_t *)m->w.b_data, (float *)m->w.scales, (uint8_t *)m->w.zero_pts);
+        return true;
+    }
+    size_t tile = krn_q4_pack_size(&(krn_q4_weights){.n = 1, .k = m->w.k, .block_size = 32, .k_blocks = kb,
+                                                     .packed_bf16 = m->w.packed_bf16});
+    uint8_t *tb = malloc(KRN_Q4_PACK_TILE * 16 * kb);
+    float *ts = malloc(KRN_Q4_PACK_TILE * sizeof(float) * kb);
+    for (size_t n0 = 0; tb && ts && n0 < src->n; n0 += KRN_Q4_PACK_TILE) {
+        size_t n1 = n0 + KRN_Q4_PACK_TILE < src->n ? n0 + KRN_Q4_PACK_TILE : src->n;
+        plan_q4_fill(src, n0, n1, tb, ts, NULL);
+        krn_q4_weights t = {.b_data = tb, .scales = ts, .n = n1 - n0, .k = m->w.k, .block_size = 32, .k_blocks = kb,
+                            .packed_bf16 = m->w.packed_bf16};
+        krn_q4_pack(&t, (uint8_t *)m->w.packed + n0 / KRN_Q4_PACK_TILE * tile);
+    }
+    bool ok = tb && ts;
+    free(tb);
+    free(ts);
+    return ok;
+}
+
+/* False when out of memory (a lowered weight's tile buffers). */
+static bool pack_one(step *s)
 {
     mmnb_params *m = &s->p.mmnb;
+    if (m->qdq) {
+        if (!pack_qdq(m))
+            return false;
+        for (int i = 0; i < 3; i++)
+            plan_release_mapped(m->qdq->tensors[i]);
+        m->qdq = NULL;
+        return true;
+    }
     krn_q4_pack(&m->w, (void *)m->w.packed);
     /* The kernels now stream the copy; the mapped originals need not stay resident. */
     plan_release_mapped(m->pack_b);
     plan_release_mapped(m->pack_scales);
     m->pack_b = m->pack_scales = NULL;
+    return true;
 }
 
 static void *pack_thread(void *arg)
 {
     pack_job *j = arg;
     for (size_t i = 0; i < j->n; i++) {
-        pack_one(j->steps[i]);
+        j->failed |= !pack_one(j->steps[i]);
         uint64_t bytes = krn_q4_pack_size(&j->steps[i]->p.mmnb.w);
         uint64_t d = atomic_fetch_add(j->done, bytes) + bytes;
         if (j->report && j->report->progress)
@@ -184,10 +290,10 @@ static int cmp_pack_size(const void *a, const void *b)
 
 static bool needs_pack(const step *s)
 {
-    return s->op && s->op == &op_matmulnbits && s->p.mmnb.pack_b;
+    return s->op && s->op == &op_matmulnbits && (s->p.mmnb.pack_b || s->p.mmnb.qdq);
 }
 
-void plan_pack_all(eng_plan *p)
+bool plan_pack_all(eng_plan *p)
 {
     size_t n = 0;
     for (size_t i = 0; i < p->n_steps; i++)
@@ -199,12 +305,13 @@ void plan_pack_all(eng_plan *p)
     step **all = calloc(n + 1, sizeof *all), **slots = calloc(n * nt + 1, sizeof *slots);
     if (!all || !slots) {
         /* no memory for the bookkeeping: one thread, in step order */
+        bool ok = true;
         for (size_t i = 0; i < p->n_steps; i++)
             if (needs_pack(&p->steps[i]))
-                pack_one(&p->steps[i]);
+                ok &= pack_one(&p->steps[i]);
         free(all);
         free(slots);
-        return;
+        return ok;
     }
     size_t k = 0;
     for (size_t i = 0; i < p->n_steps; i++)
@@ -218,7 +325,7 @@ void plan_pack_all(eng_plan *p)
     for (size_t i = 0; i < n; i++)
         total += krn_q4_pack_size(&all[i]->p.mmnb.w);
     for (size_t t = 0; t < nt; t++)
-        jobs[t] = (pack_job){slots + t * n, 0, &done, t == 0 ? &p->opts : NULL, total};
+        jobs[t] = (pack_job){slots + t * n, 0, &done, t == 0 ? &p->opts : NULL, total, false};
     for (size_t i = 0; i < n; i++) {
         size_t t = 0;
         for (size_t u = 1; u < nt; u++)
@@ -242,6 +349,10 @@ void plan_pack_all(eng_plan *p)
         p->opts.progress(p->opts.progress_ctx, total, total);
     free(all);
     free(slots);
+    bool ok = true;
+    for (size_t t = 0; t < nt; t++)
+        ok &= !jobs[t].failed;
+    return ok;
 }
 
 /*
@@ -251,7 +362,7 @@ void plan_pack_all(eng_plan *p)
  */
 void plan_release_mapped(const eng_tensor *t)
 {
-    if (!t->external || !t->data)
+    if (!t || !t->external || !t->data)
         return;
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t lo = ((uintptr_t)t->data + page - 1) & ~(page - 1);

@@ -17,15 +17,28 @@
 #include <stdlib.h>
 
 /* Every op qwen3d runs; a node of any other op is rejected when the plan is built. */
-const op_def *const plan_ops[] = {&op_constant, &op_shape, &op_gather, &op_reduce_sum, &op_sub, &op_add, &op_mul, &op_cast, &op_sigmoid, &op_reshape, &op_split, &op_sln, &op_skip_sln, &op_matmulnbits, &op_gqa};
+const op_def *const plan_ops[] = {
+    &op_constant, &op_shape, &op_gather, &op_reduce_sum, &op_sub, &op_add, &op_mul, &op_cast, &op_sigmoid,
+    &op_reshape, &op_split, &op_sln, &op_skip_sln, &op_matmulnbits, &op_gqa,
+    /* the standard contracts' ops (lower.c) */
+    &op_rmsnorm, &op_dequantize, &op_matmul, &op_transpose, &op_rotary, &op_attention, &op_reduce_mean, &op_pow,
+    &op_sqrt, &op_div, &op_slice, &op_neg, &op_concat, &op_softmax, &op_unsqueeze, &op_range,
+    &op_constant_of_shape, &op_trilu,
+};
 const size_t plan_n_ops = sizeof plan_ops / sizeof plan_ops[0];
+/* Steps of lowered graphs; no ONNX op names them, so the loader never accepts them. */
+const op_def *const plan_internal_ops[] = {&op_folded, &op_matmul_f, &op_gather_q4};
+const size_t plan_n_internal_ops = sizeof plan_internal_ops / sizeof plan_internal_ops[0];
 
 size_t plan_op_index(const op_def *op)
 {
-    size_t k = 0;
-    while (k < plan_n_ops && plan_ops[k] != op)
-        k++;
-    return k;
+    for (size_t k = 0; k < plan_n_ops; k++)
+        if (plan_ops[k] == op)
+            return k;
+    for (size_t k = 0; k < plan_n_internal_ops; k++)
+        if (plan_internal_ops[k] == op)
+            return plan_n_ops + k;
+    return plan_n_ops + plan_n_internal_ops;
 }
 
 const op_def *plan_op_find(const char *domain, const char *op)
@@ -38,6 +51,24 @@ const op_def *plan_op_find(const char *domain, const char *op)
     return NULL;
 }
 
+bool plan_own(eng_plan *p, void *buf)
+{
+    if (!buf)
+        return false;
+    if (p->n_owned == p->cap_owned) {
+        size_t cap = p->cap_owned ? 2 * p->cap_owned : 64;
+        void **o = realloc(p->owned, cap * sizeof *o);
+        if (!o) {
+            free(buf);
+            return false;
+        }
+        p->owned = o;
+        p->cap_owned = cap;
+    }
+    p->owned[p->n_owned++] = buf;
+    return true;
+}
+
 /*
  * External data carries no alignment promise, and kernels load floats and
  * integers as such: a misaligned initializer gets an aligned copy. A table
@@ -48,20 +79,21 @@ static int realign(eng_plan *p, const eng_graph *g, size_t v, const eng_tensor *
     size_t es = eng_dtype_size(t->dtype);
     if (es <= 1 || !t->data || (uintptr_t)t->data % es == 0)
         return 0;
+    /* Gather copies rows with memcpy, and the lowering reads DequantizeLinear's inputs the same way */
     bool only_gathered = true;
     for (size_t i = 0; i < g->n_nodes && only_gathered; i++) {
         const eng_node *n = &g->nodes[i];
         for (size_t j = 0; j < n->n_inputs; j++)
-            if (n->input_values[j] == (int)v && !(j == 0 && !strcmp(n->op_type, "Gather") && !*n->domain))
+            if (n->input_values[j] == (int)v && !(j == 0 && !strcmp(n->op_type, "Gather") && !*n->domain) &&
+                !(!strcmp(n->op_type, "DequantizeLinear") && !*n->domain))
                 only_gathered = false;
     }
     if (only_gathered)
         return 0;
     void *copy = aligned_alloc(ALIGN, (t->nbytes + ALIGN - 1) / ALIGN * ALIGN);
-    if (!copy)
+    if (!copy || !plan_own(p, copy))
         return -1;
     memcpy(copy, t->data, t->nbytes);
-    p->owned[p->n_owned++] = copy;
     p->prepared_bytes += t->nbytes;
     *data = copy;
     return 0;
@@ -83,9 +115,7 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
     p->inits = calloc(g->n_inits + 1, sizeof *p->inits);
     if (!p->inits)
         goto oom;
-    /* folded constants (at most one per node) and realigned initializers */
-    p->owned = calloc(g->n_nodes + g->n_inits + 1, sizeof *p->owned);
-    if (!p->steps || !p->vals || !p->owned)
+    if (!p->steps || !p->vals)
         goto oom;
     size_t before = diag->n_total;
     for (size_t v = 0; v < g->n_values; v++) {
@@ -124,17 +154,27 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
         s->op = plan_op_find(n->domain, n->op_type);
         if (n->n_inputs > MAX_IO || n->n_outputs > MAX_IO) {
             eng_diag_add(diag, "%s: node '%s' (%s): too many inputs or outputs", g->dir, node_label(n), n->op_type);
+            s->op = NULL;
             continue;
         }
         s->n_in = (int)n->n_inputs;
         s->n_out = (int)n->n_outputs;
-        for (int k = 0; k < s->n_in; k++) {
+        for (int k = 0; k < s->n_in; k++)
             s->in[k] = n->input_values[k];
-            if (s->in[k] >= 0 && (int)i > p->vals[s->in[k]].last && !p->vals[s->in[k]].graph_output)
-                p->vals[s->in[k]].last = (int)i;
-        }
         for (int k = 0; k < s->n_out; k++)
             s->out[k] = n->output_values[k];
+    }
+    /* The standard contracts' patterns first, then the nodes they leave, which their registry rows bind. */
+    if (diag->n_total == before)
+        plan_lower(&b);
+    bool lowered = diag->n_total == before;
+    if (lowered)
+        plan_drop_unread(p);
+    for (size_t i = 0; i < g->n_nodes && lowered; i++) {
+        step *s = &p->steps[i];
+        const eng_node *n = s->node;
+        if (s->lowered)
+            continue;
         if (!s->op) {
             eng_diag_add(diag, "%s: node '%s': no kernel for %s::%s", g->dir, node_label(n),
                          *n->domain ? n->domain : "ai.onnx", n->op_type);
@@ -143,11 +183,23 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
         s->op->prepare(&b, s);
     }
     free(b.scales_bf16);
+    if (diag->n_total == before && !plan_widen_constants(p))
+        goto oom;
+    /* Lifetimes: the last step reading each value (graph outputs live to the end). */
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const step *s = &p->steps[i];
+        if (!s->op || s->op == &op_folded)
+            continue;
+        for (int k = 0; k < s->n_in; k++)
+            if (s->in[k] >= 0 && (int)i > p->vals[s->in[k]].last && !p->vals[s->in[k]].graph_output)
+                p->vals[s->in[k]].last = (int)i;
+    }
     for (size_t i = 0; i < g->n_nodes; i++) {
         p->steps[i].silu_head = -1;
         p->steps[i].silu_gate = p->steps[i].silu_up = -1;
     }
     if (!p->opts.no_fusion && diag->n_total == before) {
+        plan_fuse_skip_norm(p);
         plan_fuse_silu(p);
         plan_fuse_norm_quant(p);
     }
@@ -165,8 +217,8 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
         eng_plan_free(p);
         return -1;
     }
-    if (!p->opts.describe_only)
-        plan_pack_all(p);
+    if (!p->opts.describe_only && !plan_pack_all(p))
+        goto oom;
     *out = p;
     return 0;
 oom:
@@ -191,6 +243,11 @@ void eng_plan_free(eng_plan *p)
 const eng_graph *eng_plan_graph(const eng_plan *p)
 {
     return p->g;
+}
+
+const char *eng_plan_contract(const eng_plan *p)
+{
+    return p->contract;
 }
 
 const char *eng_plan_kernel(const eng_plan *p, size_t node)

@@ -56,6 +56,11 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
 void eng_plan_free(eng_plan *p);
 
 const eng_graph *eng_plan_graph(const eng_plan *p);
+/*
+ * The graph contract the plan recognized, e.g. "qwen3-ort-int4" or
+ * "qwen3-int4-qdq (opset 23 ops)" (design.md section 1).
+ */
+const char *eng_plan_contract(const eng_plan *p);
 /* Name of what executes node i (topological index), e.g. "mmnb_i8.avx2". */
 const char *eng_plan_kernel(const eng_plan *p, size_t node);
 /* Weight bytes the plan keeps resident beyond the mapped file (repacked

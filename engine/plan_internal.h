@@ -33,12 +33,40 @@ typedef struct step step;
 
 typedef struct plan_builder plan_builder;
 
+/*
+ * A weight-only INT4 matrix as standard ONNX writes it (lower.c): UINT4
+ * codes q(n, k) and block scales s(n, b) and zero points z(n, b), b = k / 32,
+ * anywhere in their tensors, so that W[n][k] = (q(n, k) - z(n, b)) * s(n, b).
+ * DequantizeLinear axis 0 on a [K, N] initializer has q_sn = 1, q_sk = N;
+ * axis 1 on a [V, D] one (the tied embedding) q_sn = D, q_sk = 1.
+ */
+typedef struct q4_src {
+    const uint8_t *q;     /* 4-bit, element i in nibble i (low first) */
+    uint64_t q_sn, q_sk;
+    const void *s;        /* FLOAT or BFLOAT16 */
+    int32_t s_dtype;
+    uint64_t s_sn, s_sb;
+    const uint8_t *z;     /* 4-bit */
+    uint64_t z_sn, z_sb;
+    size_t n, k;
+    bool zp_all_8;        /* every zero point is 8: the packed form applies */
+    const struct eng_tensor *tensors[3]; /* codes, scales, zero points: released once repacked */
+} q4_src;
+
 typedef struct mmnb_params {
     krn_q4_weights w;
     const struct eng_tensor *pack_b, *pack_scales; /* sources of w.packed until pack_all() */
+    const q4_src *qdq;    /* lowered DequantizeLinear weights: repacked or copied by pack_all() */
     bool int8;
     bool qa_from_norm;    /* its input's producer also quantizes it (fuse_norm_quant) */
 } mmnb_params;
+
+/* MatMul with a constant FLOAT or BFLOAT16 weight read in place (krn mm_f). */
+typedef struct mmf_params {
+    const void *w;
+    size_t w_ld, n, k;
+    bool bf16, nk;        /* nk: the weight is [N, K] (a transposed tied embedding) */
+} mmf_params;
 
 typedef struct gqa_params {
     int index;            /* ordinal among the plan's attention nodes */
@@ -47,12 +75,20 @@ typedef struct gqa_params {
     float scale;          /* 0: 1/sqrt(head size) at run time */
     bool rotary;
     bool packed;          /* key/value absent: query holds Q, K and V */
+    /*
+     * Lowered from standard Attention (lower.c): no seqlens_k; input 6 is
+     * the INT64 length of the attention mask, T, and the past is T - S,
+     * which a past tensor must hold exactly (Attention concatenates it).
+     */
+    bool lowered;
 } gqa_params;
 
 struct step {
     const eng_node *node;
     const op_def *op;
-    char kernel[80];
+    char kernel[160];
+    bool lowered;         /* lower.c bound it (prepare() is not called) */
+    const char *origin;   /* what the lowering made it from, for the kernel name; NULL */
     /* SiLU(gate) * up: the Sigmoid and the first Mul are folded into the
      * second Mul, which then reads gate (silu_gate) and up (silu_up). */
     int silu_head;        /* on Sigmoid and the first Mul: index of the fused step, else -1 */
@@ -72,7 +108,9 @@ struct step {
         struct { int64_t axis; float eps; size_t qa_block, qa_k; } norm;
         struct { char op; } binary;   /* '+', '-', '*' */
         mmnb_params mmnb;
+        mmf_params mmf;
         gqa_params gqa;
+        struct { const step *head; } gq4;  /* embedding rows dequantized from the LM head's INT4 weights */
     } p;
 };
 
@@ -88,6 +126,7 @@ typedef struct val_plan {
 
 struct eng_plan {
     const eng_graph *g;
+    char contract[64];    /* which graph contract the graph follows (lower.c) */
     eng_tensor *inits;    /* the graph's initializers, data realigned where needed */
     int n_gqa;
     eng_plan_opts opts;
@@ -96,7 +135,7 @@ struct eng_plan {
     step *steps;          /* one per node, topological order */
     val_plan *vals;       /* per graph value */
     void **owned;
-    size_t n_owned;
+    size_t n_owned, cap_owned;
     uint64_t prepared_bytes;
 };
 
@@ -150,7 +189,7 @@ struct eng_exec {
     uint64_t kv_bytes_moved;
     eng_kv_binding *kv;   /* per attention node; k == NULL when unbound */
     bool profiling;
-    uint64_t prof_ns[32], prof_calls[32]; /* per plan_ops entry */
+    uint64_t prof_ns[64], prof_calls[64]; /* per plan_ops entry, then per plan_internal_ops entry */
     bool *fused_now;      /* per step: its SiLU fusion applies to this run's shapes */
     bool *last_row;       /* per step: compute its output for the selected input rows only */
     int argmax_step;      /* step whose output rows also get their argmax, -1: none */
@@ -307,10 +346,37 @@ static inline const eng_tensor *const_input(const plan_builder *b, const step *s
 /* The supported ops, one row each, in the files of their families. */
 extern const op_def op_constant, op_shape, op_gather, op_reduce_sum, op_sub, op_add, op_mul, op_cast, op_sigmoid,
     op_reshape, op_split, op_sln, op_skip_sln, op_matmulnbits, op_gqa;
+/* Standard ops the lowering reads as parts of patterns (lower.c), and the generic ones among them. */
+extern const op_def op_dequantize, op_matmul, op_transpose, op_rmsnorm, op_rotary, op_attention, op_reduce_mean,
+    op_pow, op_sqrt, op_div, op_slice, op_neg, op_concat, op_softmax, op_unsqueeze, op_range, op_constant_of_shape,
+    op_trilu;
+/* Steps the lowering makes that no ONNX op names: folded away, a MatMul with a constant float weight,
+ * the embedding rows of the tied INT4 weight. */
+extern const op_def op_folded, op_matmul_f, op_gather_q4;
+extern const op_def *const plan_internal_ops[];
+extern const size_t plan_n_internal_ops;
 extern const op_def *const plan_ops[];
 extern const size_t plan_n_ops;
-/* Position of OP in plan_ops (profiling slots). */
+/* Position of OP in plan_ops, then plan_internal_ops (profiling slots). */
 size_t plan_op_index(const op_def *op);
+
+/* Keeps BUF (malloc'd) until the plan is freed; false (BUF freed) when out of memory. */
+bool plan_own(eng_plan *p, void *buf);
+
+/* ---- lowering (lower.c) ---- */
+
+/*
+ * Recognizes the standard contracts' patterns (DequantizeLinear weights,
+ * RMSNormalization, RotaryEmbedding + Attention and their decompositions,
+ * the FLOAT <-> BFLOAT16 Casts) and binds their anchor steps to the
+ * internal steps; names the contract. Problems go to the builder's diag,
+ * one line per node.
+ */
+void plan_lower(plan_builder *b);
+/* Folds every step no live step or graph output reads (the patterns' leftovers). */
+void plan_drop_unread(eng_plan *p);
+/* FLOAT copies of the BFLOAT16 constants live steps read (norm weights, scalars). */
+bool plan_widen_constants(eng_plan *p);
 
 /* ---- executor (exec.c) ---- */
 
@@ -321,18 +387,35 @@ void plan_run_par(eng_exec *x, size_t n, size_t grain, void (*fn)(const void *, 
 
 bool plan_size_packs(plan_builder *b);
 void *plan_packed_slot(plan_builder *b, const step *s, size_t bytes, uint64_t *counted);
-void plan_pack_all(eng_plan *p);
+/* Fills every packed or copied weight; false when out of memory. */
+bool plan_pack_all(eng_plan *p);
+/* Whether every scale of a lowered weight is a bfloat16 value (the packed copy keeps 16 bits). */
+bool plan_q4_scales_bf16(const q4_src *src);
 void plan_release_mapped(const eng_tensor *t);
 
 /* ---- fusions (fuse.c) ---- */
 
 int plan_producer_step(const eng_plan *p, int v);
 void plan_fuse_norm_quant(eng_plan *p);
+void plan_fuse_skip_norm(eng_plan *p);
 void plan_fuse_silu(eng_plan *p);
+
+/* The packed or ONNX-layout copy of a lowered DequantizeLinear weight (pack.c). */
+void plan_q4_fill(const q4_src *src, size_t n0, size_t n1, uint8_t *b, float *scales, uint8_t *zp);
 
 /* ---- MatMulNBits (op_matmul.c) ---- */
 
 /* What the kernel name adds for the weights' packed form. */
 const char *plan_pack_note(const krn_q4_weights *w);
+/* Binds step s (a lowered MatMul) to the int8 or fp32 MatMulNBits kernels over SRC; -1 named in diag. */
+int plan_prep_q4(plan_builder *b, step *s, const q4_src *src, const char *what);
+/* Binds step s to the dense kernel over a constant weight; -1 named in diag. */
+int plan_prep_matmul_f(plan_builder *b, step *s, const struct eng_tensor *w, bool nk);
+
+/* ---- attention (op_attention.c) ---- */
+
+/* Binds step s (a lowered Attention: inputs q, k, v, past key, past value, -, T, cos, sin). */
+int plan_prep_lowered_attention(plan_builder *b, step *s, int64_t heads, int64_t kv_heads, float scale,
+                                const char *what);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * inspect: `qwen3d inspect --model DIR [--json]`. Loads the graph, derives its
- * geometry, accounts weight bytes by role and prints one line per node with
- * the kernel that executes it. Runs on the main thread only.
+ * geometry, names the graph contract the plan recognized, accounts weight
+ * bytes by role and prints one line per node with the kernel that executes
+ * it. Runs on the main thread only.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -108,6 +109,7 @@ static int print_json(const eng_graph *g, const eng_geometry *geo, const eng_gen
     if (g->opset_ms)
         json_object_set_new(opsets, "com.microsoft", json_integer(g->opset_ms));
     json_object_set_new(root, "opsets", opsets);
+    json_object_set_new(root, "contract", json_string(eng_plan_contract(the_plan)));
     json_object_set_new(root, "node_count", json_integer((json_int_t)g->n_nodes));
     json_object_set_new(root, "initializer_count", json_integer((json_int_t)g->n_inits));
 
@@ -184,7 +186,8 @@ static void print_text(const eng_graph *g, const eng_geometry *geo, const eng_ge
         printf(", com.microsoft %lld", (long long)g->opset_ms);
     printf("\nsize         model.onnx %llu bytes, external data %llu bytes\n",
            (unsigned long long)g->onnx_file_bytes, (unsigned long long)g->data_file_bytes);
-    printf("graph        %zu nodes, %zu initializers\n\nops\n", g->n_nodes, g->n_inits);
+    printf("graph        %zu nodes, %zu initializers\n", g->n_nodes, g->n_inits);
+    printf("contract     %s\n\nops\n", eng_plan_contract(the_plan));
     for (size_t i = 0; i < n_ops; i++)
         printf("  %-14s %-34s %5zu\n", domain_name(ops[i].domain), ops[i].op, ops[i].count);
 

@@ -100,6 +100,23 @@ endif
 TESTS += tests/engine_vs_ort.sh
 EXTRA_DIST += tests/engine_vs_ort.sh tests/ort/compare-logits.js
 
+# The standard contracts (int4-qdq, float, float32) against ONNX Runtime and
+# against the ORT form: tiny here; make check-long adds the 0.6b-width model.
+TESTS += tests/contracts_vs_ort.sh
+EXTRA_DIST += tests/contracts_vs_ort.sh
+LONG_TESTS = tests/contracts_vs_ort.sh
+check-long:
+	QD_LONG=1 $(MAKE) $(AM_MAKEFLAGS) check TESTS="$(LONG_TESTS)"
+.PHONY: check-long
+
+# The standard contracts' lowering: near misses refused naming the node, and
+# the lowered INT4 weights bit for bit the MatMulNBits kernels on the same codes.
+check_PROGRAMS += tests/test_lower
+tests_test_lower_SOURCES = tests/test_lower.c
+tests_test_lower_CFLAGS = $(TEST_CFLAGS)
+tests_test_lower_LDADD = $(TEST_LDADD)
+TESTS += tests/test_lower
+
 check_PROGRAMS += tests/test_synth
 tests_test_synth_SOURCES = tests/test_synth.c
 tests_test_synth_CFLAGS = $(TEST_CFLAGS)

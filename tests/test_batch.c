@@ -7,7 +7,10 @@
  * it, with a prompt budget per step that cuts its prefill differently (into
  * chunks of a single id too), and
  * with its rows at different places in the batch. Checked for every kernel
- * level this CPU runs (QWEN3D_KERNELS), on the tiny model.
+ * level this CPU runs (QWEN3D_KERNELS), on the tiny model; and on the tiny
+ * model's standard contracts (int4-qdq with the opset 23 ops and
+ * decomposed, float), whose lowered attention must batch the same way, at
+ * the CPU's best level, teacher-forced.
  */
 #include <check.h>
 #include <stdio.h>
@@ -19,13 +22,31 @@
 #include "kernels/krn.h"
 #include "tests/check_main.h"
 
-static char model_dir[1024];
+/* The tiny model in each contract: synth arguments and folder. */
+static const char *const contracts[] = {"", "--contract int4-qdq", "--contract int4-qdq --decomposed",
+                                        "--contract float"};
+#define N_CONTRACTS (sizeof contracts / sizeof contracts[0])
+static char model_dirs[N_CONTRACTS][1024];
+static const char *model_dir;
 static eng_model *model;
 static int64_t V;
 
 static void setup_model(void)
 {
-    qd_tiny_model("batch-tiny", false, model_dir, sizeof model_dir);
+    qd_tiny_model("batch-tiny", false, model_dirs[0], sizeof model_dirs[0]);
+    /* the standard contracts of the same tiny model; qd_tiny_model() checked the environment */
+    const char *bd = getenv("QD_BUILDDIR"), *exe = getenv("QWEN3D");
+    for (size_t c = 1; c < N_CONTRACTS; c++) {
+        snprintf(model_dirs[c], sizeof model_dirs[c], "%s/tests/tmp/batch-tiny-std%zu", bd, c);
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "test -f '%s/model.onnx' || '%s' synth --preset tiny %s --out '%s' >/dev/null",
+                 model_dirs[c], exe, contracts[c], model_dirs[c]);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "cannot write the tiny model (%s)\n", contracts[c]);
+            exit(1);
+        }
+    }
+    model_dir = model_dirs[0];
 }
 
 /* Opens the model with the kernels of LEVEL; false when this CPU lacks it. */
@@ -216,6 +237,15 @@ START_TEST(greedy_ids)
 }
 END_TEST
 
+/* The standard contracts: the lowered steps (attention included) keep every row's arithmetic. */
+START_TEST(standard_contracts)
+{
+    model_dir = model_dirs[_i];
+    check_level(krn_cpu_best_level(), false);
+    model_dir = model_dirs[0];
+}
+END_TEST
+
 int main(void)
 {
     setup_model();
@@ -224,6 +254,7 @@ int main(void)
     tcase_set_timeout(tc, 900);
     tcase_add_loop_test(tc, teacher_forced_logits, 0, KRN_LEVEL_COUNT);
     tcase_add_loop_test(tc, greedy_ids, 0, KRN_LEVEL_COUNT);
+    tcase_add_loop_test(tc, standard_contracts, 1, (int)N_CONTRACTS);
     suite_add_tcase(su, tc);
     return qd_run_suite(su);
 }

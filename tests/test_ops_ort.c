@@ -25,7 +25,7 @@
 #include "kernels/krn.h"
 #include "tests/check_main.h"
 
-#define MAX_CASES 96
+#define MAX_CASES 112
 #define MAX_IN 16
 #define MAX_OUT 4
 
@@ -48,6 +48,7 @@ typedef struct opcase {
     int n_out;
     double tol;          /* max |ours - ort| / max(1, max |ort|) for float outputs */
     bool expect_reject;  /* ONNX Runtime and the engine must both refuse the run */
+    bool fp32;           /* plan with fp32 activations in the INT4 matmuls (ORT's exact DequantizeLinear -> MatMul) */
 } opcase;
 
 /* Setup runs before the check suite starts, so it cannot use ck_assert. */
@@ -81,7 +82,7 @@ static size_t dtsize(int32_t dt)
     return eng_dtype_size(dt);
 }
 
-static opcase *new_case(const char *name, double tol)
+static opcase *new_case_opset(const char *name, double tol, int64_t opset)
 {
     REQUIRE(n_cases < MAX_CASES, "too many cases");
     opcase *c = &cases[n_cases++];
@@ -91,12 +92,17 @@ static opcase *new_case(const char *name, double tol)
     mkdir(c->dir, 0755);
     c->tol = tol;
     c->w = eng_ow_new("op_test");
-    eng_ow_opset(c->w, "", 21);
+    eng_ow_opset(c->w, "", opset);
     eng_ow_opset(c->w, "com.microsoft", 1);
     char data[1200];
     snprintf(data, sizeof data, "%s/model.onnx.data", c->dir);
     eng_ow_data_open(c->w, data, "model.onnx.data");
     return c;
+}
+
+static opcase *new_case(const char *name, double tol)
+{
+    return new_case_opset(name, tol, 21);
 }
 
 static eng_ow_dim *fixed_dims(int rank, const int64_t *d)
@@ -592,6 +598,122 @@ static void case_small_ops(void)
     finish_case(c);
 }
 
+/* ---- the standard contracts' patterns (engine/lower.c) ---- */
+
+/* COUNT 4-bit values into a packed buffer (low nibble first); with zp8 all 8, else random. */
+static uint8_t *nibbles(uint64_t count, bool all8)
+{
+    uint8_t *b = calloc(count / 2 + 2, 1);
+    for (uint64_t i = 0; i < count; i++)
+        b[i / 2] |= (uint8_t)((all8 ? 8u : rnd() & 15u) << (4 * (i & 1)));
+    return b;
+}
+
+/* UINT4 codes, FLOAT scales and UINT4 zero points of a DequantizeLinear weight, blocks of 32 along AXIS. */
+static void dq_weight(opcase *c, const char *base, int64_t rows, int64_t cols, int axis, bool zp8, const char *out)
+{
+    int64_t K = axis ? cols : rows, kb = (K + 31) / 32;
+    int64_t qd[2] = {rows, cols}, sd[2] = {axis ? rows : kb, axis ? kb : cols};
+    char qn[64], sn[64], zn[64];
+    snprintf(qn, sizeof qn, "%s_q", base);
+    snprintf(sn, sizeof sn, "%s_s", base);
+    snprintf(zn, sizeof zn, "%s_zp", base);
+    uint8_t *q = nibbles((uint64_t)(rows * cols), false), *z = nibbles((uint64_t)(sd[0] * sd[1]), zp8);
+    eng_ow_init_external(c->w, qn, ENG_DT_UINT4, 2, qd, q, (size_t)((rows * cols + 1) / 2));
+    uint64_t ns = (uint64_t)(sd[0] * sd[1]);
+    float *sc = malloc(ns * sizeof *sc);
+    for (uint64_t i = 0; i < ns; i++)
+        sc[i] = rndf(0.01f, 0.1f) * ((rnd() & 1) ? -1.0f : 1.0f);
+    eng_ow_init_external(c->w, sn, ENG_DT_FLOAT, 2, sd, sc, ns * sizeof *sc);
+    eng_ow_init_external(c->w, zn, ENG_DT_UINT4, 2, sd, z, (size_t)((ns + 1) / 2));
+    free(q);
+    free(z);
+    free(sc);
+    char node[80];
+    snprintf(node, sizeof node, "%s_dq", base);
+    eng_ow_node(c->w, "DequantizeLinear", "", node, ENG_OW_LIST(qn, sn, zn), ENG_OW_LIST(out));
+    eng_ow_attr_int(c->w, "axis", axis);
+    eng_ow_attr_int(c->w, "block_size", 32);
+}
+
+/*
+ * UINT4 [K, N] -> DequantizeLinear (axis 0) -> MatMul: zero points 8 (the
+ * packed form) or any (MatMulNBits' layout with zero points), K with a
+ * partial last block, odd N, an odd number of codes (a half-used last byte).
+ * Planned with fp32 activations, the engine computes what ONNX Runtime
+ * computes without graph optimizations: the exact DequantizeLinear -> MatMul.
+ */
+static void case_qdq_matmul(int64_t m, int64_t k, int64_t n, bool zp8)
+{
+    char name[96];
+    snprintf(name, sizeof name, "qdq_matmul_m%lld_k%lld_n%lld%s", (long long)m, (long long)k, (long long)n,
+             zp8 ? "_zp8" : "_zp");
+    opcase *c = new_case_opset(name, 2e-5, 23);
+    c->fp32 = true;
+    int64_t ad[2] = {m, k};
+    input_rand(c, "A", 2, ad, -2, 2);
+    dq_weight(c, "w", k, n, 0, zp8, "W");
+    eng_ow_node(c->w, "MatMul", "", "mm", ENG_OW_LIST("A", "W"), ENG_OW_LIST("Y"));
+    output(c, "Y", ENG_DT_FLOAT, 2);
+    finish_case(c);
+}
+
+/*
+ * The tied embedding: UINT4 [V, D] -> DequantizeLinear (axis 1) -> Gather
+ * (the looked-up rows, dequantized exactly: tolerance 0) and -> Transpose ->
+ * MatMul (the LM head over the same prepared weights).
+ */
+static void case_qdq_tied(int64_t v, int64_t d, bool zp8)
+{
+    char name[96];
+    snprintf(name, sizeof name, "qdq_tied_v%lld_d%lld%s", (long long)v, (long long)d, zp8 ? "_zp8" : "_zp");
+    opcase *c = new_case_opset(name, 2e-5, 23);
+    c->fp32 = true;
+    int64_t idd[2] = {1, 4}, ids[4] = {0, v - 1, -1, v / 2};
+    input(c, "ids", ENG_DT_INT64, 2, idd, ids);
+    int64_t hd[3] = {1, 3, d};
+    input_rand(c, "H", 3, hd, -2, 2);
+    dq_weight(c, "emb", v, d, 1, zp8, "E");
+    eng_ow_node(c->w, "Gather", "", "lookup", ENG_OW_LIST("E", "ids"), ENG_OW_LIST("rows"));
+    eng_ow_node(c->w, "Transpose", "", "tie", ENG_OW_LIST("E"), ENG_OW_LIST("ET"));
+    eng_ow_attr_ints(c->w, "perm", 2, (const int64_t[]){1, 0});
+    eng_ow_node(c->w, "MatMul", "", "lm_head", ENG_OW_LIST("H", "ET"), ENG_OW_LIST("logits"));
+    output(c, "rows", ENG_DT_FLOAT, 3);
+    output(c, "logits", ENG_DT_FLOAT, 3);
+    finish_case(c);
+}
+
+/* MatMul with a constant FLOAT weight [K, N], and one with the transpose of a constant [N, K] (a tied head). */
+static void case_float_matmul(void)
+{
+    opcase *c = new_case_opset("matmul_float_weight", 2e-5, 23);
+    int64_t ad[3] = {1, 5, 41}, wd[2] = {41, 9}, ed[2] = {13, 41};
+    input_rand(c, "A", 3, ad, -2, 2);
+    init_rand(c, "W", 2, wd, -1, 1);
+    init_rand(c, "E", 2, ed, -1, 1);
+    eng_ow_node(c->w, "MatMul", "", "mm", ENG_OW_LIST("A", "W"), ENG_OW_LIST("Y"));
+    eng_ow_node(c->w, "Transpose", "", "tie", ENG_OW_LIST("E"), ENG_OW_LIST("ET"));
+    eng_ow_attr_ints(c->w, "perm", 2, (const int64_t[]){1, 0});
+    eng_ow_node(c->w, "MatMul", "", "head", ENG_OW_LIST("A", "ET"), ENG_OW_LIST("Z"));
+    output(c, "Y", ENG_DT_FLOAT, 3);
+    output(c, "Z", ENG_DT_FLOAT, 3);
+    finish_case(c);
+}
+
+/* RMSNormalization (opset 23) over the last axis, as the standard contracts' norms and q/k norms. */
+static void case_rmsnorm(void)
+{
+    opcase *c = new_case_opset("rmsnorm_opset23", 1e-5, 23);
+    int64_t xd[3] = {1, 6, 40}, gd[1] = {40};
+    input_rand(c, "X", 3, xd, -3, 3);
+    init_rand(c, "G", 1, gd, 0.5f, 1.5f);
+    eng_ow_node(c->w, "RMSNormalization", "", "rms", ENG_OW_LIST("X", "G"), ENG_OW_LIST("Y"));
+    eng_ow_attr_float(c->w, "epsilon", 1e-6f);
+    eng_ow_attr_int(c->w, "axis", -1);
+    output(c, "Y", ENG_DT_FLOAT, 3);
+    finish_case(c);
+}
+
 static void build_cases(void)
 {
     static const mmnb_spec mm[] = {
@@ -618,6 +740,14 @@ static void build_cases(void)
     case_norms();
     case_gather();
     case_small_ops();
+    case_qdq_matmul(1, 64, 8, true);
+    case_qdq_matmul(3, 40, 7, false);
+    case_qdq_matmul(2, 33, 5, false);
+    case_qdq_matmul(4, 256, 24, true);
+    case_qdq_tied(9, 64, true);
+    case_qdq_tied(7, 33, false);
+    case_float_matmul();
+    case_rmsnorm();
 }
 
 /* ---- comparing ----------------------------------------------------------------- */
@@ -663,7 +793,8 @@ START_TEST(op_matches_onnx_runtime)
     eng_exec *x = NULL;
     ck_assert_msg(eng_graph_load(c->dir, &g, &d) == 0, "case %s: load failed: %s", c->name,
                   d.n_kept ? d.lines[0] : "");
-    ck_assert_msg(eng_plan_new(g, NULL, &p, &d) == 0, "case %s: plan failed: %s", c->name,
+    eng_plan_opts po = {.matmul_fp32 = c->fp32};
+    ck_assert_msg(eng_plan_new(g, &po, &p, &d) == 0, "case %s: plan failed: %s", c->name,
                   d.n_kept ? d.lines[0] : "");
     x = eng_exec_new(p, NULL);
     ck_assert_ptr_nonnull(x);

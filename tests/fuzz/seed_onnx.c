@@ -1,7 +1,8 @@
 /*
  * seed_onnx: writes the seed inputs of tests/fuzz/fuzz_onnx (header, then
- * model.onnx, then model.onnx.data) from small models in the real graph
- * form, made by the same writer as `qwen3d synth` at a few miniature
+ * model.onnx, then model.onnx.data) from small models of every graph
+ * contract (the ORT GenAI form, int4-qdq, float, float32; opset 23 ops and
+ * decomposed), made by the same writer as `qwen3d synth` at a few miniature
  * geometries, each with the three plan options fuzz_onnx reads from the
  * header. Generated at fuzz or test time so that no binary model has to be
  * checked in.
@@ -54,13 +55,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: seed_onnx OUTDIR\n");
         return 2;
     }
+    /* Every graph contract: the ORT GenAI form and the standard ones (opset 23 ops, decomposed). */
+#define MINI1 "mini", 1, 32, 32, 2, 1, 16, 32, 16
+#define MINI2 "mini", 2, 64, 96, 4, 2, 16, 48, 32
     static const struct {
         const char *name;
         eng_synth_geom g;
     } geoms[] = {
-        {"l1-d32", {"mini", 1, 32, 32, 2, 1, 16, 32, 16, false}},
-        {"l2-d64", {"mini", 2, 64, 96, 4, 2, 16, 48, 32, true}},
+        {"l1-d32", {MINI1, .f32_weights = false}},
+        {"l2-d64", {MINI2, .f32_weights = true}},
+        {"l1-d32-qdq", {MINI1, .contract = ENG_SYNTH_INT4_QDQ}},
+        {"l2-d64-qdq-dec", {MINI2, .contract = ENG_SYNTH_INT4_QDQ, .decomposed = true}},
+        {"l1-d32-float", {MINI1, .contract = ENG_SYNTH_FLOAT}},
+        {"l2-d64-f32-dec", {MINI2, .contract = ENG_SYNTH_FLOAT32, .decomposed = true}},
     };
+#undef MINI1
+#undef MINI2
     static const struct {
         const char *name;
         uint32_t bits;
