@@ -22,6 +22,9 @@ static const double TTFT_BOUNDS[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1
 static const double ITL_BOUNDS[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5};
 static const double DURATION_BOUNDS[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
 static const double QUEUE_BOUNDS[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+/* Per step, in rows and tokens; 0 counts the steps that had none. */
+static const double BATCH_BOUNDS[] = {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256};
+static const double PREFILL_STEP_BOUNDS[] = {0, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
 
 /* Token counts of one request. */
 static const double TOKEN_BOUNDS[] = {1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
@@ -62,7 +65,7 @@ struct srv_metrics {
     char version[64];
     code_count requests[SRV_EP_COUNT][MAX_CODES];
     uint64_t prompt_tokens, generation_tokens;
-    histogram ttft, itl, duration, queue, prefill;
+    histogram ttft, itl, duration, queue, prefill, batch, prefill_step;
     int64_t sessions_active, requests_waiting;
     uint64_t kv_bytes, weight_bytes;
     eng_prefix_stats prefix;
@@ -117,6 +120,8 @@ srv_metrics *srv_metrics_new(const char *version)
     hist_init(&m->prompt_len, TOKEN_BOUNDS, sizeof TOKEN_BOUNDS / sizeof *TOKEN_BOUNDS);
     hist_init(&m->gen_len, TOKEN_BOUNDS, sizeof TOKEN_BOUNDS / sizeof *TOKEN_BOUNDS);
     hist_init(&m->decode, DURATION_BOUNDS, sizeof DURATION_BOUNDS / sizeof *DURATION_BOUNDS);
+    hist_init(&m->batch, BATCH_BOUNDS, sizeof BATCH_BOUNDS / sizeof *BATCH_BOUNDS);
+    hist_init(&m->prefill_step, PREFILL_STEP_BOUNDS, sizeof PREFILL_STEP_BOUNDS / sizeof *PREFILL_STEP_BOUNDS);
     struct timeval tv;
     gettimeofday(&tv, NULL);
     m->start_time = (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
@@ -165,6 +170,10 @@ void srv_metrics_prefill(srv_metrics *m, double s) { LOCKED(hist_observe(&m->pre
 void srv_metrics_inter_token(srv_metrics *m, double s) { LOCKED(hist_observe(&m->itl, s)); }
 void srv_metrics_queue_wait(srv_metrics *m, double s) { LOCKED(hist_observe(&m->queue, s)); }
 void srv_metrics_set_waiting(srv_metrics *m, int64_t n) { LOCKED(m->requests_waiting = n); }
+void srv_metrics_step(srv_metrics *m, uint64_t rows, uint64_t prompt_tokens)
+{
+    LOCKED(hist_observe(&m->batch, (double)rows); hist_observe(&m->prefill_step, (double)prompt_tokens));
+}
 
 void srv_metrics_set_sessions(srv_metrics *m, int64_t active, uint64_t kv_bytes)
 {
@@ -379,6 +388,12 @@ char *srv_metrics_render(srv_metrics *m, size_t *len)
                 &m->queue);
     hist_render(&o, "qwen3d_prefill_seconds",
                 "Time from getting a session to the first generated token (the prompt's prefill).", &m->prefill);
+    hist_render(&o, "qwen3d_batch_size",
+                "Sessions that decoded a token in one step of the model (0: a step of prompt tokens only).",
+                &m->batch);
+    hist_render(&o, "qwen3d_prefill_tokens_per_step",
+                "Prompt tokens fed in one step of the model, beside its decode rows (0: a decode-only step).",
+                &m->prefill_step);
     family(&o, "qwen3d_sessions_active", "gauge", "Sessions generating now.");
     outf(&o, "qwen3d_sessions_active %lld\n", (long long)m->sessions_active);
     family(&o, "qwen3d_requests_waiting", "gauge", "Requests queued for a session.");

@@ -966,6 +966,7 @@ static int step_all(srv_sched *s, slot *slots, int n, eng_gen **gens, uint64_t *
     for (int i = 0; i < n; i++)
         fed += eng_gen_last(slots[i].gen)->prompt_fed;
     learn_step(s, decoding, fed, now - t0);
+    srv_metrics_step(s->metrics, decoding, fed);
     int kept = 0;
     for (int i = 0; i < n; i++) {
         char msg[160] = "";

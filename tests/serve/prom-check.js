@@ -152,6 +152,9 @@ async function scrapedAfter(t, ms) {
   await expect(`qwen3d_time_to_first_token_seconds_bucket{${sel},le="+Inf"}`, counted.withTokens);
   await expect(`qwen3d_inter_token_latency_seconds_count{${sel}}`, counted.completion - counted.withTokens);
   await expect(`qwen3d_queue_wait_seconds_count{${sel}}`, counted.admitted);
+  // One decode row per token after a request's first, in the steps' batch sizes.
+  await expect(`qwen3d_batch_size_sum{${sel}}`, counted.completion - counted.withTokens);
+  await expect(`qwen3d_prefill_tokens_per_step_count{${sel}} - qwen3d_batch_size_count{${sel}}`, 0);
   const generation = Object.entries(counted.requests).filter(([k]) => k.startsWith(CMPL) || k.startsWith(CHAT))
     .reduce((a, [, n]) => a + n, 0);
   await expect(`qwen3d_request_duration_seconds_count{${sel}}`, generation);
