@@ -83,7 +83,7 @@ function xorshiftIds(n, seed, vocab) {
   return ids;
 }
 
-// The prompt ids of `qwen3d bench` (server/cmd_bench.c, prompt_ids()).
+// The prompt ids of `qwen3d bench` (server/cli/cmd_bench.c, prompt_ids()).
 function benchPromptIds(n, vocab = 151936) {
   return xorshiftIds(n, 88172645463325252n, vocab);
 }

@@ -1,4 +1,4 @@
-# engine/: ONNX loading, the execution plan, tokenizer, sampler, model writer.
+# engine/: ONNX loading, the execution plan, tokenizer, sampler; the model writer in engine/writer/.
 ONNX_PB = engine/onnx.pb-c.c engine/onnx.pb-c.h
 BUILT_SOURCES += $(ONNX_PB)
 EXTRA_DIST += engine/onnx.proto
@@ -15,9 +15,14 @@ libqwen3d_a_SOURCES += \
 	engine/model.c engine/model.h \
 	engine/genai_config.c engine/genai_config.h \
 	engine/geometry.c engine/geometry.h
-libqwen3d_a_SOURCES += \
-	engine/onnx_write.c engine/onnx_write.h \
-	engine/synth.c engine/synth.h engine/synth_std.c engine/synth_internal.h
+
+# The model writer behind `qwen3d synth` (engine/writer/): ONNX protobuf
+# output and the synthetic Qwen3 graphs. Its own archive, linked into the
+# command line and the tests, never into the runtime library.
+noinst_LIBRARIES += libqwen3d_writer.a
+libqwen3d_writer_a_SOURCES = \
+	engine/writer/onnx_write.c engine/writer/onnx_write.h \
+	engine/writer/synth.c engine/writer/synth.h engine/writer/synth_std.c engine/writer/synth_internal.h
 
 # Tokenizer: Hugging Face tokenizer.json, byte-level BPE (PCRE2, utf8proc).
 libqwen3d_a_SOURCES += engine/tokenizer.c engine/tokenizer.h engine/tok_internal.h engine/tok_load.c \

@@ -11,7 +11,7 @@
  * never builds byte-level strings. Each token also gets its decoded bytes,
  * computed once, so decoding is a table lookup.
  *
- * Called by the command line (server/cmd_tokenize.c) and the request path. The
+ * Called by the command line (server/cli/cmd_tokenize.c) and the request path. The
  * loaded tables are read-only; encoding uses scratch memory of the eng_tok and
  * must be done by one thread at a time (see tokenizer.h).
  */

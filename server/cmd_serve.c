@@ -30,7 +30,7 @@
 #include <uv.h>
 
 #include "engine/pool.h"
-#include "server/cli.h"
+#include "server/cli/cli.h"
 #include "server/options.h"
 #include "server/error.h"
 #include "server/fingerprint.h"

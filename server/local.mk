@@ -1,12 +1,17 @@
-# server/: command line, HTTP daemon, scheduler, compute pool, metrics.
-libqwen3d_a_SOURCES += \
-	server/cli.c server/cli.h \
-	server/cmd_inspect.c \
-	server/cmd_synth.c \
-	server/cmd_generate.c \
-	server/cmd_bench.c
+# server/: the HTTP daemon, its scheduler, metrics and pages; the command
+# line in server/cli/.
 
-libqwen3d_a_SOURCES += server/cmd_tokenize.c
+# The commands (server/cli/): option parsing and one file per command but
+# serve, whose daemon is the rest of server/. Their own archive, linked into
+# qwen3d and the tests.
+noinst_LIBRARIES += libqwen3d_cli.a
+libqwen3d_cli_a_SOURCES = \
+	server/cli/cli.c server/cli/cli.h \
+	server/cli/cmd_inspect.c \
+	server/cli/cmd_synth.c \
+	server/cli/cmd_generate.c \
+	server/cli/cmd_bench.c \
+	server/cli/cmd_tokenize.c
 
 # `qwen3d serve`: HTTP daemon (libmicrohttpd inside a libuv loop), scheduler
 # and compute thread, routes, metrics, SSE framing, sd_notify, logs.

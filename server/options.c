@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/cli.h"
+#include "server/cli/cli.h"
 
 #define CMD "serve"
 

@@ -16,7 +16,7 @@
 #include <stdio.h>
 
 #include "engine/runner.h"
-#include "server/cli.h"
+#include "server/cli/cli.h"
 
 typedef struct srv_config {
     char *model;            /* --model DIR (required) */

@@ -14,7 +14,7 @@ AM_TESTS_ENVIRONMENT = \
 # The check suites' shared main() helper.
 noinst_HEADERS += tests/check_main.h
 
-TEST_LDADD = $(QD_ARCHIVES) $(CHECK_LIBS) $(QD_LIBS)
+TEST_LDADD = $(QD_TOOL_ARCHIVES) $(QD_ARCHIVES) $(CHECK_LIBS) $(QD_LIBS)
 TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 
 check_PROGRAMS += tests/test_cli
@@ -88,10 +88,10 @@ tests_test_kernels_LDADD += tests/libemu512.a
 # on CPUs without AVX-512 too. Its own krn.o and avx512 objects are linked
 # before the archives, so the archives' are never pulled in.
 check_PROGRAMS += tests/qwen3d-emu512
-tests_qwen3d_emu512_SOURCES = server/main.c kernels/krn.c kernels/avx512/mmnb.c kernels/avx512/mmnb_vnni.c
+tests_qwen3d_emu512_SOURCES = server/cli/main.c kernels/krn.c kernels/avx512/mmnb.c kernels/avx512/mmnb_vnni.c
 tests_qwen3d_emu512_CPPFLAGS = -isystem $(srcdir)/tests/emu512 $(AM_CPPFLAGS) -DKRN_TGT= -DKRN_EMULATED_AVX512
 tests_qwen3d_emu512_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -ffp-contract=off
-tests_qwen3d_emu512_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
+tests_qwen3d_emu512_LDADD = $(QD_TOOL_ARCHIVES) $(QD_ARCHIVES) $(QD_LIBS)
 endif
 
 # Model level: teacher-forced logits against ONNX Runtime (tiny and a 0.6b-width
@@ -288,7 +288,7 @@ tests_fuzz_replay_schema_CFLAGS = $(FUZZ_REPLAY_CC_FLAGS)
 tests_fuzz_replay_schema_LDFLAGS = $(FUZZ_REPLAY_LD_FLAGS)
 tests_fuzz_replay_schema_LDADD = $(FUZZ_REPLAY_LIBS)
 tests_fuzz_seed_onnx_SOURCES = tests/fuzz/seed_onnx.c
-tests_fuzz_seed_onnx_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
+tests_fuzz_seed_onnx_LDADD = libqwen3d_writer.a $(QD_ARCHIVES) $(QD_LIBS)
 TESTS += tests/fuzz_replay.sh
 EXTRA_DIST += tests/fuzz_replay.sh tests/fuzz/corpus tests/fuzz/regress tests/fuzz/gen-makefile.sh \
 	tests/fuzz/run.sh tests/fuzz/lsan.sh tests/fuzz/parse.dict tests/fuzz/chat.dict tests/fuzz/sse.dict \
@@ -363,9 +363,9 @@ clean-serve-linger:
 # tests/serve_defaults.sh), never into the installed binary; their own
 # objects come before libqwen3d.a, so the archive's are not linked.
 check_PROGRAMS += tests/serve/qwen3d-hooks
-tests_serve_qwen3d_hooks_SOURCES = server/main.c server/sched.c server/sysmem.c
+tests_serve_qwen3d_hooks_SOURCES = server/cli/main.c server/sched.c server/sysmem.c
 tests_serve_qwen3d_hooks_CPPFLAGS = $(AM_CPPFLAGS) -DQD_TEST_HOOKS
-tests_serve_qwen3d_hooks_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
+tests_serve_qwen3d_hooks_LDADD = $(QD_TOOL_ARCHIVES) $(QD_ARCHIVES) $(QD_LIBS)
 TESTS += tests/serve_health.sh
 EXTRA_DIST += tests/serve_health.sh
 clean-local: clean-serve-health

@@ -1,10 +1,10 @@
 /*
- * test_cli: the shared option helpers of server/cli.c.
+ * test_cli: the shared option helpers of server/cli/cli.c.
  */
 #include <check.h>
 #include <stdlib.h>
 
-#include "server/cli.h"
+#include "server/cli/cli.h"
 #include "tests/check_main.h"
 
 START_TEST(parse_i64_strict)

@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 
 #include "engine/model.h"
-#include "engine/onnx_write.h"
+#include "engine/writer/onnx_write.h"
 #include "engine/plan.h"
 #include "kernels/krn.h"
 #include "tests/check_main.h"

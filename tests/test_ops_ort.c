@@ -3,7 +3,7 @@
  * ONNX Runtime.
  *
  * Each case is a single-node ONNX model written with the project's own
- * writer (engine/onnx_write.h) plus random inputs. All cases are run through
+ * writer (engine/writer/onnx_write.h) plus random inputs. All cases are run through
  * onnxruntime-node in one process (tests/ort/run-graph.js), then through the
  * engine's plan and executor, and every output is compared: integers
  * exactly, floats within a tolerance relative to the largest reference value
@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 
 #include "engine/model.h"
-#include "engine/onnx_write.h"
+#include "engine/writer/onnx_write.h"
 #include "engine/plan.h"
 #include "engine/pool.h"
 #include "kernels/krn.h"

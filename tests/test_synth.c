@@ -1,5 +1,5 @@
 /*
- * test_synth: engine/onnx_write.c and engine/synth.c, and `qwen3d synth`'s
+ * test_synth: engine/writer/onnx_write.c and engine/writer/synth.c, and `qwen3d synth`'s
  * argument handling.
  *
  * The tiny preset is written once (through the command) into the build tree
@@ -23,9 +23,9 @@
 #include "engine/diag.h"
 #include "engine/genai_config.h"
 #include "engine/model.h"
-#include "engine/onnx_write.h"
-#include "engine/synth.h"
-#include "server/cli.h"
+#include "engine/writer/onnx_write.h"
+#include "engine/writer/synth.h"
+#include "server/cli/cli.h"
 #include "tests/check_main.h"
 
 #define TINY_SEED 7

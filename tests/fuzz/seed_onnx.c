@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/synth.h"
+#include "engine/writer/synth.h"
 
 static uint8_t *slurp(const char *path, size_t *len)
 {

@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "engine/tokenizer.h"
-#include "server/cli.h"
+#include "server/cli/cli.h"
 
 #define CMD "tokenize"
 

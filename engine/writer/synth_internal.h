@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/synth.h"
+#include "engine/writer/synth.h"
 
 #define ROPE_THETA 1000000.0f
 #define RMS_EPS 1e-6f

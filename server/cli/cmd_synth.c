@@ -1,15 +1,15 @@
 /*
- * cmd_synth: `qwen3d synth`, writes a synthetic model folder (engine/synth.h).
+ * cmd_synth: `qwen3d synth`, writes a synthetic model folder (engine/writer/synth.h).
  * Runs on the main thread of a short-lived process.
  */
-#include "server/cli.h"
+#include "server/cli/cli.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-#include "engine/synth.h"
+#include "engine/writer/synth.h"
 
 static void usage(FILE *out)
 {

@@ -14,7 +14,7 @@
 #include "engine/plan.h"
 #include "engine/pool.h"
 #include "kernels/krn.h"
-#include "server/cli.h"
+#include "server/cli/cli.h"
 
 #define CMD "inspect"
 

@@ -16,7 +16,7 @@
 #include "engine/gen.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
-#include "server/cli.h"
+#include "server/cli/cli.h"
 
 #define CMD "bench"
 #define MAX_LIST 16

@@ -19,7 +19,7 @@
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
-#include "server/cli.h"
+#include "server/cli/cli.h"
 
 #define CMD "generate"
 

@@ -1,6 +1,6 @@
 /*
  * qwen3d: entry point. Chooses the kernels (krn_init) and dispatches to the
- * subcommand named by argv[1]; each subcommand lives in server/cmd_*.c and
+ * subcommand named by argv[1]; each subcommand lives in server/cli/cmd_*.c and
  * owns its options.
  */
 #include "config.h"
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "kernels/krn.h"
-#include "server/cli.h"
+#include "server/cli/cli.h"
 
 typedef int (*cmd_fn)(int argc, char **argv);
 

@@ -3,7 +3,7 @@
  * cli.h). Runs on the main thread; argument parsing before any other thread
  * exists.
  */
-#include "server/cli.h"
+#include "server/cli/cli.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -22,7 +22,7 @@
  */
 #include "config.h"
 
-#include "engine/synth.h"
+#include "engine/writer/synth.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,7 +37,7 @@
 #include <unistd.h>
 
 #include "engine/model.h"
-#include "engine/synth_internal.h"
+#include "engine/writer/synth_internal.h"
 
 #define QWEN3_BOS 151643
 #define QWEN3_EOS_IM_END 151645

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/onnx_write.h"
+#include "engine/writer/onnx_write.h"
 
 /*
  * The graph contracts the writer produces for the same weights

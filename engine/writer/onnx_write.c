@@ -13,7 +13,7 @@
  */
 #include "config.h"
 
-#include "engine/onnx_write.h"
+#include "engine/writer/onnx_write.h"
 
 #include <errno.h>
 #include <fcntl.h>

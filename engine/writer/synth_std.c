@@ -14,7 +14,7 @@
  *
  * Called by eng_synth_build() on its thread.
  */
-#include "engine/synth_internal.h"
+#include "engine/writer/synth_internal.h"
 
 #include <inttypes.h>
 #include <math.h>
