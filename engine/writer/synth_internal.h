@@ -1,6 +1,6 @@
 /*
  * synth_internal: what the two halves of the model writer share, private to
- * engine/synth*.c: the generator's tensor ids and draws, the graph builder's
+ * engine/writer/synth*.c: the generator's tensor ids and draws, the graph builder's
  * state and its naming and constant helpers. synth.c writes the ONNX Runtime
  * GenAI form and the model folder; synth_std.c the standard-ONNX contracts.
  *
