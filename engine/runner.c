@@ -39,6 +39,7 @@ struct eng_model {
      * batched (eng_model_feed), with its per-run inputs. Compute thread only.
      */
     eng_exec *run_x;
+    kv_pool *kv_pool;      /* idle sessions' committed KV pages, for new sessions */
     bool select_rows;      /* the LM head computes only the rows whose logits are wanted */
     int *attn_index;       /* [layers] attention node of each layer */
     int64_t *ids, *ones;   /* [run_cap] the run's input_ids, and its attention mask */
@@ -207,6 +208,10 @@ int eng_model_open(const char *dir, const eng_model_opts *opts, eng_model **out,
     }
     if (o.kv_mode == ENG_KV_PERSISTENT && open_runner(m, diag) != 0)
         goto fail;
+    if (o.kv_mode == ENG_KV_PERSISTENT &&
+        !(m->kv_pool = kv_pool_new(o.kv_pool_bytes < 0 ? 0 : o.kv_pool_bytes ? (uint64_t)o.kv_pool_bytes
+                                                                             : ENG_KV_POOL_DEFAULT)))
+        goto fail;
     *out = m;
     return 0;
 fail:
@@ -230,6 +235,7 @@ void eng_model_free(eng_model *m)
     if (!m)
         return;
     eng_exec_free(m->run_x);
+    kv_pool_free(m->kv_pool);
     free(m->attn_index);
     free(m->ids);
     free(m->ones);
@@ -358,9 +364,10 @@ eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag)
     s->argmax = -1;
     int64_t L = m->geo.layers;
     if (m->opts.kv_mode == ENG_KV_PERSISTENT) {
+        /* Every session's range spans the model's context, so any idle cache of the pool fits any session. */
         kv_geometry kg = {.layers = L, .kv_heads = m->geo.kv_heads, .head_dim = m->geo.head_size,
-                          .capacity = max_ctx, .type = m->opts.kv_type};
-        s->kv = kv_new(&kg);
+                          .capacity = max_ctx, .type = m->opts.kv_type, .reserve = limit};
+        s->kv = kv_pool_take(m->kv_pool, &kg);
         s->bind = calloc(eng_plan_attention_count(m->plan) + 1, sizeof *s->bind);
         if (!s->kv || !s->bind)
             goto oom;
@@ -399,7 +406,7 @@ void eng_session_free(eng_session *s)
 {
     if (!s)
         return;
-    kv_free(s->kv);
+    kv_pool_give(s->m->kv_pool, s->kv);
     free(s->bind);
     for (int64_t l = 0; s->k && l < s->m->geo.layers; l++)
         for (int b = 0; b < 2; b++)
@@ -457,6 +464,16 @@ void eng_session_trim(eng_session *s, int64_t keep)
     s->argmax = -1;
 }
 
+int eng_session_set_capacity(eng_session *s, int64_t capacity)
+{
+    if (!s->kv || capacity > eng_model_max_context(s->m) || kv_set_capacity(s->kv, capacity) != 0)
+        return -1;
+    s->cap = capacity;
+    for (int64_t l = 0; l < s->m->geo.layers; l++)
+        s->bind[s->m->attn_index[l]].capacity = capacity;
+    return 0;
+}
+
 int64_t eng_session_length(const eng_session *s) { return s->len; }
 int64_t eng_session_capacity(const eng_session *s) { return s->cap; }
 
@@ -512,6 +529,24 @@ int eng_session_fill_synthetic(eng_session *s, int64_t length, eng_diag *diag)
     }
     s->len = length;
     return 0;
+}
+
+void eng_model_set_kv_pool_budget(eng_model *m, uint64_t bytes)
+{
+    if (!m->kv_pool)
+        return;
+    kv_pool_shrink(m->kv_pool, bytes);
+    kv_pool_set_budget(m->kv_pool, bytes);
+}
+
+uint64_t eng_model_kv_pool_bytes(const eng_model *m)
+{
+    return kv_pool_bytes(m->kv_pool);
+}
+
+uint64_t eng_model_kv_pool_shrink(eng_model *m, uint64_t bytes)
+{
+    return kv_pool_shrink(m->kv_pool, bytes);
 }
 
 uint64_t eng_session_kv_bytes_reserved(const eng_session *s)

@@ -42,11 +42,16 @@ typedef struct eng_model_opts {
     bool no_fusion;        /* run the graph's steps unfused (the reference for fused plans) */
     eng_kv_mode kv_mode;
     kv_type kv_type;       /* persistent mode only */
+    /* Idle KV memory kept for new sessions (persistent mode; kv.h's kv_pool):
+     * 0 = ENG_KV_POOL_DEFAULT, < 0 = none. */
+    int64_t kv_pool_bytes;
     /* Told, on the opening thread, the bytes of weights repacked as the
      * model loads (eng_plan_opts.progress); NULL for nothing. */
     eng_progress_fn progress;
     void *progress_ctx;
 } eng_model_opts;
+
+#define ENG_KV_POOL_DEFAULT ((uint64_t)1 << 30)
 
 const char *eng_kv_mode_name(eng_kv_mode m);
 int eng_kv_mode_parse(const char *s, eng_kv_mode *out);
@@ -74,6 +79,17 @@ bool eng_model_is_eos(const eng_model *m, int64_t id);
  */
 uint64_t eng_model_kv_bytes(const eng_model *m, int64_t capacity);
 
+/*
+ * The pool of idle KV caches (persistent mode): a freed session's committed
+ * pages stay resident, up to the pool's budget, and the next session writes
+ * into them without page faults. Set the budget (shrinking the pool to
+ * it), read its bytes, or free idle caches down to BYTES (returns the bytes
+ * freed). Any thread.
+ */
+void eng_model_set_kv_pool_budget(eng_model *m, uint64_t bytes);
+uint64_t eng_model_kv_pool_bytes(const eng_model *m);
+uint64_t eng_model_kv_pool_shrink(eng_model *m, uint64_t bytes);
+
 /* A session for up to max_ctx tokens (<= eng_model_max_context). */
 eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag);
 void eng_session_free(eng_session *s);
@@ -89,6 +105,9 @@ int eng_session_copy_prefix(eng_session *dst, const eng_session *src, int64_t to
 
 /* Keeps the first KEEP tokens and returns the memory committed past them. */
 void eng_session_trim(eng_session *s, int64_t keep);
+/* Raises (or lowers, not below its length) the tokens S may hold, within the
+ * address range its KV cache reserved (persistent mode): 0, or -1 unchanged. */
+int eng_session_set_capacity(eng_session *s, int64_t capacity);
 int64_t eng_session_length(const eng_session *s);
 int64_t eng_session_capacity(const eng_session *s);
 

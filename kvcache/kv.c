@@ -9,6 +9,7 @@
  */
 #include "kvcache/kv.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,6 +23,7 @@
 struct kv_cache {
     kv_geometry geo;
     uint8_t *base;          /* reserved range */
+    uint64_t range_bytes;   /* its size */
     uint64_t head_bytes;    /* one kv head's run, page aligned */
     uint64_t region_bytes;  /* one layer's keys (or values): kv_heads runs */
     uint64_t page;
@@ -74,28 +76,36 @@ static uint64_t n_runs(const kv_geometry *geo)
  * so every product is checked). Once they fit, every smaller product in this
  * file (a row, a region, a committed prefix) fits too.
  */
-static bool geo_bytes(const kv_geometry *geo, uint64_t page, uint64_t *head_bytes, uint64_t *total)
+static bool geo_bytes(const kv_geometry *geo, int64_t tokens, uint64_t page, uint64_t *head_bytes, uint64_t *total)
 {
     uint64_t row, run, runs;
-    if (geo->layers <= 0 || geo->kv_heads <= 0 || geo->head_dim <= 0 || geo->capacity <= 0 ||
+    if (geo->layers <= 0 || geo->kv_heads <= 0 || geo->head_dim <= 0 || geo->capacity <= 0 || tokens <= 0 ||
         !ck_mul_u64((uint64_t)geo->head_dim, kv_elem_size(geo->type), &row) ||
-        !ck_mul_u64(row, (uint64_t)geo->capacity, &run) || !ck_add_u64(run, page - 1, &run) ||
+        !ck_mul_u64(row, (uint64_t)tokens, &run) || !ck_add_u64(run, page - 1, &run) ||
         !ck_mul_u64((uint64_t)geo->kv_heads, 2, &runs) || !ck_mul_u64(runs, (uint64_t)geo->layers, &runs))
         return false;
     *head_bytes = run / page * page;
     return ck_mul_u64(*head_bytes, runs, total);
 }
 
+static int64_t range_tokens(const kv_geometry *geo)
+{
+    return geo->reserve > geo->capacity ? geo->reserve : geo->capacity;
+}
+
 uint64_t kv_bytes_for(const kv_geometry *geo)
 {
-    uint64_t head, total;
-    return geo_bytes(geo, (uint64_t)sysconf(_SC_PAGESIZE), &head, &total) ? total : 0;
+    uint64_t head, total, range;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    return geo_bytes(geo, geo->capacity, page, &head, &total) && geo_bytes(geo, range_tokens(geo), page, &head, &range)
+               ? total
+               : 0;
 }
 
 kv_cache *kv_new(const kv_geometry *geo)
 {
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), head, total;
-    if (!geo_bytes(geo, page, &head, &total) || total > SIZE_MAX)
+    if (!kv_bytes_for(geo) || !geo_bytes(geo, range_tokens(geo), page, &head, &total) || total > SIZE_MAX)
         return NULL;
     kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv)
@@ -103,6 +113,7 @@ kv_cache *kv_new(const kv_geometry *geo)
     kv->geo = *geo;
     kv->page = page;
     kv->head_bytes = head;
+    kv->range_bytes = total;
     kv->region_bytes = kv->head_bytes * (uint64_t)geo->kv_heads;
     void *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
@@ -117,7 +128,7 @@ void kv_free(kv_cache *kv)
 {
     if (!kv)
         return;
-    munmap(kv->base, kv_bytes_reserved(kv));
+    munmap(kv->base, kv->range_bytes);
     free(kv);
 }
 
@@ -144,6 +155,14 @@ int64_t kv_head_stride(const kv_cache *kv)
 int64_t kv_length(const kv_cache *kv)
 {
     return kv->length;
+}
+
+int kv_set_capacity(kv_cache *kv, int64_t capacity)
+{
+    if (capacity <= 0 || capacity < kv->length || (uint64_t)capacity > kv->head_bytes / row_bytes(&kv->geo))
+        return -1;
+    kv->geo.capacity = capacity;
+    return 0;
 }
 
 int kv_reserve_tokens(kv_cache *kv, int64_t new_length)
@@ -215,7 +234,9 @@ void kv_trim(kv_cache *kv, int64_t keep)
 
 uint64_t kv_bytes_reserved(const kv_cache *kv)
 {
-    return kv->head_bytes * n_runs(&kv->geo);
+    /* A pooled cache may hold more committed rows than its new capacity. */
+    int64_t t = kv->committed > kv->geo.capacity ? kv->committed : kv->geo.capacity;
+    return round_up(row_bytes(&kv->geo) * (uint64_t)t, kv->page) * n_runs(&kv->geo);
 }
 
 uint64_t kv_bytes_committed(const kv_cache *kv)
@@ -226,4 +247,138 @@ uint64_t kv_bytes_committed(const kv_cache *kv)
 uint64_t kv_bytes_per_token(const kv_cache *kv)
 {
     return row_bytes(&kv->geo) * n_runs(&kv->geo);
+}
+
+/* ---- pool ------------------------------------------------------------------ */
+
+#define POOL_SLOTS 64
+
+struct kv_pool {
+    pthread_mutex_t mu;
+    uint64_t budget, bytes;
+    kv_cache *slot[POOL_SLOTS]; /* oldest first */
+    size_t n;
+};
+
+kv_pool *kv_pool_new(uint64_t budget)
+{
+    kv_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    if (pthread_mutex_init(&p->mu, NULL) != 0) {
+        free(p);
+        return NULL;
+    }
+    p->budget = budget;
+    return p;
+}
+
+void kv_pool_free(kv_pool *p)
+{
+    if (!p)
+        return;
+    kv_pool_shrink(p, 0);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+static bool fits(const kv_cache *kv, const kv_geometry *geo)
+{
+    const kv_geometry *g = &kv->geo;
+    return g->layers == geo->layers && g->kv_heads == geo->kv_heads && g->head_dim == geo->head_dim &&
+           g->type == geo->type && geo->capacity > 0 &&
+           kv->head_bytes / row_bytes(g) >= (uint64_t)geo->capacity;
+}
+
+static void slot_remove(kv_pool *p, size_t i)
+{
+    p->bytes -= kv_bytes_committed(p->slot[i]);
+    memmove(p->slot + i, p->slot + i + 1, (p->n - i - 1) * sizeof *p->slot);
+    p->n--;
+}
+
+kv_cache *kv_pool_take(kv_pool *p, const kv_geometry *geo)
+{
+    kv_cache *kv = NULL;
+    if (p && kv_bytes_for(geo)) {
+        pthread_mutex_lock(&p->mu);
+        size_t best = p->n;
+        for (size_t i = 0; i < p->n; i++)
+            if (fits(p->slot[i], geo) &&
+                (best == p->n || kv_bytes_committed(p->slot[i]) > kv_bytes_committed(p->slot[best])))
+                best = i;
+        if (best < p->n) {
+            kv = p->slot[best];
+            slot_remove(p, best);
+        }
+        pthread_mutex_unlock(&p->mu);
+    }
+    if (!kv)
+        return kv_new(geo);
+    /* The committed prefix stays (possibly past the new capacity: it is only memory). */
+    kv->length = 0;
+    kv_set_capacity(kv, geo->capacity); /* fits: checked above */
+    kv->geo.reserve = geo->reserve;
+    return kv;
+}
+
+void kv_pool_give(kv_pool *p, kv_cache *kv)
+{
+    if (!kv)
+        return;
+    uint64_t b = kv_bytes_committed(kv);
+    if (!p || b == 0 || b > p->budget) {
+        kv_free(kv);
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    while (p->n && (p->n == POOL_SLOTS || p->bytes + b > p->budget)) {
+        kv_cache *old = p->slot[0];
+        slot_remove(p, 0);
+        kv_free(old);
+    }
+    kv->length = 0;
+    p->slot[p->n++] = kv;
+    p->bytes += b;
+    pthread_mutex_unlock(&p->mu);
+}
+
+uint64_t kv_pool_shrink(kv_pool *p, uint64_t bytes)
+{
+    uint64_t freed = 0;
+    if (!p)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    while (p->n && p->bytes > bytes) {
+        kv_cache *old = p->slot[0];
+        freed += kv_bytes_committed(old);
+        slot_remove(p, 0);
+        kv_free(old);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return freed;
+}
+
+uint64_t kv_pool_bytes(const kv_pool *p)
+{
+    if (!p)
+        return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&p->mu);
+    uint64_t b = p->bytes;
+    pthread_mutex_unlock((pthread_mutex_t *)&p->mu);
+    return b;
+}
+
+uint64_t kv_pool_budget(const kv_pool *p)
+{
+    return p ? p->budget : 0;
+}
+
+void kv_pool_set_budget(kv_pool *p, uint64_t bytes)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->budget = bytes;
+    pthread_mutex_unlock(&p->mu);
 }

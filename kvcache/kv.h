@@ -36,6 +36,10 @@ typedef struct kv_geometry {
     int64_t layers, kv_heads, head_dim;
     int64_t capacity;      /* tokens */
     kv_type type;
+    /* Tokens of address range per kv head (0: the capacity). A larger range
+     * costs address space only, and lets a pooled cache serve any capacity
+     * up to it (kv_pool). */
+    int64_t reserve;
 } kv_geometry;
 
 /* Reserves the address range; commits nothing yet. NULL on failure (see kv_bytes_for). */
@@ -45,6 +49,37 @@ kv_cache *kv_new(const kv_geometry *geo);
 uint64_t kv_bytes_for(const kv_geometry *geo);
 /* Returns every page, committed ones included. */
 void kv_free(kv_cache *kv);
+
+/*
+ * A pool of idle caches whose committed pages stay resident, so a new
+ * session writes into pages already touched instead of faulting in fresh
+ * ones (a first touch costs a page fault per 4 KiB, far more than the
+ * write; on virtual machines with shadow page tables, tens of microseconds
+ * each). The pool keeps at most its budget of committed bytes; the bytes of
+ * a cache handed out leave it. Any thread (one mutex).
+ */
+typedef struct kv_pool kv_pool;
+
+/* A pool keeping up to BUDGET committed bytes; NULL: no memory. */
+kv_pool *kv_pool_new(uint64_t budget);
+/* Frees every pooled cache. NULL is fine. */
+void kv_pool_free(kv_pool *p);
+/*
+ * An empty cache for GEO: the pooled one of the same layers, kv heads, head
+ * size, type and a range of at least GEO's capacity with the most committed
+ * bytes, else kv_new(GEO). P may be NULL (kv_new). Its rows hold stale
+ * values until written; nothing reads a row before it is written.
+ */
+kv_cache *kv_pool_take(kv_pool *p, const kv_geometry *geo);
+/* Keeps KV (emptied) when the pool has room for its committed bytes, else
+ * frees it; the oldest pooled caches give way to a newer one. P may be NULL. */
+void kv_pool_give(kv_pool *p, kv_cache *kv);
+/* Frees pooled caches, oldest first, until the pool holds at most BYTES. Returns the bytes freed. */
+uint64_t kv_pool_shrink(kv_pool *p, uint64_t bytes);
+uint64_t kv_pool_bytes(const kv_pool *p);
+uint64_t kv_pool_budget(const kv_pool *p);
+/* Later gives keep at most BYTES (what the pool holds now is not freed: see kv_pool_shrink). */
+void kv_pool_set_budget(kv_pool *p, uint64_t bytes);
 
 const kv_geometry *kv_geo(const kv_cache *kv);
 size_t kv_elem_size(kv_type t);
@@ -61,6 +96,8 @@ int64_t kv_head_stride(const kv_cache *kv);
 
 /* Cached tokens. */
 int64_t kv_length(const kv_cache *kv);
+/* Sets the capacity to any count from the length up to the range's tokens: 0, or -1 (unchanged). */
+int kv_set_capacity(kv_cache *kv, int64_t capacity);
 /*
  * Makes room for tokens [0, new_length): commits pages as needed. Returns 0,
  * or -1 if new_length exceeds the capacity or the pages cannot be committed.
@@ -89,6 +126,7 @@ int64_t kv_copy_prefix(kv_cache *dst, const kv_cache *src, int64_t tokens);
  */
 void kv_trim(kv_cache *kv, int64_t keep);
 
+/* Bytes the cache may commit: its capacity's rows (the address range may be larger, see reserve). */
 uint64_t kv_bytes_reserved(const kv_cache *kv);
 uint64_t kv_bytes_committed(const kv_cache *kv);
 /* Bytes one token occupies over all layers, keys and values. */

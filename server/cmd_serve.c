@@ -446,6 +446,7 @@ int cmd_serve(int argc, char **argv)
         .step_target = (double)cfg->max_step_ms / 1e3,
         .prefix_bytes = (uint64_t)cfg->prefix_cache_bytes,
         .prefix_min = cfg->prefix_min_tokens,
+        .kv_pool_bytes = cfg->kv_pool_bytes,
         .no_prefix_cache = cfg->no_prefix_cache,
         .kv_budget = cfg->kv_budget > 0 ? (uint64_t)cfg->kv_budget : 0, /* a derived one is set once loaded */
         .stall_cap = (double)wd / 2e6,

@@ -76,6 +76,9 @@ static const opt_def OPTS[] = {
     INT("prefix-cache-bytes", prefix_cache_bytes, 0, INT64_MAX, "BYTES",
         "KV bytes the prompt-prefix cache keeps, inside --kv-budget (default 0: a quarter of the budget, "
         "or 1 GiB without one)"),
+    INT("kv-pool-bytes", kv_pool_bytes, -1, INT64_MAX, "BYTES",
+        "idle KV memory kept, inside --kv-budget, so new sessions reuse touched pages (default 0: a quarter of "
+        "the budget, or 1 GiB without one; -1: none)"),
     INT("prefix-min-tokens", prefix_min_tokens, 1, 1 << 20, "N", "shortest prompt the prefix cache keeps (default 64)"),
     FLAG("no-prefix-cache", no_prefix_cache, "do not keep or reuse prompt prefixes"),
     FLAG("log-prompts", log_prompts, "log prompt and completion text (off by default)"),

@@ -45,6 +45,7 @@ typedef struct srv_config {
     int64_t max_step_ms;    /* --max-step-ms, 0: twice the decode step */
     int64_t prefix_cache_bytes; /* 0: a quarter of the KV budget */
     int64_t prefix_min_tokens;
+    int64_t kv_pool_bytes;  /* --kv-pool-bytes: 0 = a quarter of the KV budget, -1 = none */
     bool no_prefix_cache;
     bool log_prompts;       /* --log-prompts */
     bool no_webui;          /* --no-webui: no chat page, status page or /status.json */

@@ -991,6 +991,11 @@ static void make_prefix(srv_sched *s)
     if (s->prefix_made)
         return;
     s->prefix_made = true;
+    int64_t pool = s->opts.kv_pool_bytes;
+    uint64_t pool_bytes = pool < 0   ? 0
+                          : pool > 0 ? (uint64_t)pool
+                          : s->opts.kv_budget ? s->opts.kv_budget / 4 : ENG_KV_POOL_DEFAULT;
+    eng_model_set_kv_pool_budget(s->model, pool_bytes);
     if (s->opts.no_prefix_cache)
         return;
     uint64_t bytes = s->opts.prefix_bytes ? s->opts.prefix_bytes
@@ -1009,6 +1014,12 @@ static uint64_t prefix_bytes(const srv_sched *s)
     if (s->prefix)
         eng_prefix_get_stats(s->prefix, &st);
     return st.bytes;
+}
+
+/* Memory kept while idle: the prefix cache's entries and the KV pool's caches. */
+static uint64_t idle_bytes(const srv_sched *s)
+{
+    return prefix_bytes(s) + eng_model_kv_pool_bytes(s->model);
 }
 
 void srv_sched_prefix_stats(srv_sched *s, eng_prefix_stats *out)
@@ -1061,12 +1072,16 @@ static void *compute_main(void *arg)
             make_prefix(s);
             /* First come, first served: a job that does not fit the budget
              * yet holds the ones behind it back too. */
-            if (s->opts.kv_budget && kv_used + j->kv_need + prefix_bytes(s) > s->opts.kv_budget) {
-                /* The prefix cache lives inside the KV budget: it gives way to a running session. */
+            if (s->opts.kv_budget && kv_used + j->kv_need + idle_bytes(s) > s->opts.kv_budget) {
+                /* The KV pool and then the prefix cache live inside the KV budget: they give way to a
+                 * running session. */
                 uint64_t room = s->opts.kv_budget > kv_used + j->kv_need ? s->opts.kv_budget - kv_used - j->kv_need : 0;
+                uint64_t cached = prefix_bytes(s);
+                eng_model_kv_pool_shrink(s->model, room > cached ? room - cached : 0);
+                uint64_t pooled = eng_model_kv_pool_bytes(s->model);
                 if (s->prefix)
-                    eng_prefix_shrink(s->prefix, room);
-                if (n > 0 && kv_used + j->kv_need + prefix_bytes(s) > s->opts.kv_budget)
+                    eng_prefix_shrink(s->prefix, room > pooled ? room - pooled : 0);
+                if (n > 0 && kv_used + j->kv_need + idle_bytes(s) > s->opts.kv_budget)
                     break;
             }
             kv_used += j->kv_need;

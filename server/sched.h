@@ -52,6 +52,9 @@ typedef struct srv_sched_opts {
      */
     uint64_t prefix_bytes;
     int64_t prefix_min;
+    /* Idle sessions' KV pages kept for new ones (eng_model_set_kv_pool_budget), also inside kv_budget:
+     * 0 = a quarter of kv_budget, or 1 GiB without one; < 0 = none. */
+    int64_t kv_pool_bytes;
     bool no_prefix_cache;
     uint64_t kv_budget;   /* KV bytes the running sessions may reserve together; 0 = no budget */
     double stall_cap;     /* seconds: no step may run longer and count as well (see srv_sched_beat); 0 = 15 */

@@ -130,12 +130,19 @@ static uint64_t rss(void)
     return res * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
+/* RSS fell from BEFORE to AFTER by at least 90% of BYTES, once WHAT was done. */
+static void check_returned(uint64_t before, uint64_t after, uint64_t bytes, const char *what)
+{
+    ck_assert_msg(before > after && before - after >= bytes * 9 / 10, "%s returned only %lld of %llu bytes", what,
+                  (long long)before - (long long)after, (unsigned long long)bytes);
+}
+
 START_TEST(freed_session_returns_memory)
 {
     eng_diag d;
     eng_diag_init(&d);
     eng_model *m = NULL;
-    eng_model_opts mo = {.threads = 1};
+    eng_model_opts mo = {.threads = 1, .kv_pool_bytes = -1}; /* no pool: freed pages go back at once */
     ck_assert(eng_model_open(model_dir, &mo, &m, &d) == 0);
     const int64_t ctx = 16384;
     eng_session *s = eng_session_new(m, ctx, &d);
@@ -152,9 +159,48 @@ START_TEST(freed_session_returns_memory)
     ck_assert_msg(during - before >= data * 9 / 10, "filling %llu bytes of cache raised RSS by only %llu",
                   (unsigned long long)data, (unsigned long long)(during - before));
     eng_session_free(s);
-    uint64_t after = rss();
-    ck_assert_msg(during - after >= data * 9 / 10, "freeing the session returned only %llu of %llu bytes",
-                  (unsigned long long)(during - after), (unsigned long long)data);
+    check_returned(during, rss(), data, "freeing the session");
+    eng_model_free(m);
+    eng_diag_clear(&d);
+}
+END_TEST
+
+/* With a pool, a freed session's pages stay resident and the next session writes into them. */
+START_TEST(pooled_pages_serve_the_next_session)
+{
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_model *m = NULL;
+    eng_model_opts mo = {.threads = 1, .kv_pool_bytes = (int64_t)1 << 30};
+    ck_assert(eng_model_open(model_dir, &mo, &m, &d) == 0);
+    const int64_t ctx = 4096;
+    eng_session *s = eng_session_new(m, ctx, &d);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(eng_session_fill_synthetic(s, ctx - 8, &d), 0);
+    uint64_t committed = eng_session_kv_bytes_committed(s);
+    eng_session_free(s);
+    ck_assert_uint_eq(eng_model_kv_pool_bytes(m), committed);
+    uint64_t idle = rss();
+    /* a smaller session takes the pooled cache: already committed, length 0 */
+    s = eng_session_new(m, ctx / 2, &d);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_uint_eq(eng_model_kv_pool_bytes(m), 0);
+    ck_assert_uint_eq(eng_session_kv_bytes_committed(s), committed);
+    ck_assert_int_eq(eng_session_length(s), 0);
+    ck_assert_int_eq(eng_session_fill_synthetic(s, ctx / 2 - 8, &d), 0);
+    uint64_t grown = rss() > idle ? rss() - idle : 0;
+    ck_assert_msg(grown < committed / 10, "writing into pooled pages raised RSS by %llu bytes",
+                  (unsigned long long)grown);
+    /* its capacity can rise within the range the cache reserved (the model's context) */
+    ck_assert_int_eq(eng_session_set_capacity(s, ctx), 0);
+    ck_assert_int_eq(eng_session_capacity(s), ctx);
+    ck_assert_int_ne(eng_session_set_capacity(s, eng_model_max_context(m) + 1), 0);
+    eng_session_free(s);
+    /* a budget of 0 gives the pages back */
+    uint64_t before = rss();
+    eng_model_set_kv_pool_budget(m, 0);
+    ck_assert_uint_eq(eng_model_kv_pool_bytes(m), 0);
+    check_returned(before, rss(), committed, "emptying the pool");
     eng_model_free(m);
     eng_diag_clear(&d);
 }
@@ -227,6 +273,7 @@ int main(void)
     tcase_add_test(tc, interleaved_sessions_persistent);
     tcase_add_test(tc, interleaved_sessions_tensor);
     tcase_add_test(tc, freed_session_returns_memory);
+    tcase_add_test(tc, pooled_pages_serve_the_next_session);
     tcase_add_test(tc, context_limit_is_an_error);
     tcase_add_test(tc, kv_bytes_known_before_the_session);
     suite_add_tcase(su, tc);

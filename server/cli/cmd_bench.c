@@ -16,6 +16,7 @@
 #include "engine/gen.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
+#include "kernels/checked.h"
 #include "server/cli/cli.h"
 
 #define CMD "bench"
@@ -286,13 +287,31 @@ static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times
     }
     /* distinct prompts: the same pseudo-random stream, one slice per session */
     prompt_ids(ids, P * (int64_t)B, V);
+    /* As in a daemon that has served a while, the sessions start in pages
+     * touched before (the KV pool's), not in fresh ones whose first-touch
+     * page faults belong to a process's first requests only. */
+    uint64_t need = ck_mul_sat_u64(eng_model_kv_bytes(m, P + o->gen), B);
+    eng_model_set_kv_pool_budget(m, need > ENG_KV_POOL_DEFAULT ? need : ENG_KV_POOL_DEFAULT);
+    for (size_t i = 0; i < B; i++)
+        if (!(g[i] = bench_gen(m, ids + (size_t)P * i, (size_t)P, o->gen, P + o->gen, d)) ||
+            eng_session_fill_synthetic(eng_gen_session(g[i]), P + o->gen - 1, d) != 0)
+            goto out;
+    for (size_t i = 0; i < B; i++) {
+        eng_gen_free(g[i]);
+        g[i] = NULL;
+    }
     for (size_t i = 0; i < B; i++)
         if (!(g[i] = bench_gen(m, ids + (size_t)P * i, (size_t)P, o->gen, P + o->gen, d)))
             goto out;
+    /* every session of the batch runs through the model's one executor */
+    eng_exec *x = eng_session_exec(eng_gen_session(g[0]));
+    eng_exec_set_profiling(x, o->profile);
     double t0 = now_ms();
     if (eng_gen_step(g, B, NULL, d) != 0)
         goto out;
     double ttft = now_ms() - t0;
+    eng_prof_entry at_prefill[32], at_end[32];
+    size_t n_at_prefill = eng_exec_profile(x, at_prefill, 32);
     int64_t steps = o->gen - 1;
     for (int64_t k = 0; k < steps; k++) {
         double a = now_ms();
@@ -300,6 +319,8 @@ static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times
             goto out;
         times[k] = now_ms() - a;
     }
+    size_t n_end = eng_exec_profile(x, at_end, 32);
+    eng_exec_set_profiling(x, false);
     qsort(times, (size_t)steps, sizeof *times, cmp_double);
     double med = pct(times, (size_t)steps, 0.5), p90 = pct(times, (size_t)steps, 0.9);
     double tps = med > 0 ? 1000.0 * (double)B / med : 0.0;
@@ -317,6 +338,9 @@ static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times
                "%7.1f tok/s in all\n",
                B, (long long)P, ttft, med, p90, tps);
     }
+    if (o->profile && steps > 0)
+        print_profile(NULL, NULL, "decode profile (ms per step of the batch, share)", at_end, n_end, at_prefill,
+                      n_at_prefill, (double)steps, false);
     fflush(stdout);
     rc = 0;
 out:
