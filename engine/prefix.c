@@ -31,6 +31,11 @@ struct pentry {
     pnode *node;
     struct scope_tree *tree;
     eng_session *s;           /* holds the rows of the node's depth in tokens */
+    /* S is a running generation's, handed over by a hit: its rows below the
+     * node's depth are never rewritten while it runs, so later hits copy
+     * them; it comes back through eng_prefix_put. Such an entry owns no
+     * memory (bytes 0) and never frees S. */
+    bool lent;
     uint64_t bytes;
     pentry *prev, *next;      /* use order: head = most recent */
 };
@@ -188,11 +193,14 @@ static void walk(pnode *root, const int64_t *ids, size_t n, pnode **node, size_t
     *depth = i;
 }
 
-/* The most recently used entry at or below N (entries are few: a full walk is cheap). */
-static pentry *recent_below(const pnode *n, const eng_prefix *c)
+/* The most recently used entry at or below N, lent or not as LENT says
+ * (entries are few: a full walk is cheap). */
+static pentry *recent_below(const pnode *n, const eng_prefix *c, bool lent)
 {
     pentry *best = NULL;
     for (pentry *e = c->head; e; e = e->next) {
+        if (e->lent != lent)
+            continue;
         for (const pnode *p = e->node; p; p = p->parent)
             if (p == n) {
                 best = e;
@@ -274,6 +282,15 @@ static eng_session *detach(eng_prefix *c, pentry *e)
     return s;
 }
 
+/* Takes E out of the cache and frees its session, unless it is lent. */
+static void drop(eng_prefix *c, pentry *e)
+{
+    bool lent = e->lent;
+    eng_session *s = detach(c, e);
+    if (!lent)
+        eng_session_free(s);
+}
+
 static scope_tree *tree_for(eng_prefix *c, const char *scope, bool create)
 {
     for (size_t i = 0; i < c->n_trees; i++)
@@ -310,7 +327,7 @@ void eng_prefix_free(eng_prefix *c)
     if (!c)
         return;
     while (c->head)
-        eng_session_free(detach(c, c->head));
+        drop(c, c->head);
     for (size_t i = 0; i < c->n_trees; i++) {
         node_free(&c->trees[i]->root);
         free(c->trees[i]->scope);
@@ -325,10 +342,48 @@ uint64_t eng_prefix_shrink(eng_prefix *c, uint64_t bytes)
     uint64_t freed = 0;
     while (c->tail && c->st.bytes > bytes) {
         freed += c->tail->bytes;
-        eng_session_free(detach(c, c->tail));
-        c->st.evictions++;
+        if (!c->tail->lent)
+            c->st.evictions++;
+        drop(c, c->tail);
     }
     return freed;
+}
+
+/*
+ * Leaves a lent entry for S, a session handed over with the rows of IDS (N
+ * ids), at the node where they end, unless an entry already ends there.
+ */
+static void lend(eng_prefix *c, scope_tree *t, const int64_t *ids, size_t n, eng_session *s)
+{
+    pnode *at = insert_path(&t->root, ids, n);
+    if (!at || at->entry) {
+        if (at)
+            prune(at);
+        return;
+    }
+    pentry *e = calloc(1, sizeof *e);
+    if (!e) {
+        prune(at);
+        return;
+    }
+    *e = (pentry){.node = at, .tree = t, .s = s, .lent = true};
+    at->entry = e;
+    lru_front(c, e);
+    c->st.entries++;
+}
+
+/*
+ * Whether the hit of DEPTH tokens on E takes E's storage rather than a copy
+ * of its rows: when the prompt extends the whole entry, or shares at least
+ * half of it (the entry's other rows are dropped: the rest of one earlier
+ * prompt, worth less than a copy of the shared part), and the storage's
+ * range holds CAPACITY tokens.
+ */
+static bool hand_over(const pentry *e, size_t depth, int64_t capacity)
+{
+    if (2 * depth < e->node->depth)
+        return false;
+    return eng_session_capacity(e->s) >= capacity || eng_session_set_capacity(e->s, capacity) == 0;
 }
 
 eng_session *eng_prefix_take(eng_prefix *c, const char *scope, const int64_t *ids, size_t n, int64_t capacity,
@@ -340,24 +395,28 @@ eng_session *eng_prefix_take(eng_prefix *c, const char *scope, const int64_t *id
     size_t depth = 0;
     if (t && n > 1)
         walk(&t->root, ids, n - 1, &node, &depth);
-    pentry *e = depth >= c->min_tokens ? recent_below(node, c) : NULL;
-    if (!e) {
+    pentry *e = depth >= c->min_tokens ? recent_below(node, c, false) : NULL;
+    pentry *lent = depth >= c->min_tokens && !e ? recent_below(node, c, true) : NULL;
+    if (!e && !lent) {
         c->st.misses++;
         return NULL;
     }
     eng_session *s;
-    if (e->node->depth == depth && eng_session_capacity(e->s) >= capacity) {
-        /* The prompt extends the whole entry: its storage goes on, nothing is copied. */
+    if (e && hand_over(e, depth, capacity)) {
+        /* Its storage goes on, nothing is copied; until it comes back, later hits copy from it. */
         s = detach(c, e);
+        eng_session_trim(s, (int64_t)depth);
+        lend(c, t, ids, depth, s);
     } else {
+        pentry *from = e ? e : lent;
         s = eng_session_new(c->m, capacity, diag);
-        if (!s || eng_session_copy_prefix(s, e->s, (int64_t)depth, diag) != 0) {
+        if (!s || eng_session_copy_prefix(s, from->s, (int64_t)depth, diag) != 0) {
             eng_session_free(s);
             return NULL;
         }
         c->st.copied_bytes += eng_session_kv_bytes_moved(s);
-        lru_unlink(c, e);
-        lru_front(c, e);
+        lru_unlink(c, from);
+        lru_front(c, from);
     }
     c->st.hits++;
     c->st.tokens += depth;
@@ -371,13 +430,21 @@ void eng_prefix_put(eng_prefix *c, const char *scope, const int64_t *ids, size_t
         return;
     if (n > (size_t)eng_session_length(s))
         n = (size_t)eng_session_length(s);
+    /* A session handed over by a hit comes back: its lent entry goes. */
+    for (pentry *e = c->head; e; e = e->next)
+        if (e->lent && e->s == s) {
+            detach(c, e);
+            break;
+        }
     scope_tree *t = n >= c->min_tokens ? tree_for(c, scope ? scope : "", true) : NULL;
     pnode *node = NULL;
     size_t depth = 0;
     if (t)
         walk(&t->root, ids, n, &node, &depth);
     /* An entry already holds a longer prompt that begins with these ids: it serves them. */
-    pentry *longer = t && depth == n ? recent_below(node, c) : NULL;
+    pentry *longer = t && depth == n ? recent_below(node, c, false) : NULL;
+    if (!longer && t && depth == n)
+        longer = recent_below(node, c, true);
     if (!t || (longer && longer->node->depth >= n)) {
         if (longer) {
             lru_unlink(c, longer);
@@ -406,7 +473,8 @@ void eng_prefix_put(eng_prefix *c, const char *scope, const int64_t *ids, size_t
         lru_unlink(c, older);
         c->st.bytes -= older->bytes;
         c->st.entries--;
-        eng_session_free(older->s);
+        if (!older->lent)
+            eng_session_free(older->s);
         free(older);
     }
     for (;;) {
@@ -415,7 +483,7 @@ void eng_prefix_put(eng_prefix *c, const char *scope, const int64_t *ids, size_t
             up = p->entry;
         if (!up)
             break;
-        eng_session_free(detach(c, up));
+        drop(c, up);
     }
     lru_front(c, e);
     c->st.bytes += e->bytes;

@@ -10,11 +10,13 @@
  * the new prompt's ids once, token by token, so any prefix length is
  * found exactly, however many entries share its beginning, and an entry
  * whose ids begin another's is the other's ancestor in the tree (a longer
- * entry replaces the shorter one it extends). A new session starts from a
- * hit by one contiguous copy of the shared rows per kv head and layer; when
- * the new prompt extends the whole entry (the next turn of the same chat)
- * and its capacity suffices, the entry's storage is handed over instead and
- * nothing is copied. Only prompt rows are kept: a generated token's rows
+ * entry replaces the shorter one it extends). When the new prompt extends
+ * the whole entry (the next turn of the same chat) or shares at least half
+ * of it, the entry's storage is handed over, trimmed to the shared rows,
+ * and nothing is copied; until the session comes back (eng_prefix_put), a
+ * lent entry keeps its shared rows findable, and a hit on them copies them.
+ * Otherwise a new session starts from one contiguous copy of the shared
+ * rows per kv head and layer. Only prompt rows are kept: a generated token's rows
  * come from the decode arithmetic, and reusing them for a prompt would give
  * other bits than prefilling the same tokens, while prompt rows reused from
  * any prefill give exactly the bits of a cold prefill.

@@ -2,7 +2,8 @@
  * test_prefix: the prompt-prefix cache (engine/prefix.h) on the tiny model.
  * A generation that starts from a cached prefix gives bit for bit the logits
  * and ids of a cold prefill of the same prompt, whether the entry's storage
- * was handed over or its rows copied; a cancelled request's partial prefill
+ * was handed over or its rows copied, from an idle entry or from a running
+ * generation's storage; a cancelled request's partial prefill
  * is reused; entries stay within the byte budget, least recently used first
  * out; scopes do not see each other's entries; short prompts are not kept;
  * a longer prompt replaces the entry it extends.
@@ -106,46 +107,92 @@ static eng_prefix_stats stats(const eng_prefix *c)
     return st;
 }
 
-/* Reused prefixes (handed over, or copied where the prompts diverge) give a cold prefill's bits. */
+/*
+ * Reused prefixes give a cold prefill's bits however they were reused: the
+ * entry's storage handed over (the prompt extends all of it, or shares at
+ * least half of it), its rows copied (it shares less), or copied from a
+ * running generation's handed-over storage (a lent entry).
+ */
 START_TEST(reuse_is_bit_identical)
 {
-    int64_t a[64], b[64], c[64];
+    int64_t a[64], b[64], c[64], e[88], f[88];
     ids_from(a, 64, 1);
-    memcpy(b, a, 40 * sizeof *a); /* b extends a's first 40 ids */
-    ids_from(b + 40, 24, 2);
     memcpy(c, a, 25 * sizeof *a); /* c diverges from a after 25 ids */
     ids_from(c + 25, 39, 3);
+    memcpy(b, a, 40 * sizeof *a); /* b shares 25 ids with c, 40 with a */
+    ids_from(b + 40, 24, 2);
+    memcpy(e, b, 64 * sizeof *b); /* e extends all of b */
+    ids_from(e + 64, 24, 4);
+    memcpy(f, e, 70 * sizeof *e); /* f shares 70 ids with e */
+    ids_from(f + 70, 18, 5);
     eng_prefix *cache = eng_prefix_new(model, (uint64_t)1 << 30, 4);
     ck_assert_ptr_nonnull(cache);
-    result cold_b, cold_c, warm_a, warm_b, warm_c;
+    result cold_b, cold_c, cold_e, cold_f, warm_a, warm_b, warm_c, warm_e, warm_f;
     run(b, 64, NULL, NULL, 0, &cold_b);
     run(c, 64, NULL, NULL, 0, &cold_c);
+    run(e, 88, NULL, NULL, 0, &cold_e);
+    run(f, 88, NULL, NULL, 0, &cold_f);
 
     run(a, 40, cache, "", 16, &warm_a); /* prefilled in chunks, then kept */
     ck_assert_uint_eq(warm_a.reused, 0);
     ck_assert_uint_eq(stats(cache).entries, 1);
     ck_assert_uint_eq(stats(cache).misses, 1);
 
-    /* c shares 25 ids with the entry: copied, the entry stays */
+    /* c shares 25 of the entry's 40 ids: its storage is handed over (trimmed), nothing copied */
     run(c, 64, cache, "", 0, &warm_c);
     ck_assert_uint_eq(warm_c.reused, 25);
-    same(&cold_c, &warm_c, "copied prefix");
-    /* now two entries: a (40) and c (64) */
-    ck_assert_uint_eq(stats(cache).entries, 2);
+    same(&cold_c, &warm_c, "handed-over shared part");
+    ck_assert_uint_eq(stats(cache).copied_bytes, 0);
+    ck_assert_uint_eq(stats(cache).entries, 1); /* c's 64 ids replaced a */
+
+    /* b shares 25 of c's 64 ids, less than half: copied, c stays */
+    run(b, 64, cache, "", 7, &warm_b);
+    ck_assert_uint_eq(warm_b.reused, 25);
+    same(&cold_b, &warm_b, "copied prefix");
     uint64_t copied = stats(cache).copied_bytes;
     ck_assert_uint_gt(copied, 0);
+    ck_assert_uint_eq(stats(cache).entries, 2);
 
-    /* b extends all of a's 40 ids: a's storage is handed over, nothing copied */
-    run(b, 64, cache, "", 7, &warm_b);
-    ck_assert_uint_eq(warm_b.reused, 40);
-    same(&cold_b, &warm_b, "handed-over prefix");
+    /* e extends all of b: handed over, with a larger capacity than b's session had */
+    eng_gen_params p = {.prompt = e, .n_prompt = 88, .max_tokens = STEPS, .capacity = 200, .teacher = teacher,
+                        .n_teacher = STEPS, .prefix = cache, .scope = ""};
+    eng_sampling_default(&p.sampling);
+    p.sampling.temperature = 0.0f;
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_gen *g = eng_gen_new(model, &p, &d);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_uint_eq(eng_gen_reused(g), 64);
+    ck_assert_uint_eq(stats(cache).copied_bytes, copied);
+    size_t k = 0;
+    warm_e.rows = malloc((size_t)STEPS * (size_t)V * sizeof(float));
+    warm_e.reused = 64;
+    for (bool f_ran = false; eng_gen_state(g) == ENG_GEN_RUNNING;) {
+        ck_assert_int_eq(eng_gen_step(&g, 1, NULL, &d), 0);
+        if (eng_gen_last(g)->token >= 0) {
+            memcpy(warm_e.rows + k * (size_t)V, eng_gen_logits(g), (size_t)V * sizeof(float));
+            warm_e.ids[k++] = eng_gen_last(g)->token;
+        }
+        if (!f_ran) {
+            /* while e runs (its prompt's rows 64.. written), f shares 70 of its ids: 64 are copied from
+             * e's lent storage */
+            run(f, 88, cache, "", 0, &warm_f);
+            f_ran = true;
+            ck_assert_uint_eq(warm_f.reused, 64);
+            same(&cold_f, &warm_f, "prefix copied from a running generation");
+            ck_assert_uint_gt(stats(cache).copied_bytes, copied);
+        }
+    }
+    ck_assert_uint_eq(k, STEPS);
+    same(&cold_e, &warm_e, "handed-over prefix, capacity raised");
+    eng_gen_free(g); /* e comes back: its lent entry goes, its own one replaces it */
+    eng_diag_clear(&d);
     eng_prefix_stats st = stats(cache);
-    ck_assert_uint_eq(st.copied_bytes, copied);
-    ck_assert_uint_eq(st.hits, 2);
-    ck_assert_uint_eq(st.tokens, 65);
-    ck_assert_uint_eq(st.entries, 2); /* b replaced a, c stays */
-    result *all[] = {&cold_b, &cold_c, &warm_a, &warm_b, &warm_c};
-    for (size_t i = 0; i < 5; i++)
+    ck_assert_uint_eq(st.hits, 4);
+    ck_assert_uint_eq(st.tokens, 25 + 25 + 64 + 64);
+    ck_assert_uint_eq(st.entries, 3); /* c, e and f: b was extended by e */
+    result *all[] = {&cold_b, &cold_c, &cold_e, &cold_f, &warm_a, &warm_b, &warm_c, &warm_e, &warm_f};
+    for (size_t i = 0; i < 9; i++)
         free(all[i]->rows);
     eng_prefix_free(cache);
 }
