@@ -356,6 +356,20 @@ static q4_src *keep_src(lower *L, const q4_src *src)
 typedef struct pending { step *s; const q4_src *src; const char *what; } pending;
 
 /*
+ * A MatMul whose output leaves the graph through one FLOAT Cast (the BF16
+ * graph's logits) writes the graph output itself, so that the runner's
+ * last-row selection and greedy argmax, which look for the step producing
+ * the logits, find the LM head.
+ */
+static void write_logits_directly(lower *L, step *s, const eng_node *mm)
+{
+    step *cast;
+    int go = graph_output_of(L, out(mm, 0), &cast);
+    if (go >= 0 && cast)
+        write_output(L, s, 0, go, cast, "the MatMul (it writes the graph output directly)");
+}
+
+/*
  * Every DequantizeLinear: a projection weight (its one reader the B of a
  * MatMul), or the tied embedding (read by one Gather and one Transpose whose
  * one reader is the B of a MatMul). Anything else is reported.
@@ -434,6 +448,7 @@ static void lower_dequantize(lower *L, pending *todo, size_t *n_todo, step **gat
         step *s = step_of(L, head);
         s->op = &op_matmulnbits;
         s->p.mmnb.qdq = kept;
+        write_logits_directly(L, s, head);
         todo[(*n_todo)++] = (pending){s, kept, "lowered tied UINT4 embedding -> Transpose -> MatMul (LM head)"};
         gathers[*n_tied] = step_of(L, gather);
         heads[(*n_tied)++] = s;
@@ -464,6 +479,7 @@ static void lower_float_weights(lower *L)
             s->in[1] = -1; /* bound to the step, read in place */
             if (nk)
                 fold(L, step_of(L, tr), "the MatMul (it reads the weight transposed)");
+            write_logits_directly(L, s, mm);
         }
         if (w->dtype == ENG_DT_BFLOAT16)
             L->n_bf16w++;

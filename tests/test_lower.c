@@ -245,6 +245,28 @@ static void run_graph(const char *dir, const char *in, const float *x, int64_t r
     eng_diag_clear(&d);
 }
 
+/*
+ * The step producing the graph's logits is the LM head itself, Cast folded,
+ * so the runner can compute the last row only and fold the greedy argmax in.
+ */
+static void head_writes_logits(const char *dir)
+{
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_graph *g = NULL;
+    eng_plan *p = NULL;
+    ck_assert(eng_graph_load(dir, &g, &d) == 0);
+    ck_assert(eng_plan_new(g, NULL, &p, &d) == 0);
+    eng_exec *x = eng_exec_new(p, NULL);
+    ck_assert_ptr_nonnull(x);
+    ck_assert_msg(eng_exec_last_row_only(x, "logits", true, &d) == 0, "%s: %s", dir, d.n_kept ? d.lines[0] : "");
+    ck_assert_msg(eng_exec_set_argmax(x, "logits", true, &d) == 0, "%s: %s", dir, d.n_kept ? d.lines[0] : "");
+    eng_exec_free(x);
+    eng_plan_free(p);
+    eng_graph_free(g);
+    eng_diag_clear(&d);
+}
+
 /* ---- (2) the same kernels on the same codes ---- */
 
 START_TEST(dq_matmul_is_matmulnbits)
@@ -286,13 +308,35 @@ START_TEST(dq_matmul_is_matmulnbits)
 }
 END_TEST
 
+/* H [m, D] -> the tied embedding WT's Gather of 4 ids and LM head, its logits through a Cast to FLOAT if CAST. */
+static void write_tied(const char *name, char *dir, const weight *wt, int64_t m, bool cast)
+{
+    int64_t V = wt->n, D = wt->k;
+    int64_t hd[2] = {m, D}, ld[2] = {m, V}, idd[1] = {4}, ed[2] = {4, D};
+    eng_ow *w = begin(name, dir);
+    eng_ow_input(w, "H", ENG_DT_FLOAT, 2, dims_of(2, hd));
+    eng_ow_input(w, "ids", ENG_DT_INT64, 1, dims_of(1, idd));
+    write_dq(w, wt, "emb", 1, 32, ENG_DT_BFLOAT16, ENG_DT_UINT4, "E");
+    eng_ow_node(w, "Gather", "", "lookup", ENG_OW_LIST("E", "ids"), ENG_OW_LIST("rows"));
+    eng_ow_node(w, "Transpose", "", "tie", ENG_OW_LIST("E"), ENG_OW_LIST("ET"));
+    eng_ow_attr_ints(w, "perm", 2, (const int64_t[]){1, 0});
+    eng_ow_node(w, "MatMul", "", "lm_head", ENG_OW_LIST("H", "ET"), ENG_OW_LIST(cast ? "logits_bf16" : "logits"));
+    if (cast) {
+        eng_ow_node(w, "Cast", "", "to_float", ENG_OW_LIST("logits_bf16"), ENG_OW_LIST("logits"));
+        eng_ow_attr_int(w, "to", ENG_DT_FLOAT);
+    }
+    eng_ow_output(w, "rows", ENG_DT_FLOAT, 2, dims_of(2, ed));
+    eng_ow_output(w, "logits", ENG_DT_FLOAT, 2, dims_of(2, ld));
+    save(w, dir);
+}
+
 START_TEST(tied_embedding_is_one_weight)
 {
     static const struct { int64_t v, d; bool zp8; } cs[] = {{9, 64, true}, {7, 33, false}, {40, 96, true}};
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
         int64_t V = cs[c].v, D = cs[c].d, m = 2;
         weight wt = wnew(V, D, cs[c].zp8, true);
-        int64_t hd[2] = {m, D}, ld[2] = {m, V}, idd[1] = {4}, ed[2] = {4, D};
+        int64_t hd[2] = {m, D}, ld[2] = {m, V};
         int64_t ids[4] = {0, V - 1, -1, V / 2};
         float *h = malloc((size_t)(m * D) * sizeof *h), *l0 = malloc((size_t)(m * V) * 4), *l1 = malloc((size_t)(m * V) * 4);
         float *rows = malloc((size_t)(4 * D) * sizeof *rows);
@@ -306,21 +350,19 @@ START_TEST(tied_embedding_is_one_weight)
         eng_ow_output(w, "logits", ENG_DT_FLOAT, 2, dims_of(2, ld));
         save(w, d0);
         snprintf(name, sizeof name, "tied_%zu", c);
-        w = begin(name, d1);
-        eng_ow_input(w, "H", ENG_DT_FLOAT, 2, dims_of(2, hd));
-        eng_ow_input(w, "ids", ENG_DT_INT64, 1, dims_of(1, idd));
-        write_dq(w, &wt, "emb", 1, 32, ENG_DT_BFLOAT16, ENG_DT_UINT4, "E");
-        eng_ow_node(w, "Gather", "", "lookup", ENG_OW_LIST("E", "ids"), ENG_OW_LIST("rows"));
-        eng_ow_node(w, "Transpose", "", "tie", ENG_OW_LIST("E"), ENG_OW_LIST("ET"));
-        eng_ow_attr_ints(w, "perm", 2, (const int64_t[]){1, 0});
-        eng_ow_node(w, "MatMul", "", "lm_head", ENG_OW_LIST("H", "ET"), ENG_OW_LIST("logits"));
-        eng_ow_output(w, "rows", ENG_DT_FLOAT, 2, dims_of(2, ed));
-        eng_ow_output(w, "logits", ENG_DT_FLOAT, 2, dims_of(2, ld));
-        save(w, d1);
+        write_tied(name, d1, &wt, m, false);
+        /* the BF16 graph's edge: the LM head's output leaves through a Cast to FLOAT */
+        char d2[1024];
+        snprintf(name, sizeof name, "tied_cast_%zu", c);
+        write_tied(name, d2, &wt, m, true);
         run_graph(d0, "H", h, m, D, NULL, 0, "logits", l0, (uint64_t)(m * V));
         run_graph(d1, "H", h, m, D, ids, 4, "logits", l1, (uint64_t)(m * V));
         ck_assert_msg(memcmp(l0, l1, (size_t)(m * V) * 4) == 0, "v %lld d %lld: the tied LM head differs from "
                       "MatMulNBits on the same codes", (long long)V, (long long)D);
+        run_graph(d2, "H", h, m, D, ids, 4, "logits", l1, (uint64_t)(m * V));
+        ck_assert_msg(memcmp(l0, l1, (size_t)(m * V) * 4) == 0, "v %lld d %lld: the LM head behind a Cast differs",
+                      (long long)V, (long long)D);
+        head_writes_logits(d2);
         run_graph(d1, "H", h, m, D, ids, 4, "rows", rows, (uint64_t)(4 * D));
         for (int r = 0; r < 4; r++) {
             int64_t row = ids[r] < 0 ? ids[r] + V : ids[r];
