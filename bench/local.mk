@@ -69,3 +69,4 @@ bench_structured_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 # (bench/README.md; the model folder needs a tokenizer):
 #   node $(srcdir)/bench/prefix-bench.js --qwen3d ./qwen3d --model DIR --threads 2
 EXTRA_DIST += bench/prefix-bench.js
+EXTRA_DIST += bench/contracts.sh bench/contracts-table.js
