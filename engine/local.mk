@@ -34,7 +34,7 @@ libqwen3d_a_SOURCES += engine/tokenizer.c engine/tokenizer.h engine/tok_internal
 libqwen3d_a_SOURCES += \
 	engine/pool.c engine/pool.h \
 	engine/plan.c engine/plan.h engine/plan_internal.h engine/op_registry.h \
-	engine/lower.c engine/fuse.c engine/pack.c \
+	engine/lower.c engine/fuse.c engine/pack.c engine/prepcache.c \
 	engine/op_shape.c engine/op_math.c engine/op_norm.c engine/op_matmul.c engine/op_attention.c \
 	engine/exec.c \
 	engine/runner.c engine/runner.h

@@ -1081,6 +1081,16 @@ const eng_tensor *eng_graph_initializer(const eng_graph *g, const char *name)
     return &g->inits[g->values[v].index];
 }
 
+int eng_graph_source(const eng_graph *g, size_t i, char *path, size_t cap)
+{
+    const struct eng_graph_priv *pv = g->priv;
+    if (i > pv->n_files)
+        return -1;
+    int n = i == 0 ? snprintf(path, cap, "%s", pv->onnx_path)
+                   : snprintf(path, cap, "%s/%s", g->dir, pv->files[i - 1].location);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
 const eng_node *eng_graph_producer(const eng_graph *g, const char *name)
 {
     int v = eng_graph_value(g, name);

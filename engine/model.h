@@ -180,6 +180,12 @@ void eng_graph_free(eng_graph *g);
 int eng_graph_value(const eng_graph *g, const char *name);
 /* The initializer called NAME, or NULL. */
 const eng_tensor *eng_graph_initializer(const eng_graph *g, const char *name);
+/*
+ * The files the graph was loaded from: I = 0 is model.onnx, 1.. the external
+ * data files in the order first named. Writes the path into PATH (CAP bytes)
+ * and returns 0, or -1 past the last file (or when the path does not fit).
+ */
+int eng_graph_source(const eng_graph *g, size_t i, char *path, size_t cap);
 /* The node producing value NAME, or NULL. */
 const eng_node *eng_graph_producer(const eng_graph *g, const char *name);
 

@@ -202,11 +202,11 @@ int plan_prep_q4(plan_builder *b, step *s, const q4_src *src, const char *what)
     m->qdq = src;
     m->int8 = !b->p->opts.matmul_fp32;
     bool packing = m->int8 && b->p->krn.q4_packed && src->zp_all_8;
-    m->w.packed_bf16 = packing && plan_q4_scales_bf16(src);
     size_t kb = m->w.k_blocks;
     if (packing) {
         if (!plan_size_packs(b))
             PREP_FAIL(b, s, "out of memory sizing the repacked weights");
+        m->w.packed_bf16 = b->scales_bf16[s - b->p->steps]; /* plan_q4_scales_bf16(), or the cache's record */
         uint64_t counted = 0;
         void *buf = plan_packed_slot(b, s, krn_q4_pack_size(&m->w), &counted);
         if (!buf)

@@ -19,7 +19,7 @@
  * GEMV a TLB miss every 4 KiB (worth ~20% of decode bandwidth on the machines
  * measured). Freed with free() like the plan's other owned buffers.
  */
-static void *alloc_weights(size_t bytes)
+void *plan_alloc_weights(size_t bytes)
 {
     const size_t huge = (size_t)2 << 20;
     size_t align = bytes >= 2 * huge ? huge : ALIGN;
@@ -117,6 +117,7 @@ void plan_q4_fill(const q4_src *src, size_t n0, size_t n1, uint8_t *b, float *sc
  */
 static size_t node_pack_size(const eng_plan *p, size_t i, bool *bf16)
 {
+    int cached = plan_prep_bf16(p, i); /* the scale form the cache recorded: no scan of the scales */
     const eng_node *n = &p->g->nodes[i];
     const step *s = &p->steps[i];
     *bf16 = false;
@@ -124,7 +125,7 @@ static size_t node_pack_size(const eng_plan *p, size_t i, bool *bf16)
         const q4_src *src = s->p.mmnb.qdq;
         if (p->opts.matmul_fp32 || !p->krn.q4_packed || !src->zp_all_8)
             return 0;
-        *bf16 = plan_q4_scales_bf16(src);
+        *bf16 = cached >= 0 ? cached : plan_q4_scales_bf16(src);
         krn_q4_weights w = {.n = src->n, .k = src->k, .block_size = 32, .packed_bf16 = *bf16};
         krn_q4_weights_set_blocks(&w);
         return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;
@@ -140,7 +141,7 @@ static size_t node_pack_size(const eng_plan *p, size_t i, bool *bf16)
     if (N <= 0 || K <= 0 || !mmnb_sizes_of(K, N, 32, &z) || !node_init(p, n, 1, ENG_DT_UINT8, z.b_bytes) ||
         !(scales = node_init(p, n, 2, ENG_DT_FLOAT, z.n_scales)))
         return 0;
-    *bf16 = node_scales_bf16(scales);
+    *bf16 = cached >= 0 ? cached : node_scales_bf16(scales);
     krn_q4_weights w = {.n = (size_t)N, .k = (size_t)K, .block_size = 32, .packed_bf16 = *bf16};
     krn_q4_weights_set_blocks(&w);
     return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;
@@ -159,10 +160,23 @@ bool plan_size_packs(plan_builder *b)
     b->scales_bf16 = calloc(g->n_nodes ? g->n_nodes : 1, sizeof *b->scales_bf16);
     if (!b->scales_bf16)
         return false;
+    plan_prep_open(b->p);
     /* An overflowing total cannot be allocated: packed_slot() then fails the node naming it. */
-    for (size_t i = 0; i < g->n_nodes; i++)
-        if (!ck_add_u64(b->pack_total, node_pack_size(b->p, i, &b->scales_bf16[i]), &b->pack_total))
-            b->pack_total = UINT64_MAX;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t packed = 0, cached = 0;
+        b->pack_total = 0;
+        for (size_t i = 0; i < g->n_nodes; i++) {
+            size_t bytes = node_pack_size(b->p, i, &b->scales_bf16[i]);
+            packed += bytes > 0;
+            cached += bytes > 0 && plan_prep_bf16(b->p, i) >= 0;
+            if (!ck_add_u64(b->pack_total, bytes, &b->pack_total))
+                b->pack_total = UINT64_MAX;
+        }
+        /* A cache whose matrices are not exactly these is not used; the scale forms are then read. */
+        if (!plan_prep_mapped(b->p) || (cached == packed && plan_prep_arena(b->p, b->pack_total)))
+            break;
+        plan_prep_drop(b->p, "its table does not list this plan's packed matrices");
+    }
     b->pack_sized = true;
     return true;
 }
@@ -197,9 +211,21 @@ void *plan_packed_slot(plan_builder *b, const step *s, size_t bytes, uint64_t *c
     if (base && used + bytes <= total)
         return (void *)(base + used);
     size_t want = base ? bytes : (total >= bytes ? total : bytes);
-    void *buf = alloc_weights(want);
+    /* The arena: mapped from the prepared-weights cache when it holds this plan's, else allocated. */
+    void *buf = base ? NULL : plan_prep_arena(p, total);
+    if (buf) {
+        p->pack_base = buf;
+        p->pack_total = total;
+        *counted = want;
+        return buf;
+    }
+    buf = plan_alloc_weights(want);
     if (!plan_own(p, buf))
         return NULL;
+    if (!base) {
+        p->pack_base = buf;
+        p->pack_total = total;
+    }
     *counted = want;
     return buf;
 }

@@ -217,8 +217,10 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
         eng_plan_free(p);
         return -1;
     }
-    if (!p->opts.describe_only && !plan_pack_all(p))
+    if (!p->opts.describe_only && (!plan_prep_adopt(p) || !plan_pack_all(p)))
         goto oom;
+    if (!p->opts.describe_only)
+        plan_prep_store(p);
     *out = p;
     return 0;
 oom:
@@ -234,6 +236,7 @@ void eng_plan_free(eng_plan *p)
     for (size_t i = 0; i < p->n_owned; i++)
         free(p->owned[i]);
     free(p->owned);
+    plan_prep_free(p->prep);
     free(p->inits);
     free(p->steps);
     free(p->vals);

@@ -45,6 +45,12 @@ typedef struct eng_plan_opts {
     /* Describe only (`inspect`): skip repacking the weights, which a plan
      * that runs needs; eng_exec_new() refuses such a plan. */
     bool describe_only;
+    /*
+     * The prepared-weights cache's folder (prepcache.c); "off": none; NULL:
+     * $QWEN3D_PREPARED_CACHE, else $CACHE_DIRECTORY, else
+     * $XDG_CACHE_HOME/qwen3d, else $HOME/.cache/qwen3d.
+     */
+    const char *prepared_cache;
     /* Threads that repack the weights; 0: one per online CPU, up to 8. */
     int pack_threads;
     /* Told the packed bytes as the weights are repacked (NULL: nothing). */
@@ -66,6 +72,38 @@ const char *eng_plan_kernel(const eng_plan *p, size_t node);
 /* Weight bytes the plan keeps resident beyond the mapped file (repacked
  * copies); weights used in place from the mapping count as their file bytes. */
 uint64_t eng_plan_prepared_bytes(const eng_plan *p);
+
+/*
+ * What the prepared-weights cache did for a plan: X(id, name, meaning).
+ * A plan that runs ends in off, none, hit, written, rebuilt or unstored;
+ * a describe_only plan (inspect) only looks: present, absent or stale.
+ */
+#define ENG_PREP_STATES(X)                                                                 \
+    X(ENG_PREP_NONE, "none", "nothing to prepare (no packed weights)")                     \
+    X(ENG_PREP_OFF, "off", "the cache is turned off")                                     \
+    X(ENG_PREP_HIT, "hit", "the packed weights are mapped from the cache file")           \
+    X(ENG_PREP_WRITTEN, "written", "packed, and stored in a new cache file")              \
+    X(ENG_PREP_REBUILT, "rebuilt", "the cache file was unusable: packed, and replaced")   \
+    X(ENG_PREP_UNSTORED, "unstored", "packed, but no cache file could be written")        \
+    X(ENG_PREP_PRESENT, "present", "a cache file whose header suits the model is there")  \
+    X(ENG_PREP_ABSENT, "absent", "there is no cache file")                                \
+    X(ENG_PREP_STALE, "stale", "the cache file there is unusable")
+
+typedef enum eng_prep_state {
+#define X(id, name, what) id,
+    ENG_PREP_STATES(X)
+#undef X
+} eng_prep_state;
+
+typedef struct eng_prep_info {
+    eng_prep_state state;
+    const char *path;      /* the cache file ("" when none was named) */
+    const char *note;      /* why it is stale, rebuilt or unstored ("" when nothing to say) */
+} eng_prep_info;
+
+/* The cache's state for P; the strings live as long as P. */
+void eng_plan_prepared_cache(const eng_plan *p, eng_prep_info *out);
+const char *eng_prep_state_name(eng_prep_state s);
 
 /* A runtime tensor: contiguous, row-major. */
 typedef struct eng_view {

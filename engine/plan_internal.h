@@ -33,6 +33,8 @@ typedef struct step step;
 
 typedef struct plan_builder plan_builder;
 
+typedef struct plan_prep plan_prep;
+
 /*
  * A weight-only INT4 matrix as standard ONNX writes it (lower.c): UINT4
  * codes q(n, k) and block scales s(n, b) and zero points z(n, b), b = k / 32,
@@ -137,6 +139,9 @@ struct eng_plan {
     void **owned;
     size_t n_owned, cap_owned;
     uint64_t prepared_bytes;
+    uint8_t *pack_base;   /* the packed matrices' arena (pack.c), NULL: none */
+    uint64_t pack_total;
+    plan_prep *prep;      /* the prepared-weights cache (prepcache.c) */
 };
 
 struct plan_builder {
@@ -392,6 +397,31 @@ bool plan_pack_all(eng_plan *p);
 /* Whether every scale of a lowered weight is a bfloat16 value (the packed copy keeps 16 bits). */
 bool plan_q4_scales_bf16(const q4_src *src);
 void plan_release_mapped(const eng_tensor *t);
+/* Memory for packed weights: huge-page aligned when large (a hint), freed with free(). */
+void *plan_alloc_weights(size_t bytes);
+
+/* ---- the prepared-weights cache (prepcache.c) ---- */
+
+/* Finds the plan's cache file and checks its header (once; the state says what it found). */
+void plan_prep_open(eng_plan *p);
+/* Whether a checked cache file is mapped. */
+bool plan_prep_mapped(const eng_plan *p);
+/* The scale form the cache recorded for node NODE's packed matrix: 1 bf16, 0 fp32, -1 not in the cache. */
+int plan_prep_bf16(const eng_plan *p, size_t node);
+/* The mapped arena when its size is TOTAL, else NULL (the cache is dropped). */
+void *plan_prep_arena(eng_plan *p, uint64_t total);
+/* Stops using the mapped cache (WHY in the state's note); a new one is stored after packing. */
+void plan_prep_drop(eng_plan *p, const char *why);
+/*
+ * After every node is prepared: when the arena is the mapped cache, checks
+ * its table against the plan and every matrix's checksum; then nothing is
+ * left to pack. Otherwise moves the arena to memory of the plan's own and
+ * leaves the packing to plan_pack_all(). False when out of memory.
+ */
+bool plan_prep_adopt(eng_plan *p);
+/* After plan_pack_all(): stores the arena when the plan was built without a usable cache. */
+void plan_prep_store(eng_plan *p);
+void plan_prep_free(plan_prep *c);
 
 /* ---- fusions (fuse.c) ---- */
 

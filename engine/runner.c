@@ -158,9 +158,14 @@ int eng_model_open(const char *dir, const eng_model_opts *opts, eng_model **out,
     if (eng_graph_geometry(m->g, &m->geo, diag) != 0)
         goto fail;
     eng_plan_opts po = {.matmul_fp32 = o.matmul_fp32, .no_fusion = o.no_fusion, .progress = o.progress,
-                        .progress_ctx = o.progress_ctx};
+                        .progress_ctx = o.progress_ctx, .prepared_cache = o.prepared_cache};
     if (eng_plan_new(m->g, &po, &m->plan, diag) != 0)
         goto fail;
+    if (o.prepared) {
+        eng_prep_info pi;
+        eng_plan_prepared_cache(m->plan, &pi);
+        o.prepared(o.prepared_ctx, &pi);
+    }
 
     const eng_genai_config *c = &m->cfg;
     m->input_ids = c->input_ids;

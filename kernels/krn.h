@@ -149,6 +149,13 @@ size_t krn_q4_pack_size(const krn_q4_weights *w);
 #define KRN_Q4_PACK_TILE 8
 
 /*
+ * Version of the packed form's byte layout. Copies of packed weights kept
+ * outside the process (the engine's prepared-weights cache) are keyed by
+ * it: raise it with any change to what krn_q4_pack() writes.
+ */
+#define KRN_Q4_PACK_LAYOUT 1
+
+/*
  * With packed_bf16 set, the packed copy keeps each scale as its upper 16
  * bits (bfloat16), which is exact, and only allowed, when every scale's low
  * 16 bits are zero: krn_q4_scales_fit_bf16(). Scales quantized from a

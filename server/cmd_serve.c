@@ -311,6 +311,17 @@ static void fingerprint_done(uv_work_t *w, int status)
     become_ready(sv);
 }
 
+/* What the prepared-weights cache did, on the compute thread as the model loads: a warning when it could not help. */
+static void log_prepared(void *ctx, const eng_prep_info *pi)
+{
+    (void)ctx;
+    char qp[600], qn[600];
+    bool warn = pi->state == ENG_PREP_UNSTORED || pi->state == ENG_PREP_REBUILT;
+    srv_log(warn ? SRV_LOG_WARN : SRV_LOG_INFO, "prepared_cache", "state=%s path=%s note=%s",
+            eng_prep_state_name(pi->state), srv_log_quote(qp, sizeof qp, pi->path, strlen(pi->path)),
+            srv_log_quote(qn, sizeof qn, pi->note, strlen(pi->note)));
+}
+
 static void on_loaded(void *user, int status, const srv_model_info *info, const char *message)
 {
     serve *sv = user;
@@ -485,6 +496,7 @@ int cmd_serve(int argc, char **argv)
     };
     srv_http_handlers hh = {srv_routes_on_request, srv_routes_on_done};
     /* Listen first, so /health answers 503 while the model loads. */
+    so.engine.prepared = log_prepared;
     int src = srv_sched_new(&sv.loop, &so, sv.metrics, on_loaded, &sv, &sv.sched);
     if (src) {
         cli_fail(CMD, "%s", srv_strerror(src));

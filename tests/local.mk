@@ -9,7 +9,13 @@ AM_TESTS_ENVIRONMENT = \
 	QD_BUILDDIR=$(abs_top_builddir); export QD_BUILDDIR; \
 	QD_NPM_DIR=$(abs_top_builddir)/tests/npm; export QD_NPM_DIR; \
 	NODE=$(NODE); export NODE; \
-	NODE_PATH=$(abs_top_builddir)/tests/npm/node_modules; export NODE_PATH;
+	NODE_PATH=$(abs_top_builddir)/tests/npm/node_modules; export NODE_PATH; \
+	QWEN3D_PREPARED_CACHE=off; export QWEN3D_PREPARED_CACHE;
+
+# The tests load many throw-away models: none writes a prepared-weights
+# cache (above) except tests/prepcache.sh, which names its own folders.
+TESTS += tests/prepcache.sh
+EXTRA_DIST += tests/prepcache.sh
 
 # The check suites' shared main() helper.
 noinst_HEADERS += tests/check_main.h

@@ -94,6 +94,14 @@ int cli_engine_opt(const char *cmd, int argc, char **argv, int *i, eng_model_opt
         }
         return r;
     }
+    if ((r = cli_opt(cmd, argc, argv, i, "prepared-cache", &v)) != 0) {
+        if (r > 0 && !*v) {
+            cli_fail(cmd, "--prepared-cache must name a folder or be off");
+            return -1;
+        }
+        o->prepared_cache = r > 0 ? v : o->prepared_cache;
+        return r;
+    }
     if (cli_flag(argv, *i, "matmul-fp32")) {
         o->matmul_fp32 = true;
         return 1;
@@ -213,5 +221,9 @@ int cli_model_open(cli_progress *p, const char *dir, const eng_model_opts *opts,
     int rc = eng_model_open(dir, &o, out, diag);
     cli_progress_clear(p);
     p->what = NULL;
+    eng_prep_info pi;
+    if (rc == 0 && (eng_plan_prepared_cache(eng_model_plan(*out), &pi), pi.state == ENG_PREP_UNSTORED))
+        fprintf(stderr, "qwen3d: warning: the prepared weights were not cached (%s); the next load packs them again\n",
+                pi.note);
     return rc;
 }

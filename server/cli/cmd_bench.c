@@ -360,6 +360,7 @@ typedef struct bench_run {
     int64_t *ids;      /* the prompt, as long as the longest */
     double load_ms;
     uint64_t prepared;
+    const char *prepared_cache;   /* what the prepared-weights cache did (eng_prep_state_name) */
     int64_t limit;     /* the model's context */
     int case_no, n_cases;
 } bench_run;
@@ -424,7 +425,7 @@ static int prompt_case(bench_run *b, int64_t P, eng_diag *d)
     double per_token = n_times ? (double)moved / (double)n_times : 0;
     cli_progress_clear(&b->bp.line);
     if (o->json) {
-        json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:f, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I}",
+        json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:f, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:s}",
                                 "case", "prompt", "prompt_len", (json_int_t)P, "gen", (json_int_t)o->gen,
                                 "threads", (json_int_t)eng_pool_threads(eng_model_pool(b->m)), "kv_mode", eng_kv_mode_name(o->engine.kv_mode),
                                 "kv_type", kv_type_name(o->engine.kv_type), "load_ms", b->load_ms, "prepared_bytes",
@@ -432,7 +433,7 @@ static int prompt_case(bench_run *b, int64_t P, eng_diag *d)
                                 "prefill_tokens_per_s", pre_med > 0 ? (double)P * 1000.0 / pre_med : 0.0,
                                 "decode_ms_median", med, "decode_ms_p90", p90, "decode_tokens_per_s",
                                 med > 0 ? 1000.0 / med : 0.0, "kv_bytes_copied_per_token", per_token,
-                                "kv_bytes_committed", (json_int_t)committed);
+                                "kv_bytes_committed", (json_int_t)committed, "prepared_cache", b->prepared_cache);
         json_object_update(obj, row);
         json_object_set_new(obj, "repeat", json_integer(o->repeat));
         json_dumpf(obj, stdout, JSON_COMPACT);
@@ -542,6 +543,9 @@ int cmd_bench(int argc, char **argv)
     int64_t V = eng_model_geometry(b.m)->vocab;
     b.limit = eng_model_max_context(b.m);
     b.prepared = eng_plan_prepared_bytes(eng_model_plan(b.m));
+    eng_prep_info pi;
+    eng_plan_prepared_cache(eng_model_plan(b.m), &pi);
+    b.prepared_cache = eng_prep_state_name(pi.state);
     size_t max_steps = (size_t)(o.gen * o.repeat > o.context_steps ? o.gen * o.repeat : o.context_steps);
     b.times = malloc(max_steps * sizeof *b.times);
     int64_t max_prompt = 1;
@@ -560,8 +564,9 @@ int cmd_bench(int argc, char **argv)
         printf("compute pool: %s\n", placement);
         eng_pool_describe_placement(placement, sizeof placement);
         printf("placement: %s\n", placement);
-        printf("model %s: load %.1f ms, prepared weights %llu bytes, %lld threads, kv %s/%s\n", o.model, b.load_ms,
-               (unsigned long long)b.prepared, (long long)eng_pool_threads(eng_model_pool(b.m)),
+        printf("model %s: load %.1f ms (prepared cache %s), prepared weights %llu bytes, %lld threads, kv %s/%s\n",
+               o.model, b.load_ms, b.prepared_cache, (unsigned long long)b.prepared,
+               (long long)eng_pool_threads(eng_model_pool(b.m)),
                eng_kv_mode_name(o.engine.kv_mode), kv_type_name(o.engine.kv_type));
     }
     for (size_t i = 0; i < n_prompt_cases; i++)

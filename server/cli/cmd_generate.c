@@ -252,6 +252,7 @@ static int check_ids(const char *flag, const int64_t *ids, size_t n, int64_t V, 
 
 typedef struct gen_timings {
     double load_ms, prefill_ms, decode_ms; /* decode_ms: per step */
+    const char *prepared;                  /* what the prepared-weights cache did (eng_prep_state_name) */
 } gen_timings;
 
 /* Prints the generation: JSON, its text (TEXT given), or its ids. */
@@ -264,10 +265,10 @@ static void print_result(const gen_opts *o, const int64_t *ids, size_t n_ids, co
             json_array_append_new(pj, json_integer(o->prompt[i]));
         for (size_t i = 0; i < n_ids; i++)
             json_array_append_new(gj, json_integer(ids[i]));
-        json_t *root = json_pack("{s:o, s:o, s:s, s:s, s:{s:f, s:f, s:f, s:f}}", "prompt_ids", pj, "ids", gj,
+        json_t *root = json_pack("{s:o, s:o, s:s, s:s, s:{s:f, s:f, s:f, s:f}, s:s}", "prompt_ids", pj, "ids", gj,
                                  "text", text && text->s ? text->s : "", "finish_reason", finish, "timings", "load_ms",
                                  tm->load_ms, "prefill_ms", tm->prefill_ms, "decode_ms", tm->decode_ms, "tokens_per_s",
-                                 tm->decode_ms > 0 ? 1000.0 / tm->decode_ms : 0.0);
+                                 tm->decode_ms > 0 ? 1000.0 / tm->decode_ms : 0.0, "prepared_cache", tm->prepared);
         json_dumpf(root, stdout, JSON_COMPACT);
         putchar('\n');
         json_decref(root);
@@ -392,7 +393,9 @@ int cmd_generate(int argc, char **argv)
             goto out;
         }
     }
-    gen_timings tm = {load_ms, prefill_ms, decode_ms};
+    eng_prep_info pi;
+    eng_plan_prepared_cache(eng_model_plan(m), &pi);
+    gen_timings tm = {load_ms, prefill_ms, decode_ms, eng_prep_state_name(pi.state)};
     print_result(&o, ids, n_ids, tok ? &text : NULL, finish, &tm);
     rc = 0;
 out:

@@ -141,6 +141,10 @@ static int print_json(const eng_graph *g, const eng_geometry *geo, const eng_gen
     json_object_set_new(w, "serialized_total", json_integer((json_int_t)total));
     json_object_set_new(w, "prepared", json_integer((json_int_t)eng_plan_prepared_bytes(the_plan)));
     json_object_set_new(root, "weight_bytes", w);
+    eng_prep_info pi;
+    eng_plan_prepared_cache(the_plan, &pi);
+    json_object_set_new(root, "prepared_cache", json_pack("{s:s, s:s, s:s}", "state", eng_prep_state_name(pi.state),
+                                                          "path", pi.path, "note", pi.note));
     eng_placement pl;
     eng_pool_placement(&pl);
     json_object_set_new(root, "placement",
@@ -223,6 +227,10 @@ static void print_text(const eng_graph *g, const eng_geometry *geo, const eng_ge
     printf("  %-16s %14llu\n", "total", (unsigned long long)total);
     printf("  %-16s %14llu  (resident INT4 projections: repacked, or used in place)\n", "prepared",
            (unsigned long long)eng_plan_prepared_bytes(the_plan));
+    eng_prep_info pi;
+    eng_plan_prepared_cache(the_plan, &pi);
+    printf("  %-16s %s%s%s%s%s\n", "prepared cache", eng_prep_state_name(pi.state), *pi.path ? " " : "", pi.path,
+           *pi.note ? ": " : "", pi.note);
     char kd[256];
     krn_describe(kd, sizeof kd);
     char where[400];
@@ -239,7 +247,8 @@ static void print_text(const eng_graph *g, const eng_geometry *geo, const eng_ge
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: qwen3d inspect --model DIR [--json] [--no-fusion] [--matmul-fp32] " CLI_PLACEMENT_USAGE "\n");
+    fprintf(stderr, "usage: qwen3d inspect --model DIR [--json] [--no-fusion] [--matmul-fp32] [--prepared-cache DIR|off] "
+                    CLI_PLACEMENT_USAGE "\n");
     return 2;
 }
 
@@ -259,6 +268,10 @@ int cmd_inspect(int argc, char **argv)
         } else if ((r = cli_placement_opt(CMD, argc, argv, &i, &place)) != 0) {
             if (r < 0)
                 return 2;
+        } else if ((r = cli_opt(CMD, argc, argv, &i, "prepared-cache", &v)) != 0) {
+            if (r < 0)
+                return 2;
+            opts.prepared_cache = v; /* the cache file a load with this option would read */
         } else if (cli_flag(argv, i, "json")) {
             json = true;
         } else if (cli_flag(argv, i, "no-fusion")) {
