@@ -45,11 +45,7 @@ typedef struct eng_plan_opts {
     /* Describe only (`inspect`): skip repacking the weights, which a plan
      * that runs needs; eng_exec_new() refuses such a plan. */
     bool describe_only;
-    /*
-     * The prepared-weights cache's folder (prepcache.c); "off": none; NULL:
-     * $QWEN3D_PREPARED_CACHE, else $CACHE_DIRECTORY, else
-     * $XDG_CACHE_HOME/qwen3d, else $HOME/.cache/qwen3d.
-     */
+    /* The prepared-weights cache's folder (prepcache.c); NULL or "off": none. */
     const char *prepared_cache;
     /* Threads that repack the weights; 0: one per online CPU, up to 8. */
     int pack_threads;

@@ -235,30 +235,6 @@ static bool source_digest(const eng_graph *g, uint64_t d[2], char *why, size_t c
 
 /* ---- where the file lives ---- */
 
-/*
- * The cache folder: OPT (--prepared-cache), else $QWEN3D_PREPARED_CACHE,
- * else systemd's $CACHE_DIRECTORY (CacheDirectory=; its first entry), else
- * $XDG_CACHE_HOME/qwen3d, else $HOME/.cache/qwen3d. Returns 1 for "off", 0
- * with the folder in OUT, -1 when none can be named.
- */
-static int cache_dir(const char *opt, char *out, size_t cap)
-{
-    const char *v = opt && *opt ? opt : getenv("QWEN3D_PREPARED_CACHE");
-    if (v && !strcmp(v, "off"))
-        return 1;
-    int n = -1;
-    const char *e;
-    if (v && *v)
-        n = snprintf(out, cap, "%s", v);
-    else if ((e = getenv("CACHE_DIRECTORY")) && *e)
-        n = snprintf(out, cap, "%.*s", (int)strcspn(e, ":"), e);
-    else if ((e = getenv("XDG_CACHE_HOME")) && *e == '/')
-        n = snprintf(out, cap, "%s/qwen3d", e);
-    else if ((e = getenv("HOME")) && *e == '/')
-        n = snprintf(out, cap, "%s/.cache/qwen3d", e);
-    return n > 0 && (size_t)n < cap ? 0 : -1;
-}
-
 /* mkdir -p DIR (0755); 0 or -1 with errno. */
 static int make_dirs(char *dir)
 {
@@ -452,14 +428,14 @@ void plan_prep_open(eng_plan *p)
         set_state(c, ENG_PREP_NONE, NULL);
         return;
     }
-    char dir[PATH_MAX];
-    int r = cache_dir(p->opts.prepared_cache, dir, sizeof dir);
-    if (r == 1) {
+    const char *opt = p->opts.prepared_cache;
+    if (!opt || !strcmp(opt, "off")) {
         set_state(c, ENG_PREP_OFF, NULL);
         return;
     }
-    if (r < 0) {
-        set_state(c, ENG_PREP_UNSTORED, "no cache folder: set --prepared-cache, XDG_CACHE_HOME or HOME");
+    char dir[PATH_MAX];
+    if (!*opt || (size_t)snprintf(dir, sizeof dir, "%s", opt) >= sizeof dir) {
+        set_state(c, ENG_PREP_UNSTORED, "no cache folder: give --prepared-cache DIR, or set XDG_CACHE_HOME or HOME");
         return;
     }
     prep_header *w = &c->want;

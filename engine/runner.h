@@ -45,7 +45,7 @@ typedef struct eng_model_opts {
     /* Idle KV memory kept for new sessions (persistent mode; kv.h's kv_pool):
      * 0 = ENG_KV_POOL_DEFAULT, < 0 = none. */
     int64_t kv_pool_bytes;
-    /* The prepared-weights cache's folder, "off", or NULL for the default (eng_plan_opts). */
+    /* The prepared-weights cache's folder; NULL or "off": none (eng_plan_opts). */
     const char *prepared_cache;
     /* Told, on the opening thread, what that cache did once the plan is built (NULL: nothing). */
     void (*prepared)(void *ctx, const eng_prep_info *info);

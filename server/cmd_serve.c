@@ -497,6 +497,7 @@ int cmd_serve(int argc, char **argv)
     srv_http_handlers hh = {srv_routes_on_request, srv_routes_on_done};
     /* Listen first, so /health answers 503 while the model loads. */
     so.engine.prepared = log_prepared;
+    so.engine.prepared_cache = cli_prepared_cache(cfg->engine.prepared_cache);
     int src = srv_sched_new(&sv.loop, &so, sv.metrics, on_loaded, &sv, &sv.sched);
     if (src) {
         cli_fail(CMD, "%s", srv_strerror(src));

@@ -113,6 +113,22 @@ int cli_engine_opt(const char *cmd, int argc, char **argv, int *i, eng_model_opt
     return 0;
 }
 
+const char *cli_prepared_cache(const char *opt)
+{
+    static char dir[4096];
+    const char *v = opt ? opt : getenv("QWEN3D_PREPARED_CACHE"), *e;
+    int n = -1;
+    if (v && *v)
+        return v;
+    if ((e = getenv("CACHE_DIRECTORY")) && *e)
+        n = snprintf(dir, sizeof dir, "%.*s", (int)strcspn(e, ":"), e); /* systemd's CacheDirectory=, its first */
+    else if ((e = getenv("XDG_CACHE_HOME")) && *e == '/')
+        n = snprintf(dir, sizeof dir, "%s/qwen3d", e);
+    else if ((e = getenv("HOME")) && *e == '/')
+        n = snprintf(dir, sizeof dir, "%s/.cache/qwen3d", e);
+    return n > 0 && (size_t)n < sizeof dir ? dir : "";
+}
+
 int cli_placement_opt(const char *cmd, int argc, char **argv, int *i, cli_placement *p)
 {
     const char *v = NULL;
@@ -218,6 +234,7 @@ int cli_model_open(cli_progress *p, const char *dir, const eng_model_opts *opts,
         o.progress_ctx = p;
         cli_progress_text(p, true, "%s", what);
     }
+    o.prepared_cache = cli_prepared_cache(o.prepared_cache);
     int rc = eng_model_open(dir, &o, out, diag);
     cli_progress_clear(p);
     p->what = NULL;

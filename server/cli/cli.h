@@ -42,6 +42,14 @@ bool cli_flag(char **argv, int i, const char *name);
  */
 int cli_engine_opt(const char *cmd, int argc, char **argv, int *i, eng_model_opts *o);
 /*
+ * The prepared-weights cache folder of a command: OPT (--prepared-cache),
+ * else $QWEN3D_PREPARED_CACHE, else systemd's $CACHE_DIRECTORY
+ * (CacheDirectory=), else $XDG_CACHE_HOME/qwen3d, else $HOME/.cache/qwen3d;
+ * "off" stays "off", and "" means none could be named (the load then warns).
+ * The default lives in a static buffer: main thread, before other threads.
+ */
+const char *cli_prepared_cache(const char *opt);
+/*
  * Placement (--cpus LIST, --numa-node N) of the commands that make a compute
  * pool: cli_placement_opt() matches argv[*i] as cli_engine_opt() does;
  * cli_place() applies it to the whole process (eng_pool_place) before any

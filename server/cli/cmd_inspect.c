@@ -308,6 +308,7 @@ int cmd_inspect(int argc, char **argv)
     eng_graph_geometry(g, &geo, &diag);
     if (eng_diag_failed(&diag))
         goto out;
+    opts.prepared_cache = cli_prepared_cache(opts.prepared_cache);
     if (eng_plan_new(g, &opts, &plan, &diag) != 0)
         goto out;
     the_plan = plan;
