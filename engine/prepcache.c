@@ -390,7 +390,7 @@ static bool open_file(plan_prep *c, bool describe)
             bad = "cannot reserve address space to map it";
         } else {
             uint8_t *a = (uint8_t *)(((uintptr_t)r + PREP_PAYLOAD_ALIGN - 1) & ~(uintptr_t)(PREP_PAYLOAD_ALIGN - 1));
-            void *m = mmap(a, len, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, (off_t)h.payload_offset);
+            void *m = mmap(a, len, PROT_READ, MAP_PRIVATE | MAP_FIXED | MAP_POPULATE, fd, (off_t)h.payload_offset);
             if (m == MAP_FAILED) {
                 munmap(r, span + PREP_PAYLOAD_ALIGN);
                 bad = "cannot map it";
@@ -474,8 +474,8 @@ bool plan_prep_mapped(const eng_plan *p)
 
 int plan_prep_bf16(const eng_plan *p, size_t node)
 {
-    const plan_prep *c = p->prep;
-    if (!c || !c->map)
+    const plan_prep *c = p->prep; /* a checked table: mapped for a load, read alone for inspect */
+    if (!c)
         return -1;
     for (size_t i = 0; i < c->n_entries; i++)
         if (c->entries[i].node == node)

@@ -95,11 +95,16 @@ int cli_engine_opt(const char *cmd, int argc, char **argv, int *i, eng_model_opt
         return r;
     }
     if ((r = cli_opt(cmd, argc, argv, i, "prepared-cache", &v)) != 0) {
-        if (r > 0 && !*v) {
-            cli_fail(cmd, "--prepared-cache must name a folder or be off");
+        /* A copy: a config file's value lives in a buffer of the caller's (one folder per process). */
+        static char folder[4096];
+        if (r > 0 && (!*v || strlen(v) >= sizeof folder)) {
+            cli_fail(cmd, "--prepared-cache must name a folder (shorter than %zu bytes) or be off", sizeof folder);
             return -1;
         }
-        o->prepared_cache = r > 0 ? v : o->prepared_cache;
+        if (r > 0) {
+            snprintf(folder, sizeof folder, "%s", v);
+            o->prepared_cache = folder;
+        }
         return r;
     }
     if (cli_flag(argv, *i, "matmul-fp32")) {
