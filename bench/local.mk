@@ -70,3 +70,8 @@ bench_structured_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 #   node $(srcdir)/bench/prefix-bench.js --qwen3d ./qwen3d --model DIR --threads 2
 EXTRA_DIST += bench/prefix-bench.js
 EXTRA_DIST += bench/contracts.sh bench/contracts-table.js
+
+# Load to ready with the prepared-weights cache off, cold (written) and warm
+# (mapped), peak RSS and decode speed, per model folder, from a build tree:
+#   QWEN3D=./qwen3d sh $(srcdir)/bench/prepcache-load.sh [-r 3] DIR...
+EXTRA_DIST += bench/prepcache-load.sh
