@@ -374,7 +374,8 @@ static bool open_file(plan_prep *c, bool describe)
     }
     for (uint64_t i = 0, end = 0; !bad && i < h.n_entries; i++) {
         const prep_entry *e = &c->entries[i];
-        if (e->offset < end || e->offset % ALIGN || e->bytes > h.payload_bytes - e->offset)
+        if (e->offset < end || e->offset % ALIGN || e->offset > h.payload_bytes ||
+            e->bytes > h.payload_bytes - e->offset)
             bad = "a corrupt table (entries out of range)";
         end = e->offset + e->bytes;
     }
