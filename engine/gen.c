@@ -63,6 +63,7 @@ struct eng_gen {
     const eng_grammar *grammar;  /* constrained decoding, or NULL */
     const eng_gvocab *gvocab;
     eng_gmatch *match;
+    bool lazy;                   /* a lazy grammar's matcher still waiting for its trigger id */
     uint64_t *mask;              /* [mask words] the ids the grammar allows next */
     double mask_s;               /* time spent in eng_gmatch_mask */
     int64_t n_masks;
@@ -218,6 +219,7 @@ eng_gen *eng_gen_new(eng_model *m, const eng_gen_params *p, eng_diag *diag)
         g->grammar = p->grammar;
         g->gvocab = p->gvocab;
         g->match = eng_gmatch_new(p->grammar, p->gvocab);
+        g->lazy = eng_grammar_trigger(p->grammar) >= 0;
         g->mask = malloc(eng_gvocab_mask_words(p->gvocab) * sizeof *g->mask);
         if (!g->match || !g->mask)
             goto oom;
@@ -320,24 +322,28 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static void grammar_fail(eng_gen *g, int rc)
+{
+    char msg[160];
+    snprintf(msg, sizeof msg, "constrained decoding: %s", eng_grammar_strerror(rc));
+    fail(g, msg);
+}
+
 /* The next id among those the grammar allows, advancing its matcher; -1 after fail(). */
 static int32_t constrained_sample(eng_gen *g, const float *logits)
 {
-    char msg[160];
     double t0 = now_s();
     int n = eng_gmatch_mask(g->match, g->mask);
     g->mask_s += now_s() - t0;
     g->n_masks++;
     if (n < 0) {
-        snprintf(msg, sizeof msg, "constrained decoding: %s", eng_grammar_strerror(n));
-        fail(g, msg);
+        grammar_fail(g, n);
         return -1;
     }
     int32_t id = eng_sampler_sample_masked(g->samp, logits, g->mask);
     int rc = id < 0 ? ENG_GRAMMAR_ENOMEM : eng_gmatch_accept(g->match, id);
     if (rc != 0) {
-        snprintf(msg, sizeof msg, "constrained decoding: %s", eng_grammar_strerror(rc));
-        fail(g, msg);
+        grammar_fail(g, rc);
         return -1;
     }
     return id;
@@ -349,9 +355,20 @@ static void take_token(eng_gen *g, const float *logits)
     g->logits = logits;
     g->logits_run = eng_model_runs(g->m);
     int32_t id;
-    if (g->match) {
+    if (g->match && !g->lazy) {
         if ((id = constrained_sample(g, logits)) < 0)
             return;
+    } else if (g->match) {
+        /* Free until the trigger: sampled from the whole row, then it is the grammar's first token. */
+        id = eng_sampler_sample_known(g->samp, logits, -1);
+        if (id == eng_grammar_trigger(g->grammar)) {
+            int rc = eng_gmatch_accept(g->match, id);
+            if (rc != 0) {
+                grammar_fail(g, rc);
+                return;
+            }
+            g->lazy = false;
+        }
     } else {
         id = eng_sampler_sample_known(g->samp, logits, eng_session_argmax(g->sess));
     }

@@ -92,6 +92,8 @@ typedef struct eng_gen_params {
      * before any id is taken, so no text outside the grammar is released.
      * Not with teacher ids or ignore_eos. The greedy argmax fused into the LM
      * head is not used for such a generation (its mask must see the row).
+     * A lazy grammar (eng_grammar_set_trigger) leaves the ids free until
+     * its trigger id is sampled, and applies from that id on.
      */
     const eng_grammar *grammar;
     const eng_gvocab *gvocab;

@@ -1237,6 +1237,7 @@ int eng_gbuild_finish(eng_gbuild *b, int32_t root, eng_grammar **out, char *msg,
         gb_fail(b, ENG_GRAMMAR_ENOMEM, "out of memory");
         goto fail;
     }
+    g->trigger = -1;
     c.g = g;
     bool cut[257] = {0};
     cut[0] = true;
@@ -1353,4 +1354,14 @@ size_t eng_grammar_n_states(const eng_grammar *g)
 size_t eng_grammar_n_rules(const eng_grammar *g)
 {
     return g->n_rules;
+}
+
+void eng_grammar_set_trigger(eng_grammar *g, int32_t id)
+{
+    g->trigger = id;
+}
+
+int32_t eng_grammar_trigger(const eng_grammar *g)
+{
+    return g->trigger;
 }

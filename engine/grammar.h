@@ -145,6 +145,15 @@ void eng_grammar_free(eng_grammar *g);
 /* Automaton states and rules of G (for logs and limits). */
 size_t eng_grammar_n_states(const eng_grammar *g);
 size_t eng_grammar_n_rules(const eng_grammar *g);
+/*
+ * A lazy grammar: generation is free until the token ID is sampled, and
+ * from that token on (the grammar's text starts with it) the grammar
+ * applies. Qwen3's tool calls in auto mode: the model writes what it likes
+ * until it opens <tool_call>, then the call follows the tool's schema.
+ * Set once, before the grammar is shared; -1 (the default) is none.
+ */
+void eng_grammar_set_trigger(eng_grammar *g, int32_t id);
+int32_t eng_grammar_trigger(const eng_grammar *g);
 
 /*
  * The vocabulary of TOK for masks of N_VOCAB ids (the model's logits width,

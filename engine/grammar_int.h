@@ -53,6 +53,7 @@ struct eng_grammar {
     uint8_t cls_lo[256];  /* class -> its first byte */
     int n_cls;
     size_t n_slots;
+    int32_t trigger;      /* eng_grammar_set_trigger(); -1: none */
 };
 
 /* Grows *P (elements of SZ bytes, capacity *CAP) to hold NEED; false on out-of-memory. */

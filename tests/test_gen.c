@@ -696,6 +696,91 @@ START_TEST(constrained_dead_end)
 }
 END_TEST
 
+/*
+ * A lazy grammar leaves the ids free until its trigger: without the
+ * trigger the text is the unconstrained one, id for id; with the trigger
+ * pushed by logit_bias it is sampled first and the grammar's text follows
+ * to a complete end.
+ */
+START_TEST(constrained_lazy_trigger)
+{
+    eng_gvocab *gv = model_gvocab();
+    /* A trigger the unconstrained greedy text does not contain: one past its largest id. */
+    eng_gen_params pf = params(24);
+    eng_gen *free_g = new_gen(&pf);
+    int32_t trigger = 0;
+    size_t n_free = 0;
+    int32_t free_ids[24];
+    while (eng_gen_state(free_g) == ENG_GEN_RUNNING) {
+        step(&free_g, 1, NULL);
+        int32_t id = eng_gen_last(free_g)->token;
+        if (id >= 0) {
+            free_ids[n_free++] = id;
+            trigger = id >= trigger ? id + 1 : trigger;
+        }
+    }
+    eng_gen_free(free_g);
+    ck_assert_int_lt(trigger, V);
+    eng_gbuild *b = eng_gbuild_new();
+    int32_t root = eng_gb_rule(b);
+    eng_gexpr parts[] = {eng_gb_token(b, trigger), eng_gb_str(b, "{\"n\": "), eng_gb_repeat(b, eng_gb_range(b, '0', '9'), 1, 4),
+                         eng_gb_str(b, "}")};
+    eng_gb_define(b, root, eng_gb_seq(b, parts, 4));
+    eng_grammar *gr = NULL;
+    ck_assert_int_eq(eng_gbuild_finish(b, root, &gr, NULL, 0), 0);
+    eng_gbuild_free(b);
+    eng_grammar_set_trigger(gr, trigger);
+    ck_assert_int_eq(eng_grammar_trigger(gr), trigger);
+
+    eng_gen_params p = params(24);
+    p.grammar = gr;
+    p.gvocab = gv;
+    p.ignore_eos = false;
+    eng_gen *g = new_gen(&p);
+    size_t n = 0;
+    while (eng_gen_state(g) == ENG_GEN_RUNNING) {
+        step(&g, 1, NULL);
+        int32_t id = eng_gen_last(g)->token;
+        if (id >= 0) {
+            ck_assert_uint_lt(n, n_free);
+            ck_assert_int_eq(id, free_ids[n]);
+            n++;
+        }
+    }
+    ck_assert_uint_gt(n, 0);
+    eng_gen_free(g);
+
+    int32_t bias_id = trigger;
+    float bias = 100.0f;
+    p.bias_ids = &bias_id;
+    p.bias = &bias;
+    p.n_bias = 1;
+    p.max_tokens = 64;
+    g = new_gen(&p);
+    char text[512];
+    size_t len = 0;
+    int32_t first = -1;
+    while (eng_gen_state(g) == ENG_GEN_RUNNING) {
+        step(&g, 1, NULL);
+        const eng_gen_event *ev = eng_gen_last(g);
+        if (first < 0)
+            first = ev->token;
+        ck_assert_uint_lt(len + ev->len, sizeof text);
+        memcpy(text + len, ev->text, ev->len);
+        len += ev->len;
+    }
+    ck_assert_msg(eng_gen_state(g) == ENG_GEN_STOP, "ended %s: %s", eng_gen_finish_name(eng_gen_state(g)),
+                  eng_gen_error(g));
+    ck_assert_int_eq(first, trigger);
+    text[len] = '\0';
+    const char *body = strstr(text, "{\"n\": ");
+    ck_assert_msg(body && text[len - 1] == '}' && len - (size_t)(body - text) <= 12, "text %s", text);
+    eng_gen_free(g);
+    eng_grammar_free(gr);
+    eng_gvocab_free(gv);
+}
+END_TEST
+
 int main(void)
 {
     krn_init(); /* as main.c does: the best kernels, before any thread */
@@ -715,6 +800,7 @@ int main(void)
     tcase_add_test(tc, constrained_generation);
     tcase_add_test(tc, constrained_in_a_batch);
     tcase_add_test(tc, constrained_dead_end);
+    tcase_add_test(tc, constrained_lazy_trigger);
     tcase_add_test(tc, prompt_logprobs_of_every_position);
     tcase_add_test(tc, prompt_logprobs_tensor_kv);
     suite_add_tcase(su, tc);
