@@ -11,3 +11,4 @@ libqwen3d_a_SOURCES += \
 
 # JSON Schema, JSON mode and tool calls compiled to engine grammars.
 libqwen3d_a_SOURCES += api/schema.c api/schema.h
+libqwen3d_a_SOURCES += api/toolcall.c api/toolcall.h

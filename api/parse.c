@@ -33,7 +33,18 @@ void api_request_free(api_request *r)
         free((char *)r->messages[i].role);
         free((char *)r->messages[i].content);
         free((char *)r->messages[i].reasoning_content);
+        for (size_t k = 0; k < r->messages[i].n_tool_calls; k++) {
+            free((char *)r->messages[i].tool_calls[k].name);
+            free((char *)r->messages[i].tool_calls[k].arguments);
+        }
+        free((api_chat_call *)r->messages[i].tool_calls);
     }
+    for (size_t i = 0; i < r->n_tools; i++) {
+        free(r->tools[i].name);
+        free(r->tools[i].json);
+        free(r->tools[i].parameters);
+    }
+    free(r->tools);
     free(r->messages);
     for (size_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
@@ -186,7 +197,7 @@ static int refuse_nonempty_array(const json_t *v, const char *field, api_error *
     return json_array_size(v) == 0 ? 0 : refuse(field, err);
 }
 
-/* tool_choice, function_call: "none" and "auto" call nothing when no tool is given. */
+/* function_call (the older tool_choice): "none" and "auto" call nothing when no function is given. */
 static int refuse_tool_choice(const json_t *v, const char *field, api_error *err)
 {
     if (!json_is_string(v) && !json_is_object(v))
@@ -263,8 +274,9 @@ static const field_rule FIELDS[] = {
     READ("logit_bias", IN_BOTH),
     REFUSED("suffix", IN_COMPLETIONS, refuse_string),
     READ("response_format", IN_CHAT),
-    REFUSED("tools", IN_CHAT, refuse_nonempty_array),
-    REFUSED("tool_choice", IN_CHAT, refuse_tool_choice),
+    READ("tools", IN_CHAT),
+    READ("tool_choice", IN_CHAT),
+    READ("parallel_tool_calls", IN_CHAT),
     REFUSED("functions", IN_CHAT, refuse_nonempty_array),
     REFUSED("function_call", IN_CHAT, refuse_tool_choice),
     REFUSED("modalities", IN_CHAT, refuse_modalities),
@@ -272,7 +284,6 @@ static const field_rule FIELDS[] = {
     REFUSED("reasoning_effort", IN_CHAT, refuse_any),
     REFUSED("verbosity", IN_CHAT, refuse_any),
     REFUSED("web_search_options", IN_CHAT, refuse_any),
-    IGNORED("parallel_tool_calls", IN_BOTH, want_boolean),
     IGNORED("prediction", IN_BOTH, want_object),
     IGNORED("user", IN_BOTH, want_string),
     IGNORED("safety_identifier", IN_BOTH, want_string),
@@ -423,6 +434,89 @@ static int parse_content(json_t *c, const char *field, bool null_ok, char **out,
     return 0;
 }
 
+/* Keys of OBJ outside the NULL-terminated list KNOWN are refused, so none is dropped unseen. */
+static int known_keys(json_t *obj, const char *field, const char *const *known, api_error *err)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        size_t i = 0;
+        while (known[i] && strcmp(known[i], key))
+            i++;
+        if (!known[i]) {
+            char p[128];
+            fieldf(p, sizeof p, "%s.%s", field, key);
+            return refuse(p, err);
+        }
+    }
+    return 0;
+}
+
+/* An assistant message's tool_calls: [{id, type "function", function: {name, arguments}}]. */
+static int parse_tool_calls(json_t *e, size_t i, api_chat_msg *msg, api_error *err)
+{
+    json_t *tc = json_object_get(e, "tool_calls");
+    char p[160];
+    fieldf(p, sizeof p, "messages[%zu].tool_calls", i);
+    if (!tc || json_is_null(tc))
+        return 0;
+    if (!json_is_array(tc))
+        return type_error(err, p, "an array", tc);
+    if (json_array_size(tc) && strcmp(msg->role, "assistant"))
+        return api_error_set(err, API_ERANGE, p, "'%s' belongs to assistant messages only", p);
+    size_t n = json_array_size(tc);
+    api_chat_call *calls = calloc(n ? n : 1, sizeof *calls);
+    if (!calls)
+        return api_error_set(err, API_ENOMEM, NULL, NULL);
+    msg->tool_calls = calls;
+    static const char *const keys[] = {"id", "type", "function", NULL};
+    static const char *const fn_keys[] = {"name", "arguments", NULL};
+    for (size_t k = 0; k < n; k++) {
+        json_t *c = json_array_get(tc, k);
+        fieldf(p, sizeof p, "messages[%zu].tool_calls[%zu]", i, k);
+        if (!json_is_object(c))
+            return type_error(err, p, "an object", c);
+        int rc = known_keys(c, p, keys, err);
+        if (rc)
+            return rc;
+        json_t *type = json_object_get(c, "type"), *id = json_object_get(c, "id"), *f = json_object_get(c, "function");
+        if (type && !json_is_null(type) && (!json_is_string(type) || strcmp(json_string_value(type), "function")))
+            return api_error_set(err, API_EUNSUPPORTED, p, "'%s.type' must be \"function\"", p);
+        if (id && !json_is_null(id) && !json_is_string(id))
+            return type_error(err, p, "an object whose id is a string", id);
+        fieldf(p, sizeof p, "messages[%zu].tool_calls[%zu].function", i, k);
+        if (!json_is_object(f))
+            return f ? type_error(err, p, "an object", f) : api_error_set(err, API_EMISSING, p, "'%s' is required", p);
+        if ((rc = known_keys(f, p, fn_keys, err)))
+            return rc;
+        json_t *name = json_object_get(f, "name"), *args = json_object_get(f, "arguments");
+        fieldf(p, sizeof p, "messages[%zu].tool_calls[%zu].function.name", i, k);
+        if (!json_is_string(name))
+            return name ? type_error(err, p, "a string", name) : api_error_set(err, API_EMISSING, p, "'%s' is required", p);
+        fieldf(p, sizeof p, "messages[%zu].tool_calls[%zu].function.arguments", i, k);
+        /* OpenAI sends a JSON string, rendered as given; an object is rendered as the template's tojson */
+        char *a = json_is_string(args) ? dup_n(json_string_value(args), json_string_length(args))
+                  : json_is_object(args) ? json_dumps(args, JSON_PRESERVE_ORDER) : NULL;
+        if (!json_is_string(args) && !json_is_object(args))
+            return args ? type_error(err, p, "a string", args) : api_error_set(err, API_EMISSING, p, "'%s' is required", p);
+        calls[k].arguments = a;
+        calls[k].name = dup_n(json_string_value(name), json_string_length(name));
+        msg->n_tool_calls = k + 1;
+        if (!a || !calls[k].name)
+            return api_error_set(err, API_ENOMEM, NULL, NULL);
+    }
+    return 0;
+}
+
+/* A tool message's tool_call_id: a string (the template does not show it). */
+static int parse_tool_call_id(json_t *e, size_t i, api_error *err)
+{
+    json_t *id = json_object_get(e, "tool_call_id");
+    char p[64];
+    fieldf(p, sizeof p, "messages[%zu].tool_call_id", i);
+    return !id || json_is_null(id) || json_is_string(id) ? 0 : type_error(err, p, "a string", id);
+}
+
 static int parse_messages(json_t *root, api_request *r, api_error *err)
 {
     json_t *m = json_object_get(root, "messages");
@@ -453,9 +547,10 @@ static int parse_messages(json_t *root, api_request *r, api_error *err)
         if (!json_is_string(role))
             return type_error(err, p, "a string", role);
         const char *rs = json_string_value(role);
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "developer"))
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "developer") &&
+            strcmp(rs, "tool"))
             return api_error_set(err, API_EUNSUPPORTED, p,
-                                 "'%s' must be \"system\", \"user\" or \"assistant\"", p);
+                                 "'%s' must be \"system\", \"user\", \"assistant\" or \"tool\"", p);
         /* OpenAI's "developer" role is the system prompt of newer models. */
         const char *role_name = strcmp(rs, "developer") ? rs : "system";
         msg->role = dup_n(role_name, strlen(role_name));
@@ -467,14 +562,13 @@ static int parse_messages(json_t *root, api_request *r, api_error *err)
         msg->content = content;
         if (rc)
             return rc;
-        /* Earlier tool calls would be rendered into the prompt by the model's template. */
-        static const char *const refused[] = {"tool_calls", "function_call"};
-        for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
-            json_t *t = json_object_get(e, refused[k]);
-            fieldf(p, sizeof p, "messages[%zu].%s", i, refused[k]);
-            if (t && !json_is_null(t) && !(json_is_array(t) && json_array_size(t) == 0))
-                return refuse(p, err);
-        }
+        /* The older function_call form would be rendered into the prompt differently. */
+        json_t *fc = json_object_get(e, "function_call");
+        fieldf(p, sizeof p, "messages[%zu].function_call", i);
+        if (fc && !json_is_null(fc))
+            return refuse(p, err);
+        if ((rc = parse_tool_calls(e, i, msg, err)) || (rc = parse_tool_call_id(e, i, err)))
+            return rc;
         json_t *rc_v = json_object_get(e, "reasoning_content");
         if (rc_v && !json_is_null(rc_v)) {
             fieldf(p, sizeof p, "messages[%zu].reasoning_content", i);
@@ -648,26 +742,8 @@ static int parse_logit_bias(json_t *root, api_request *r, api_error *err)
     return 0;
 }
 
-/* Keys of OBJ outside the NULL-terminated list KNOWN are refused, so none is dropped unseen. */
-static int known_keys(json_t *obj, const char *field, const char *const *known, api_error *err)
-{
-    const char *key;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        size_t i = 0;
-        while (known[i] && strcmp(known[i], key))
-            i++;
-        if (!known[i]) {
-            char p[128];
-            fieldf(p, sizeof p, "%s.%s", field, key);
-            return refuse(p, err);
-        }
-    }
-    return 0;
-}
-
-/* json_schema.name: 1-64 of a-z, A-Z, 0-9, '_' and '-', as OpenAI's API requires. */
-static bool schema_name_ok(const char *s, size_t n)
+/* A name of OpenAI's function names: 1-64 of a-z, A-Z, 0-9, '_' and '-' (json_schema.name's rule too). */
+static bool name_ok(const char *s, size_t n)
 {
     if (n < 1 || n > 64)
         return false;
@@ -725,7 +801,7 @@ static int parse_format(json_t *root, api_request *r, api_error *err)
                              "'response_format.json_schema.name' is required");
     if (!json_is_string(name))
         return type_error(err, "response_format.json_schema.name", "a string", name);
-    if (!schema_name_ok(json_string_value(name), json_string_length(name)))
+    if (!name_ok(json_string_value(name), json_string_length(name)))
         return api_error_set(err, API_ERANGE, "response_format.json_schema.name",
                              "'response_format.json_schema.name' must be 1 to 64 of a-z, A-Z, 0-9, _ and -");
     if (desc && !json_is_null(desc) && !json_is_string(desc))
@@ -740,6 +816,206 @@ static int parse_format(json_t *root, api_request *r, api_error *err)
     r->format_schema = schema && !json_is_null(schema) ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY)
                                                        : strdup("true");
     return r->format_schema ? 0 : api_error_set(err, API_ENOMEM, NULL, NULL);
+}
+
+/* tools: [{type "function", function: {name, description, parameters, strict}}], names unique. */
+static int parse_tool_list(json_t *tools, api_request *r, api_error *err)
+{
+    if (!json_is_array(tools))
+        return type_error(err, "tools", "an array", tools);
+    size_t n = json_array_size(tools);
+    if (n > API_MAX_TOOLS)
+        return api_error_set(err, API_ERANGE, "tools", "'tools' has %zu tools; at most %d are allowed", n,
+                             API_MAX_TOOLS);
+    if (!(r->tools = calloc(n ? n : 1, sizeof *r->tools)))
+        return api_error_set(err, API_ENOMEM, NULL, NULL);
+    static const char *const keys[] = {"type", "function", NULL};
+    static const char *const fn_keys[] = {"name", "description", "parameters", "strict", NULL};
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(tools, i);
+        char p[80];
+        fieldf(p, sizeof p, "tools[%zu]", i);
+        if (!json_is_object(t))
+            return type_error(err, p, "an object", t);
+        int rc = known_keys(t, p, keys, err);
+        if (rc)
+            return rc;
+        json_t *type = json_object_get(t, "type"), *f = json_object_get(t, "function");
+        fieldf(p, sizeof p, "tools[%zu].type", i);
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
+            return api_error_set(err, type ? API_EUNSUPPORTED : API_EMISSING, p,
+                                 "'%s' must be \"function\" (the only kind of tool supported)", p);
+        fieldf(p, sizeof p, "tools[%zu].function", i);
+        if (!json_is_object(f))
+            return f ? type_error(err, p, "an object", f) : api_error_set(err, API_EMISSING, p, "'%s' is required", p);
+        if ((rc = known_keys(f, p, fn_keys, err)))
+            return rc;
+        json_t *name = json_object_get(f, "name"), *desc = json_object_get(f, "description"),
+               *params = json_object_get(f, "parameters"), *strict = json_object_get(f, "strict");
+        fieldf(p, sizeof p, "tools[%zu].function.name", i);
+        if (!json_is_string(name))
+            return name ? type_error(err, p, "a string", name) : api_error_set(err, API_EMISSING, p, "'%s' is required", p);
+        if (!name_ok(json_string_value(name), json_string_length(name)))
+            return api_error_set(err, API_ERANGE, p, "'%s' must be 1 to 64 of a-z, A-Z, 0-9, _ and -", p);
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(r->tools[k].name, json_string_value(name)))
+                return api_error_set(err, API_ERANGE, p, "'%s': \"%s\" is also the name of tools[%zu]", p,
+                                     json_string_value(name), k);
+        fieldf(p, sizeof p, "tools[%zu].function.description", i);
+        if (desc && !json_is_null(desc) && !json_is_string(desc))
+            return type_error(err, p, "a string", desc);
+        fieldf(p, sizeof p, "tools[%zu].function.strict", i);
+        if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+            return type_error(err, p, "a boolean", strict);
+        fieldf(p, sizeof p, "tools[%zu].function.parameters", i);
+        if (params && !json_is_null(params) && !json_is_object(params))
+            return type_error(err, p, "an object", params);
+        api_tool *tl = &r->tools[i];
+        r->n_tools = i + 1;
+        tl->name = dup_n(json_string_value(name), json_string_length(name));
+        /* jansson's separators without JSON_COMPACT are the template's tojson ", " and ": " */
+        tl->json = json_dumps(t, JSON_PRESERVE_ORDER);
+        tl->parameters = params && !json_is_null(params) ? json_dumps(params, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        if (!tl->name || !tl->json || (params && !json_is_null(params) && !tl->parameters))
+            return api_error_set(err, API_ENOMEM, NULL, NULL);
+    }
+    return 0;
+}
+
+/* tool_choice: "none", "auto", "required" or {"type": "function", "function": {"name": ...}}. */
+static int parse_tool_choice(json_t *v, api_request *r, api_error *err)
+{
+    if (json_is_string(v)) {
+        const char *c = json_string_value(v);
+        if (!strcmp(c, "none"))
+            r->tool_choice = API_TOOL_CHOICE_NONE;
+        else if (!strcmp(c, "auto"))
+            r->tool_choice = r->n_tools ? API_TOOL_CHOICE_AUTO : API_TOOL_CHOICE_NONE;
+        else if (!strcmp(c, "required"))
+            r->tool_choice = API_TOOL_CHOICE_REQUIRED;
+        else
+            return api_error_set(err, API_ERANGE, "tool_choice",
+                                 "'tool_choice' must be \"none\", \"auto\", \"required\" or a function, not \"%.40s\"", c);
+    } else if (json_is_object(v)) {
+        static const char *const keys[] = {"type", "function", NULL};
+        int rc = known_keys(v, "tool_choice", keys, err);
+        if (rc)
+            return rc;
+        json_t *type = json_object_get(v, "type"), *f = json_object_get(v, "function");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
+            return api_error_set(err, API_EUNSUPPORTED, "tool_choice.type", "'tool_choice.type' must be \"function\"");
+        json_t *name = json_is_object(f) ? json_object_get(f, "name") : NULL;
+        if (!json_is_string(name))
+            return api_error_set(err, API_EMISSING, "tool_choice.function.name",
+                                 "'tool_choice.function.name' is required and must be a string");
+        static const char *const fn_keys[] = {"name", NULL};
+        if ((rc = known_keys(f, "tool_choice.function", fn_keys, err)))
+            return rc;
+        size_t k = 0;
+        while (k < r->n_tools && strcmp(r->tools[k].name, json_string_value(name)))
+            k++;
+        if (k == r->n_tools)
+            return api_error_set(err, API_ERANGE, "tool_choice.function.name",
+                                 "'tool_choice.function.name': \"%.64s\" is not one of the request's tools",
+                                 json_string_value(name));
+        r->tool_choice = API_TOOL_CHOICE_NAMED;
+        r->tool_named = k;
+    } else {
+        return type_error(err, "tool_choice", "a string or an object", v);
+    }
+    if (r->tool_choice >= API_TOOL_CHOICE_REQUIRED && !r->n_tools)
+        return api_error_set(err, API_ERANGE, "tool_choice", "'tool_choice' asks for a call but 'tools' is empty");
+    return 0;
+}
+
+static int parse_tools(json_t *root, api_request *r, api_error *err)
+{
+    json_t *tools = json_object_get(root, "tools"), *choice = json_object_get(root, "tool_choice");
+    int rc;
+    r->parallel_tool_calls = true;
+    if ((rc = get_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, err)))
+        return rc;
+    if (tools && !json_is_null(tools) && (rc = parse_tool_list(tools, r, err)))
+        return rc;
+    r->tool_choice = r->n_tools ? API_TOOL_CHOICE_AUTO : API_TOOL_CHOICE_NONE;
+    if (choice && !json_is_null(choice) && (rc = parse_tool_choice(choice, r, err)))
+        return rc;
+    /* One grammar per generation: a call's or the answer's, not a choice between them. */
+    if (r->tool_choice != API_TOOL_CHOICE_NONE && r->format != API_FORMAT_TEXT)
+        return api_error_set(err, API_EUNSUPPORTED, "response_format",
+                             "'response_format' other than text with 'tools' needs 'tool_choice': \"none\"");
+    return 0;
+}
+
+static int schema_error(int rc, const char *param, const api_schema_error *se, api_error *err);
+
+int api_request_tools_grammar(const api_request *r, const eng_tok *tok, eng_grammar **out, api_error *err)
+{
+    *out = NULL;
+    if (!r->n_tools)
+        return api_request_grammar(r, out, err);
+    int32_t open_id = eng_tok_added_id(tok, "<tool_call>"), close_id = eng_tok_added_id(tok, "</tool_call>");
+    if (open_id < 0 || close_id < 0)
+        return api_error_set(err, API_EUNSUPPORTED, "tools",
+                             "'tools': this model's tokenizer has no <tool_call> and </tool_call> tokens");
+    bool named = r->tool_choice == API_TOOL_CHOICE_NAMED;
+    size_t first = named ? r->tool_named : 0, n = named ? 1 : r->n_tools;
+    api_tool_spec *spec = calloc(n, sizeof *spec);
+    json_t **params = calloc(n, sizeof *params);
+    int rc = API_ENOMEM;
+    if (!spec || !params)
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        const api_tool *t = &r->tools[first + i];
+        spec[i].name = t->name;
+        if (t->parameters && !(params[i] = json_loads(t->parameters, 0, NULL)))
+            goto done;
+        spec[i].parameters = params[i];
+    }
+    api_schema_error se;
+    rc = api_schema_tools(spec, n, API_TOOLS_REQUIRED, r->parallel_tool_calls, open_id, close_id, out, &se);
+    if (rc) {
+        /* the pointer is "/tools/I/function/parameters/...", I counted among the tools compiled */
+        char param[96];
+        snprintf(param, sizeof param, "tools[%zu].function.parameters", first + strtoul(se.pointer + 7, NULL, 10));
+        rc = schema_error(rc, param, &se, err);
+        goto done;
+    }
+    if (r->tool_choice == API_TOOL_CHOICE_AUTO)
+        eng_grammar_set_trigger(*out, open_id);
+    if (r->tool_choice == API_TOOL_CHOICE_NONE) {
+        eng_grammar_free(*out);
+        *out = NULL;
+        rc = api_request_grammar(r, out, err);
+    }
+done:
+    for (size_t i = 0; params && i < n; i++)
+        json_decref(params[i]);
+    free(params);
+    free(spec);
+    return rc == API_ENOMEM ? api_error_set(err, API_ENOMEM, NULL, NULL) : rc;
+}
+
+int api_request_render(const api_request *r, bool add_generation_prompt, char **out, size_t *len, api_error *err)
+{
+    api_chat_opts co;
+    api_chat_opts_default(&co);
+    co.enable_thinking = r->enable_thinking;
+    co.add_generation_prompt = add_generation_prompt;
+    const char **tools = calloc(r->n_tools ? r->n_tools : 1, sizeof *tools);
+    if (!tools)
+        return api_error_set(err, API_ENOMEM, NULL, NULL);
+    for (size_t i = 0; i < r->n_tools; i++)
+        tools[i] = r->tools[i].json;
+    co.tools = tools;
+    co.n_tools = r->n_tools;
+    api_chat_error ce;
+    int rc = api_chat_render(r->messages, r->n_messages, &co, out, len, &ce);
+    free(tools);
+    if (rc == 0)
+        return 0;
+    int code = api_chat_http_status(rc) == 400 ? API_ERANGE : API_ENOMEM;
+    return api_error_set(err, code, ce.param[0] ? ce.param : "messages", "%s", ce.message);
 }
 
 int api_request_grammar(const api_request *r, eng_grammar **out, api_error *err)
@@ -761,8 +1037,12 @@ int api_request_grammar(const api_request *r, eng_grammar **out, api_error *err)
         rc = api_schema_compile(schema, out, &se);
         json_decref(schema);
     }
-    if (rc == 0)
-        return 0;
+    return rc == 0 ? 0 : schema_error(rc, param, &se, err);
+}
+
+/* A schema that failed to compile (API_SCHEMA_E* RC, SE) as the 400 naming PARAM, or the limits. */
+static int schema_error(int rc, const char *param, const api_schema_error *se, api_error *err)
+{
     if (rc == API_SCHEMA_ENOMEM)
         return api_error_set(err, API_ENOMEM, NULL, NULL);
     if (rc == API_SCHEMA_ETOOBIG)
@@ -770,11 +1050,11 @@ int api_request_grammar(const api_request *r, eng_grammar **out, api_error *err)
                              "'%s': %s; the limits are nesting depth %d, %d subschemas, %d properties per object, "
                              "%d for minItems/maxItems/prefixItems, %d enum values, %d bytes of enum and const "
                              "text, lengths up to %d, and %d grammar states",
-                             param, se.message, API_SCHEMA_MAX_DEPTH, API_SCHEMA_MAX_NODES, API_SCHEMA_MAX_PROPERTIES,
+                             param, se->message, API_SCHEMA_MAX_DEPTH, API_SCHEMA_MAX_NODES, API_SCHEMA_MAX_PROPERTIES,
                              API_SCHEMA_MAX_ITEMS, API_SCHEMA_MAX_ENUM, API_SCHEMA_MAX_LITERAL, API_SCHEMA_MAX_LENGTH,
                              ENG_GRAMMAR_MAX_STATES);
     return api_error_set(err, rc == API_SCHEMA_EUNSUPPORTED ? API_EUNSUPPORTED : API_ERANGE, param, "'%s': %s", param,
-                         se.message);
+                         se->message);
 }
 
 static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *err)
@@ -814,6 +1094,8 @@ static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *er
         (rc = parse_logprobs(kind, root, r, err)) || (rc = parse_logit_bias(root, r, err)))
         return rc;
     if ((rc = get_bool(root, "stream", &r->stream, err)) || (rc = parse_format(root, r, err)))
+        return rc;
+    if (kind == API_KIND_CHAT && (rc = parse_tools(root, r, err)))
         return rc;
     json_t *so = json_object_get(root, "stream_options");
     if (so && !json_is_null(so)) {

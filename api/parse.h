@@ -32,6 +32,24 @@ typedef enum api_format {
 /* Most top log-probabilities a completions request may ask for (`logprobs`). */
 #define API_COMPLETION_LOGPROBS_MAX 5
 
+/* tool_choice: whether and how the model calls the request's tools. */
+typedef enum api_tool_choice {
+    API_TOOL_CHOICE_NONE = 0,  /* no call: the answer is text (tools still rendered in the prompt) */
+    API_TOOL_CHOICE_AUTO,      /* free text, and a call the model opens follows its tool's schema */
+    API_TOOL_CHOICE_REQUIRED,  /* only calls, of any of the tools */
+    API_TOOL_CHOICE_NAMED,     /* only calls of tools[tool_named] */
+} api_tool_choice;
+
+/* Most tools a request may give (each is rendered into the prompt and compiled into the grammar). */
+#define API_MAX_TOOLS 128
+
+/* A function of `tools`. */
+typedef struct api_tool {
+    char *name;
+    char *json;        /* the whole tool object as sent, in the chat template's tojson form */
+    char *parameters;  /* function.parameters as JSON text; NULL when absent (any object) */
+} api_tool;
+
 typedef enum api_kind {
     API_KIND_COMPLETION = 0, /* POST /v1/completions */
     API_KIND_CHAT,           /* POST /v1/chat/completions */
@@ -63,6 +81,12 @@ typedef struct api_request {
 
     api_format format;            /* response_format */
     char *format_schema;          /* API_FORMAT_JSON_SCHEMA: json_schema.schema as JSON text */
+    /* chat: tools, tool_choice (default auto with tools, none without) and parallel_tool_calls (default true) */
+    api_tool *tools;
+    size_t n_tools;
+    api_tool_choice tool_choice;
+    size_t tool_named;
+    bool parallel_tool_calls;
     /* completions' `logprobs` (0-5 top entries), chat's `logprobs: true` with `top_logprobs` (0-20) */
     bool logprobs;
     int top_logprobs;
@@ -98,6 +122,26 @@ void api_request_free(api_request *r);
  * limits then listed in the message).
  */
 int api_request_grammar(const api_request *r, eng_grammar **out, api_error *err);
+
+/*
+ * The grammar of a chat request with tools whose tool_choice calls them, into
+ * *OUT: Qwen3's <tool_call> blocks of the tools (api_schema_tools; one tool
+ * for a named choice; several calls when parallel_tool_calls), a lazy one
+ * triggered by <tool_call> for auto. Otherwise api_request_grammar(), after
+ * compiling the tools' parameters anyway (tool_choice none), so a schema
+ * that does not compile is a 400 whatever the choice. TOK names the tags'
+ * ids. Returns as api_request_grammar(), errors naming
+ * tools[i].function.parameters and the JSON pointer inside it.
+ */
+int api_request_tools_grammar(const api_request *r, const eng_tok *tok, eng_grammar **out, api_error *err);
+
+/*
+ * A chat request's prompt: its messages and tools through the Qwen3 chat
+ * template (enable_thinking as the request says; the generation prompt when
+ * ADD_GENERATION_PROMPT) into *OUT (malloc'd, *LEN bytes). Returns 0, or a
+ * negative API_E* code with ERR naming the message at fault.
+ */
+int api_request_render(const api_request *r, bool add_generation_prompt, char **out, size_t *len, api_error *err);
 
 /*
  * POST /tokenize and /detokenize bodies, as vLLM's: {model, prompt} (a

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/toolcall.h"
 #include "engine/tokenizer.h"
 
 /* A JSON string of LEN bytes; text that is not valid UTF-8 (it never should
@@ -185,6 +186,56 @@ static json_t *envelope(api_kind kind, const api_meta *m, bool chunk)
     return e;
 }
 
+/* The tool_calls entry of a stream delta for a BEGIN or ARGS event. */
+static json_t *tc_delta(const api_tc_event *e)
+{
+    json_t *fn = e->kind == API_TC_BEGIN ? json_pack("{s:o, s:s}", "name", jstr(e->text, e->len), "arguments", "")
+                                         : json_pack("{s:o}", "arguments", jstr(e->text, e->len));
+    if (e->kind == API_TC_BEGIN)
+        return json_pack("{s:i, s:s, s:s, s:o}", "index", e->index, "id", e->id, "type", "function", "function", fn);
+    return json_pack("{s:i, s:o}", "index", e->index, "function", fn);
+}
+
+/* A whole answer's content (null when empty) and tool_calls: the events of one feed, joined. */
+static int tool_message(const char *text, size_t len, uint64_t seed, json_t **content, json_t **calls)
+{
+    *content = *calls = NULL;
+    api_toolcalls *t = api_toolcalls_new(seed);
+    const api_tc_event *ev;
+    size_t n = 0, cn = 0;
+    if (!t || api_toolcalls_feed(t, text, len, true, &ev, &n) || !(*calls = json_array()))
+        goto oom;
+    for (size_t i = 0; i < n; i++)
+        cn += ev[i].kind == API_TC_CONTENT ? ev[i].len : 0;
+    char *c = malloc(cn + 1), *w = c;
+    if (!c)
+        goto oom;
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i].kind == API_TC_CONTENT) {
+            memcpy(w, ev[i].text, ev[i].len);
+            w += ev[i].len;
+        } else if (ev[i].kind == API_TC_BEGIN) {
+            json_array_append_new(*calls, json_pack("{s:s, s:s, s:{s:o, s:s}}", "id", ev[i].id, "type", "function",
+                                                    "function", "name", jstr(ev[i].text, ev[i].len), "arguments", ""));
+        } else {
+            /* text fed at once: each call's arguments come as one event */
+            json_t *fn = json_object_get(json_array_get(*calls, (size_t)ev[i].index), "function");
+            json_object_set_new(fn, "arguments", jstr(ev[i].text, ev[i].len));
+        }
+    }
+    *content = cn ? jstr(c, cn) : json_null();
+    free(c);
+    if (!*content)
+        goto oom;
+    api_toolcalls_free(t);
+    return 0;
+oom:
+    json_decref(*calls);
+    *calls = NULL;
+    api_toolcalls_free(t);
+    return -1;
+}
+
 char *api_render_result(api_kind kind, const api_meta *meta, const char *text, size_t len, const char *finish_reason,
                         const api_usage *usage, const api_timings *timings, const api_logprobs *lp)
 {
@@ -196,12 +247,28 @@ char *api_render_result(api_kind kind, const api_meta *meta, const char *text, s
     if (kind == API_KIND_CHAT) {
         api_chat_split sp;
         api_chat_split_reasoning(text, len, &sp);
-        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", jstr(text + sp.content_off, sp.content_len));
+        json_t *msg = json_pack("{s:s}", "role", "assistant");
         if (!msg)
             goto oom;
+        json_object_set_new(choice, "message", msg);
+        json_t *calls = NULL;
+        if (meta->tool_calls) {
+            json_t *c = NULL;
+            if (tool_message(text + sp.content_off, sp.content_len, meta->tool_seed, &c, &calls))
+                goto oom;
+            json_object_set_new(msg, "content", c);
+        } else {
+            json_object_set_new(msg, "content", jstr(text + sp.content_off, sp.content_len));
+        }
         if (sp.has_reasoning)
             json_object_set_new(msg, "reasoning_content", jstr(text + sp.reasoning_off, sp.reasoning_len));
-        json_object_set_new(choice, "message", msg);
+        if (calls && json_array_size(calls)) {
+            json_object_set_new(msg, "tool_calls", calls);
+            if (!strcmp(finish_reason, "stop"))
+                json_object_set_new(choice, "finish_reason", json_string("tool_calls"));
+        } else {
+            json_decref(calls);
+        }
     } else {
         json_object_set_new(choice, "text", jstr(text, len));
     }
@@ -284,6 +351,7 @@ struct api_stream {
     char **out;           /* queued chunk texts */
     size_t out_head, out_n, out_cap;
     json_t *lp_pend;      /* logprobs for the next chunk (lp_object), or NULL */
+    api_toolcalls *tc;    /* the content's tool calls (api_meta.tool_calls), or NULL */
     int64_t lp_chars;     /* characters of the text the logprobs so far cover */
 };
 
@@ -301,6 +369,10 @@ api_stream *api_stream_new(api_kind kind, const api_meta *meta, bool include_usa
     s->created = meta->created;
     s->include_usage = include_usage;
     s->mode = kind == API_KIND_CHAT ? MODE_UNDECIDED : MODE_CONTENT;
+    if (kind == API_KIND_CHAT && meta->tool_calls && !(s->tc = api_toolcalls_new(meta->tool_seed))) {
+        api_stream_free(s);
+        return NULL;
+    }
     if (!s->id || !s->model || (meta->fingerprint && !s->fingerprint)) {
         api_stream_free(s);
         return NULL;
@@ -316,6 +388,7 @@ void api_stream_free(api_stream *s)
         free(s->out[i]);
     free(s->out);
     json_decref(s->lp_pend);
+    api_toolcalls_free(s->tc);
     free(s->pend);
     free(s->id);
     free(s->model);
@@ -354,7 +427,7 @@ char *api_stream_next(api_stream *s)
 /* A chunk with one choice holding DELTA (chat) or TEXT (completions). */
 static json_t *chunk_new(api_stream *s, json_t *delta_or_text, const char *finish_reason)
 {
-    api_meta m = {s->id, s->created, s->model, s->fingerprint};
+    api_meta m = {.id = s->id, .created = s->created, .model = s->model, .fingerprint = s->fingerprint};
     json_t *root = envelope(s->kind, &m, true);
     json_t *choice = json_pack("{s:i, s:o}", "index", 0, "logprobs", s->lp_pend ? s->lp_pend : json_null());
     s->lp_pend = NULL;
@@ -393,9 +466,30 @@ int api_stream_logprobs(api_stream *s, const api_logprobs *lp, const eng_token_l
     return 0;
 }
 
+/* The content's tool calls: a chunk per event (content text, a call's start, arguments). */
+static int emit_calls(api_stream *s, const char *c, size_t cn, bool final)
+{
+    const api_tc_event *ev;
+    size_t n;
+    if (api_toolcalls_feed(s->tc, c, cn, final, &ev, &n))
+        return API_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        json_t *d = ev[i].kind == API_TC_CONTENT ? json_pack("{s:o}", "content", jstr(ev[i].text, ev[i].len))
+                                                 : json_pack("{s:[o]}", "tool_calls", tc_delta(&ev[i]));
+        int rc = queue(s, chunk_new(s, d, NULL));
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 /* Queues one chunk with the reasoning and content deltas, if any. */
 static int emit(api_stream *s, const char *r, size_t rn, const char *c, size_t cn)
 {
+    if (s->tc && cn) {
+        int rc = emit(s, r, rn, NULL, 0);
+        return rc ? rc : emit_calls(s, c, cn, false);
+    }
     if (!rn && !cn)
         return 0;
     if (s->kind != API_KIND_CHAT)
@@ -408,16 +502,6 @@ static int emit(api_stream *s, const char *r, size_t rn, const char *c, size_t c
     if (cn)
         json_object_set_new(d, "content", jstr(c, cn));
     return queue(s, chunk_new(s, d, NULL));
-}
-
-static size_t partial_suffix(const char *p, size_t n, const char *tag)
-{
-    /* Longest proper prefix of TAG that ends the text. */
-    size_t tl = strlen(tag);
-    for (size_t k = tl - 1; k > 0; k--)
-        if (n >= k && memcmp(p + n - k, tag, k) == 0)
-            return k;
-    return 0;
 }
 
 /*
@@ -469,7 +553,7 @@ static int advance(api_stream *s, bool final)
             }
             size_t k = left;
             if (!final) {
-                k -= partial_suffix(q, left, CLOSE_TAG);
+                k -= api_partial_tag(q, left, CLOSE_TAG);
                 while (k > 0 && q[k - 1] == '\n')
                     k--;
             }
@@ -525,6 +609,10 @@ int api_stream_end(api_stream *s, const char *finish_reason, const api_usage *us
     int rc;
     if (s->kind == API_KIND_CHAT && s->pend_len && (rc = advance(s, true)))
         return rc;
+    if (s->tc && (rc = emit_calls(s, "", 0, true)))
+        return rc;
+    if (s->tc && api_toolcalls_count(s->tc) && !strcmp(finish_reason, "stop"))
+        finish_reason = "tool_calls";
     json_t *fin = chunk_new(s, s->kind == API_KIND_CHAT ? json_object() : json_string(""), finish_reason);
     if (!fin)
         return API_ENOMEM;
@@ -534,7 +622,7 @@ int api_stream_end(api_stream *s, const char *finish_reason, const api_usage *us
         return rc;
     if (!s->include_usage)
         return 0;
-    api_meta m = {s->id, s->created, s->model, s->fingerprint};
+    api_meta m = {.id = s->id, .created = s->created, .model = s->model, .fingerprint = s->fingerprint};
     json_t *u = envelope(s->kind, &m, true);
     if (!u)
         return API_ENOMEM;

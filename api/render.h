@@ -10,7 +10,10 @@
  * "</think>" tag or the newlines around it, so the concatenated deltas equal
  * the non-streaming fields. (Not for text with a second "</think>": the
  * one-shot split keeps only what follows the last one, which a stream
- * cannot take back.)
+ * cannot take back.) With tools (api_meta.tool_calls), the answer's
+ * <tool_call> blocks become tool_calls, streamed as OpenAI's deltas
+ * (api/toolcall.h): the first of a call carries its index, id, type, name
+ * and empty arguments, the later ones pieces of the arguments.
  *
  * Called on the event-loop thread; an api_stream belongs to one request.
  */
@@ -48,6 +51,11 @@ typedef struct api_meta {
     int64_t created;
     const char *model;
     const char *fingerprint;  /* system_fingerprint; NULL: left out */
+    /* chat with tools: <tool_call> blocks of the answer become tool_calls
+     * (api/toolcall.h), ids drawn from TOOL_SEED, finish_reason "stop"
+     * becomes "tool_calls" when there is one */
+    bool tool_calls;
+    uint64_t tool_seed;
 } api_meta;
 
 /*

@@ -96,6 +96,8 @@ typedef struct call {
     bool text_lost;           /* out of memory while keeping the text (or its logprobs) */
     /* logprobs and echo */
     bool logprobs, echo, echo_sent;
+    bool tool_calls;          /* the answer's <tool_call> blocks become tool_calls (api_meta) */
+    uint64_t tool_seed;
     int top_logprobs;
     char *echo_text;          /* the prompt as text, with echo */
     size_t echo_len;
@@ -524,7 +526,8 @@ static void on_job(srv_job *job, void *user)
         respond_error_status(c, &e, u.started && api_error_status(e.code) == 503 ? 500 : 0);
         return;
     }
-    api_meta meta = {c->id, c->created, c->rt->model_name, c->rt->fingerprint};
+    api_meta meta = {.id = c->id, .created = c->created, .model = c->rt->model_name,
+                     .fingerprint = c->rt->fingerprint, .tool_calls = c->tool_calls, .tool_seed = c->tool_seed};
     api_logprobs lp = {.tok = c->tok, .top = c->top_logprobs, .lps = c->lps, .n = c->n_lps,
                        .n_prompt = c->n_prompt_lps};
     char *body = api_render_result(c->kind, &meta, c->text ? c->text : "", c->len, finish_reason(u.finish), &usage, &t,
@@ -596,17 +599,9 @@ static int prompt_ids(call *c, const api_request *q, eng_tok_ids *ids, api_error
     const char *text = q->prompt;
     size_t len = q->prompt_len;
     if (q->kind == API_KIND_CHAT) {
-        api_chat_opts co;
-        api_chat_opts_default(&co);
-        co.enable_thinking = q->enable_thinking;
-        if (c->ep == SRV_EP_TOKENIZE)
-            co.add_generation_prompt = q->add_generation_prompt;
-        api_chat_error ce;
-        int rc = api_chat_render(q->messages, q->n_messages, &co, &rendered, &len, &ce);
-        if (rc) {
-            int code = api_chat_http_status(rc) == 400 ? API_ERANGE : API_ENOMEM;
-            return api_error_set(e, code, ce.param[0] ? ce.param : "messages", "%s", ce.message);
-        }
+        int rc = api_request_render(q, c->ep == SRV_EP_TOKENIZE ? q->add_generation_prompt : true, &rendered, &len, e);
+        if (rc)
+            return rc;
         text = rendered;
     }
     if (c->log_prompts)
@@ -671,7 +666,7 @@ static void tokenize_work(uv_work_t *w)
     double t0 = srv_now();
     c->rc = prompt_ids(c, c->q, &c->ids, &c->err);
     if (!c->rc)
-        c->rc = api_request_grammar(c->q, &c->grammar, &c->err);
+        c->rc = api_request_tools_grammar(c->q, c->tok, &c->grammar, &c->err);
     if (!c->rc && c->q->echo)
         c->rc = echo_text(c, c->q, &c->err);
     c->tokenize_s = srv_now() - t0;
@@ -765,10 +760,14 @@ static void submit(call *c)
     c->logprobs = q->logprobs;
     c->top_logprobs = q->top_logprobs;
     c->echo = q->echo;
+    /* tool calls are parsed out of the answer when the model may make them; their ids follow the seed */
+    c->tool_calls = q->tool_choice != API_TOOL_CHOICE_NONE;
+    c->tool_seed = q->sampling.seed;
     c->created = (int64_t)time(NULL);
     c->n_prompt = n;
     if (c->stream) {
-        api_meta meta = {c->id, c->created, rt->model_name, rt->fingerprint};
+        api_meta meta = {.id = c->id, .created = c->created, .model = rt->model_name, .fingerprint = rt->fingerprint,
+                         .tool_calls = c->tool_calls, .tool_seed = c->tool_seed};
         if (!(c->st = api_stream_new(kind, &meta, q->include_usage))) {
             api_error_set(&e, API_ENOMEM, NULL, NULL);
             goto reject;

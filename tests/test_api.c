@@ -476,7 +476,7 @@ static json_int_t cached_tokens(const json_t *j)
 
 START_TEST(test_render_result)
 {
-    api_meta m = {"cmpl-1", 1700000000, "tiny", NULL};
+    api_meta m = {.id = "cmpl-1", .created = 1700000000, .model = "tiny"};
     api_usage u = {5, 7, 4};
     api_timings t = {1.5, 2.25, 3.0, 100.0};
     json_t *j = parse_ok(api_render_result(API_KIND_COMPLETION, &m, "hello", 5, "length", &u, &t, NULL));
@@ -524,7 +524,7 @@ END_TEST
 /* system_fingerprint: in every body and chunk when the server has one, absent otherwise. */
 START_TEST(test_render_fingerprint)
 {
-    api_meta m = {"cmpl-1", 1700000000, "tiny", "fp_0123456789ab_0011223344556677"};
+    api_meta m = {.id = "cmpl-1", .created = 1700000000, .model = "tiny", .fingerprint = "fp_0123456789ab_0011223344556677"};
     api_usage u = {5, 7, 0};
     api_timings t = {1, 2, 3, 4};
     for (int kind = 0; kind < 2; kind++) {
@@ -547,7 +547,7 @@ START_TEST(test_render_fingerprint)
         ck_assert_int_ge(chunks, 2);
         api_stream_free(s);
     }
-    api_meta none = {"cmpl-1", 1700000000, "tiny", NULL};
+    api_meta none = {.id = "cmpl-1", .created = 1700000000, .model = "tiny"};
     json_t *j = parse_ok(api_render_result(API_KIND_CHAT, &none, "x", 1, "stop", &u, &t, NULL));
     ck_assert_ptr_null(json_object_get(j, "system_fingerprint"));
     json_decref(j);
@@ -557,7 +557,7 @@ END_TEST
 /* Timings print with at most three decimals, not jansson's 17 digits. */
 START_TEST(test_render_timings_precision)
 {
-    api_meta m = {"cmpl-1", 1700000000, "tiny", NULL};
+    api_meta m = {.id = "cmpl-1", .created = 1700000000, .model = "tiny"};
     api_usage u = {5, 7, 0};
     api_timings t = {0.052, 1234.56789, 1.0 / 3.0, 98.7654321};
     char *body = api_render_result(API_KIND_COMPLETION, &m, "x", 1, "stop", &u, &t, NULL);
@@ -580,7 +580,35 @@ typedef struct streamed {
     json_int_t cached; /* the usage chunk's cached_tokens */
     char finish[16];
     int chunks;
+    json_t *calls;     /* tool_calls deltas joined by index, as a client does */
 } streamed;
+
+/* A delta's tool_calls entries joined into O's calls: the first of a call names it, the rest add arguments. */
+static void join_calls(streamed *o, json_t *tc)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(tc, i, e) {
+        size_t idx = (size_t)json_integer_value(json_object_get(e, "index"));
+        json_t *fn = json_object_get(e, "function"), *args = json_object_get(fn, "arguments");
+        ck_assert(json_is_string(args));
+        if (idx == json_array_size(o->calls)) {
+            ck_assert_str_eq(json_string_value(args), "");
+            ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "function");
+            json_array_append_new(o->calls, json_pack("{s:O, s:s, s:{s:O, s:s}}", "id", json_object_get(e, "id"), "type",
+                                                      "function", "function", "name", json_object_get(fn, "name"),
+                                                      "arguments", ""));
+            continue;
+        }
+        ck_assert_uint_eq(idx + 1, json_array_size(o->calls));
+        ck_assert_ptr_null(json_object_get(e, "id"));
+        ck_assert_ptr_null(json_object_get(fn, "name"));
+        json_t *have = json_object_get(json_object_get(json_array_get(o->calls, idx), "function"), "arguments");
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%s%s", json_string_value(have), json_string_value(args));
+        json_string_set(have, buf);
+    }
+}
 
 static void collect(api_stream *s, streamed *o)
 {
@@ -610,6 +638,8 @@ static void collect(api_stream *s, streamed *o)
             json_t *cc = json_object_get(d, "content"), *rc = json_object_get(d, "reasoning_content");
             if (json_is_string(cc))
                 strcat(o->content, json_string_value(cc));
+            if (json_object_get(d, "tool_calls"))
+                join_calls(o, json_object_get(d, "tool_calls"));
             if (json_is_string(rc)) {
                 strcat(o->reasoning, json_string_value(rc));
                 o->saw_reasoning = true;
@@ -624,7 +654,7 @@ static void collect(api_stream *s, streamed *o)
 /* Streams TEXT cut every STEP bytes and compares with the one-shot split. */
 static void stream_equals_result(const char *text, size_t step)
 {
-    api_meta m = {"chatcmpl-1", 1, "tiny", NULL};
+    api_meta m = {.id = "chatcmpl-1", .created = 1, .model = "tiny"};
     api_usage u = {1, 2, 1};
     api_timings t = {0};
     api_stream *s = api_stream_new(API_KIND_CHAT, &m, true);
@@ -681,9 +711,108 @@ START_TEST(test_stream_split)
 }
 END_TEST
 
+/*
+ * Tool calls: TEXT streamed in pieces of STEP bytes gives content and
+ * tool_calls deltas that join to the one-shot message (ids included), the
+ * call's text never as content, and finish_reason "tool_calls" when a call
+ * was made.
+ */
+static void tool_stream_equals_result(const char *text, size_t step, int want_calls, const char *want_content)
+{
+    api_meta m = {.id = "chatcmpl-1", .created = 1, .model = "tiny", .tool_calls = true, .tool_seed = 42};
+    api_usage u = {1, 2, 0};
+    api_timings t = {0};
+    api_stream *s = api_stream_new(API_KIND_CHAT, &m, false);
+    streamed o;
+    memset(&o, 0, sizeof o);
+    o.calls = json_array();
+    ck_assert_int_eq(api_stream_begin(s), 0);
+    size_t n = strlen(text);
+    for (size_t i = 0; i < n; i += step)
+        ck_assert_int_eq(api_stream_text(s, text + i, i + step <= n ? step : n - i), 0);
+    ck_assert_int_eq(api_stream_end(s, "stop", &u, &t), 0);
+    collect(s, &o);
+    api_stream_free(s);
+
+    json_t *j = parse_ok(api_render_result(API_KIND_CHAT, &m, text, n, "stop", &u, &t, NULL));
+    json_t *ch = json_array_get(json_object_get(j, "choices"), 0), *msg = json_object_get(ch, "message");
+    json_t *content = json_object_get(msg, "content"), *calls = json_object_get(msg, "tool_calls");
+    if (want_content)
+        ck_assert_msg(json_is_string(content) && !strcmp(json_string_value(content), want_content),
+                      "text %s: content '%s', expected '%s'", text, json_string_value(content), want_content);
+    else
+        ck_assert_msg(json_is_null(content), "text %s: content '%s', expected null", text, json_string_value(content));
+    ck_assert_msg(!strcmp(o.content, want_content ? want_content : ""), "text %s step %zu: streamed content '%s'", text,
+                  step, o.content);
+    ck_assert_int_eq((int)json_array_size(calls), want_calls);
+    ck_assert_int_eq((int)json_array_size(o.calls), want_calls);
+    if (want_calls)
+        ck_assert_msg(json_equal(calls, o.calls), "text %s step %zu: streamed calls %s, expected %s", text, step,
+                      json_dumps(o.calls, 0), json_dumps(calls, 0));
+    const char *fr = want_calls ? "tool_calls" : "stop";
+    ck_assert_str_eq(json_string_value(json_object_get(ch, "finish_reason")), fr);
+    ck_assert_str_eq(o.finish, fr);
+    json_decref(o.calls);
+    json_decref(j);
+}
+
+START_TEST(test_stream_tool_calls)
+{
+    static const struct {
+        const char *text, *content;
+        int calls;
+    } cases[] = {
+        {"<tool_call>\n{\"name\": \"get\", \"arguments\": {\"a\": {\"b\": [1, \"}\\n\"]}}}\n</tool_call>", NULL, 1},
+        {"<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", "
+         "\"arguments\": {\"x\": 1}}\n</tool_call>", NULL, 2},
+        {"Let me look.\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"</tool\"}}\n</tool_call>\n",
+         "Let me look.", 1},
+        {"<think>\nhm <tool_call>\n</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", NULL, 1},
+        /* not the form: the tag stays text */
+        {"a <tool_call> b", "a <tool_call> b", 0},
+        {"<tool_call>\n{\"nam", "<tool_call>\n{\"nam", 0},
+        {"x<tool_call>\n{\"name\": 5}", "x<tool_call>\n{\"name\": 5}", 0},
+        {"<tool_call>", "<tool_call>", 0},
+        /* cut short by max_tokens: the arguments so far */
+        {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1", NULL, 1},
+        {"plain answer\n", "plain answer", 0},
+        {"", NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        for (size_t step = 1; step <= 13; step++)
+            tool_stream_equals_result(cases[i].text, step, cases[i].calls, cases[i].content);
+    /* the arguments as written, ids from the seed */
+    api_meta m = {.id = "chatcmpl-1", .created = 1, .model = "tiny", .tool_calls = true, .tool_seed = 7};
+    api_usage u = {1, 2, 0};
+    api_timings t = {0};
+    const char *text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, 2]}}\n</tool_call>";
+    json_t *j = parse_ok(api_render_result(API_KIND_CHAT, &m, text, strlen(text), "length", &u, &t, NULL));
+    json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *call = json_array_get(json_object_get(json_object_get(ch, "message"), "tool_calls"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(call, "function"), "arguments")), "{\"a\": [1, 2]}");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(call, "function"), "name")), "f");
+    const char *id = json_string_value(json_object_get(call, "id"));
+    ck_assert_uint_eq(strlen(id), 29);
+    ck_assert(!strncmp(id, "call_", 5));
+    ck_assert_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "length");
+    json_t *j2 = parse_ok(api_render_result(API_KIND_CHAT, &m, text, strlen(text), "stop", &u, &t, NULL));
+    json_t *call2 = json_array_get(
+        json_object_get(json_object_get(json_array_get(json_object_get(j2, "choices"), 0), "message"), "tool_calls"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(call2, "id")), id);
+    m.tool_seed = 8;
+    json_t *j3 = parse_ok(api_render_result(API_KIND_CHAT, &m, text, strlen(text), "stop", &u, &t, NULL));
+    json_t *call3 = json_array_get(
+        json_object_get(json_object_get(json_array_get(json_object_get(j3, "choices"), 0), "message"), "tool_calls"), 0);
+    ck_assert_str_ne(json_string_value(json_object_get(call3, "id")), id);
+    json_decref(j);
+    json_decref(j2);
+    json_decref(j3);
+}
+END_TEST
+
 START_TEST(test_stream_completion)
 {
-    api_meta m = {"cmpl-9", 1, "tiny", NULL};
+    api_meta m = {.id = "cmpl-9", .created = 1, .model = "tiny"};
     api_usage u = {3, 4, 0};
     api_timings t = {0};
     api_stream *s = api_stream_new(API_KIND_COMPLETION, &m, false);
@@ -724,6 +853,7 @@ static Suite *api_suite(void)
     tcase_add_test(tc, test_render_fingerprint);
     tcase_add_test(tc, test_stream_split);
     tcase_add_test(tc, test_stream_completion);
+    tcase_add_test(tc, test_stream_tool_calls);
     suite_add_tcase(s, tc);
     return s;
 }

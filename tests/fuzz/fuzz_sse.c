@@ -157,7 +157,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     api_kind kind = data[0] & 1 ? API_KIND_CHAT : API_KIND_COMPLETION;
     bool usage_on = (data[0] >> 1) & 1;
     const char *finish = (data[0] >> 2) & 1 ? "stop" : "length";
-    api_meta meta = {"fuzz-1", 1, "m", NULL};
+    api_meta meta = {.id = "fuzz-1", .created = 1, .model = "m"};
     api_stream *st = api_stream_new(kind, &meta, usage_on);
     FUZZ_CHECK(st);
     FUZZ_CHECK(api_stream_begin(st) == 0);
