@@ -196,15 +196,16 @@ tests_test_api_SOURCES = tests/test_api.c
 tests_test_api_CFLAGS = $(TEST_CFLAGS)
 tests_test_api_LDADD = $(TEST_LDADD)
 tests_serve_notify_listen_SOURCES = tests/serve/notify_listen.c
-TESTS += tests/test_api tests/serve_api.sh tests/serve_ops.sh tests/serve_structured.sh tests/serve_logprobs.sh
+TESTS += tests/test_api tests/serve_api.sh tests/serve_ops.sh tests/serve_structured.sh tests/serve_logprobs.sh \
+	tests/serve_tools.sh
 EXTRA_DIST += tests/serve_api.sh tests/serve_ops.sh tests/serve/common.sh tests/serve/http-checks.js \
 	tests/serve/metrics-parse.js tests/serve/openai-client.js tests/serve/checks.js tests/api \
 	tests/serve_structured.sh tests/serve/structured.js tests/serve/structured-schemas.json \
-	tests/serve_logprobs.sh tests/serve/logprobs-client.js
+	tests/serve_logprobs.sh tests/serve/logprobs-client.js tests/serve_tools.sh tests/serve/tools.js
 clean-local: clean-serve
 clean-serve:
 	-rm -rf $(builddir)/tests/serve-model $(builddir)/tests/serve_api-work $(builddir)/tests/serve_ops-work \
-	    $(builddir)/tests/serve_structured-work $(builddir)/tests/serve_logprobs-work
+	    $(builddir)/tests/serve_structured-work $(builddir)/tests/serve_logprobs-work $(builddir)/tests/serve_tools-work
 .PHONY: clean-serve
 
 # Generations (engine/gen.h): the step loop against plain session feeds,
