@@ -4,13 +4,20 @@
  * string per case (or {"error": message} when the renderer rejects it), for
  * tests/chat_template.sh to compare with the real Jinja template.
  *
- * Usage: render_c CASES.json
+ * With --request each case goes the way of a chat completions request
+ * instead: its messages and tools as the JSON body, read by
+ * api_parse_request() and rendered by api_request_render(), as the server
+ * does (assistant tool_calls, role tool messages, tools' tojson form).
+ *
+ * Usage: render_c [--request] CASES.json
  */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "api/chat_template.h"
+#include "api/parse.h"
 
 static const char *opt_string(json_t *obj, const char *key)
 {
@@ -18,16 +25,43 @@ static const char *opt_string(json_t *obj, const char *key)
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
+/* CASE as a chat completions request body, parsed and rendered: a JSON string, or {"error": message}. */
+static json_t *render_request(json_t *c)
+{
+    json_t *body = json_pack("{s:O}", "messages", json_object_get(c, "messages"));
+    if (json_object_get(c, "tools"))
+        json_object_set(body, "tools", json_object_get(c, "tools"));
+    json_t *et = json_object_get(c, "enable_thinking");
+    if (json_is_boolean(et))
+        json_object_set_new(body, "chat_template_kwargs", json_pack("{s:O}", "enable_thinking", et));
+    char *text = json_dumps(body, JSON_PRESERVE_ORDER);
+    json_decref(body);
+    api_request *q = NULL;
+    api_error err;
+    char *out = NULL;
+    size_t len = 0;
+    json_t *agp = json_object_get(c, "add_generation_prompt");
+    int rc = text ? api_parse_request(API_KIND_CHAT, text, strlen(text), NULL, &q, &err) : API_ENOMEM;
+    if (!rc)
+        rc = api_request_render(q, !json_is_false(agp), &out, &len, &err);
+    json_t *r = rc ? json_pack("{s:s}", "error", text ? err.message : "out of memory") : json_stringn(out, len);
+    free(out);
+    free(text);
+    api_request_free(q);
+    return r;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: render_c CASES.json\n");
+    bool request = argc == 3 && !strcmp(argv[1], "--request");
+    if (argc != 2 && !request) {
+        fprintf(stderr, "usage: render_c [--request] CASES.json\n");
         return 2;
     }
     json_error_t jerr;
-    json_t *cases = json_load_file(argv[1], 0, &jerr);
+    json_t *cases = json_load_file(argv[argc - 1], 0, &jerr);
     if (!json_is_array(cases)) {
-        fprintf(stderr, "render_c: %s:%d: %s\n", argv[1], jerr.line,
+        fprintf(stderr, "render_c: %s:%d: %s\n", argv[argc - 1], jerr.line,
                 cases ? "top level is not an array" : jerr.text);
         return 1;
     }
@@ -35,6 +69,10 @@ int main(int argc, char **argv)
     size_t i;
     json_t *c;
     json_array_foreach(cases, i, c) {
+        if (request) {
+            json_array_append_new(results, render_request(c));
+            continue;
+        }
         json_t *msgs = json_object_get(c, "messages");
         size_t n = json_array_size(msgs);
         api_chat_msg *m = calloc(n ? n : 1, sizeof *m);
