@@ -631,3 +631,21 @@ int api_stream_end(api_stream *s, const char *finish_reason, const api_usage *us
     json_object_set_new(u, "timings", timings_json(timings));
     return queue(s, u);
 }
+
+int api_stream_tool_calls(const api_stream *s)
+{
+    return s->tc ? api_toolcalls_count(s->tc) : 0;
+}
+
+int api_text_tool_calls(const char *text, size_t len)
+{
+    api_chat_split sp;
+    api_chat_split_reasoning(text, len, &sp);
+    api_toolcalls *t = api_toolcalls_new(0);
+    const api_tc_event *ev;
+    size_t n;
+    int calls = t && !api_toolcalls_feed(t, text + sp.content_off, sp.content_len, true, &ev, &n)
+                    ? api_toolcalls_count(t) : -1;
+    api_toolcalls_free(t);
+    return calls;
+}

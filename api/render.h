@@ -132,4 +132,8 @@ int api_stream_text(api_stream *s, const char *text, size_t len);
 int api_stream_end(api_stream *s, const char *finish_reason, const api_usage *usage, const api_timings *timings);
 char *api_stream_next(api_stream *s);
 
+/* Tool calls (api_meta.tool_calls) a stream sent so far, or that a chat answer's TEXT holds; -1 on out-of-memory. */
+int api_stream_tool_calls(const api_stream *s);
+int api_text_tool_calls(const char *text, size_t len);
+
 #endif

@@ -97,6 +97,7 @@ typedef struct call {
     /* logprobs and echo */
     bool logprobs, echo, echo_sent;
     bool tool_calls;          /* the answer's <tool_call> blocks become tool_calls (api_meta) */
+    bool called;              /* and it made one (finish_reason tool_calls) */
     uint64_t tool_seed;
     int top_logprobs;
     char *echo_text;          /* the prompt as text, with echo */
@@ -505,6 +506,7 @@ static void on_job(srv_job *job, void *user)
     if (c->stream) {
         if (normal) {
             api_stream_end(c->st, finish_reason(u.finish), &usage, &t);
+            c->called = api_stream_tool_calls(c->st) > 0;
             flush_stream(c);
         } else {
             api_error e;
@@ -526,6 +528,7 @@ static void on_job(srv_job *job, void *user)
         respond_error_status(c, &e, u.started && api_error_status(e.code) == 503 ? 500 : 0);
         return;
     }
+    c->called = c->tool_calls && c->text && api_text_tool_calls(c->text, c->len) > 0;
     api_meta meta = {.id = c->id, .created = c->created, .model = c->rt->model_name,
                      .fingerprint = c->rt->fingerprint, .tool_calls = c->tool_calls, .tool_seed = c->tool_seed};
     api_logprobs lp = {.tok = c->tok, .top = c->top_logprobs, .lps = c->lps, .n = c->n_lps,
@@ -1136,7 +1139,7 @@ static const char *finished_reason(const call *c)
     if (!c->finished)
         return "cancelled";
     switch (c->finish) {
-    case SRV_FINISH_STOP:
+    case SRV_FINISH_STOP: return c->called ? "tool_calls" : "stop";
     case SRV_FINISH_LENGTH: return finish_reason(c->finish);
     case SRV_FINISH_CANCELLED: return "cancelled";
     /* The client saw the text so far end as with max_tokens. */

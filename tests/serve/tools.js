@@ -14,7 +14,8 @@
 //    surrounding whitespace dropped); with
 //    <tool_call> pushed by logit_bias the call that follows validates;
 //  - JSON mode (response_format json_object) answers all parse as objects;
-//  - bad tools and tool_choice values are 400s naming the field.
+//  - bad tools and tool_choice values are 400s naming the field;
+//  - /metrics counts the answers with calls as finished_reason "tool_calls".
 //
 // usage: node tools.js BASE_URL MODEL_NAME SCHEMAS_JSON COUNT [MAX_TOKENS]
 'use strict';
@@ -241,6 +242,11 @@ async function main() {
       /tool_choice/);
     await expect400({ tools: Array.from({ length: 129 }, (_, i) => ({ type: 'function', function: { name: `f${i}` } })) },
       'invalid_value', 'tools', /at most 128/);
+  });
+  await check('metrics: answers that made calls count as finished_reason "tool_calls"', async () => {
+    const text = await (await fetch(`${base}/metrics`)).text();
+    const m = text.match(/^qwen3d_request_finished_total\{[^}]*finished_reason="tool_calls"[^}]*\} (\d+)/m);
+    assert.ok(m && Number(m[1]) >= jobs.length, m ? m[0] : 'no tool_calls series');
   });
   finish('tools.js');
 }
