@@ -1,14 +1,16 @@
 /*
  * fuzz_parse: request bodies of POST /v1/completions and
  * /v1/chat/completions through api_parse_request(), and a parsed chat
- * request on through api_chat_render() and its response_format through
- * api_request_grammar(), as the server's routes do.
+ * request on through api_request_render() (messages, tool calls and tool
+ * results, tools) and its response_format through api_request_grammar(),
+ * as the server's routes do.
  *
  * Input: byte 0 picks the endpoint (bit 0: chat), the rest is the body.
  * Checked: a rejected body yields an error code of the API table, a 4xx or
  * 5xx status and an error body that is valid JSON naming message, type,
  * param and code; an accepted one holds exactly one prompt form, fields in
- * the ranges the engine accepts, and (chat) renders without error; its
+ * the ranges the engine accepts, tools and tool_choice that agree, and
+ * (chat) renders without error; its
  * response_format either compiles or is rejected with a 4xx naming a
  * response_format parameter (or runs out of memory).
  */
@@ -82,16 +84,22 @@ static void check_request(const api_request *r, api_kind kind)
     for (size_t i = 0; i < r->n_messages; i++) {
         const api_chat_msg *m = &r->messages[i];
         FUZZ_CHECK(m->role && m->content);
-        FUZZ_CHECK(!strcmp(m->role, "system") || !strcmp(m->role, "user") || !strcmp(m->role, "assistant"));
+        FUZZ_CHECK(!strcmp(m->role, "system") || !strcmp(m->role, "user") || !strcmp(m->role, "assistant") ||
+                   !strcmp(m->role, "tool"));
+        for (size_t k = 0; k < m->n_tool_calls; k++)
+            FUZZ_CHECK(!strcmp(m->role, "assistant") && m->tool_calls[k].name && m->tool_calls[k].arguments);
     }
-    api_chat_opts co;
-    api_chat_opts_default(&co);
-    co.enable_thinking = r->enable_thinking;
+    FUZZ_CHECK(r->n_tools <= API_MAX_TOOLS);
+    for (size_t i = 0; i < r->n_tools; i++)
+        FUZZ_CHECK(r->tools[i].name && r->tools[i].json);
+    FUZZ_CHECK(r->tool_choice != API_TOOL_CHOICE_NAMED || r->tool_named < r->n_tools);
+    FUZZ_CHECK(r->tool_choice == API_TOOL_CHOICE_NONE || r->n_tools > 0);
+    FUZZ_CHECK(r->tool_choice == API_TOOL_CHOICE_NONE || r->format == API_FORMAT_TEXT);
     char *out = NULL;
     size_t len = 0;
-    api_chat_error ce;
-    int rc = api_chat_render(r->messages, r->n_messages, &co, &out, &len, &ce);
-    FUZZ_CHECK(rc == 0 || rc == API_CHAT_ENOMEM);
+    api_error re;
+    int rc = api_request_render(r, true, &out, &len, &re);
+    FUZZ_CHECK(rc == 0 || rc == API_ENOMEM);
     if (rc == 0) {
         FUZZ_CHECK(out && strlen(out) <= len);
         static const char head[] = "<|im_start|>";

@@ -5,7 +5,8 @@
  * srv_sse_format() on the raw input.
  *
  * Input: byte 0 holds the options (bit 0: chat, bit 1: include_usage,
- * bit 2: finish reason "stop" rather than "length"); the rest is the
+ * bit 2: finish reason "stop" rather than "length", bit 3: chat with tools,
+ * whose <tool_call> blocks become tool_calls); the rest is the
  * generated text, cut into the pieces the scheduler would deliver at each
  * 0xFF byte (a byte that valid UTF-8 never holds).
  *
@@ -13,7 +14,8 @@
  * with a blank line; the stream ends with exactly one chunk naming the
  * finish reason, then (include_usage) the usage chunk; the deltas joined
  * equal the one-shot body's text, or its content and reasoning_content for
- * chat, whenever the pieces are valid UTF-8 and the text is one that
+ * chat (with tools: the tool_calls deltas joined equal the message's
+ * tool_calls, ids included), whenever the pieces are valid UTF-8 and the text is one that
  * render.h promises the same split for (see chat_split_comparable); an SSE
  * parser reading srv_sse_format(X) gets X back, with line breaks as "\n" and
  * NUL bytes dropped.
@@ -142,8 +144,38 @@ static void take(buf *b, json_t *obj, const char *key)
     }
 }
 
+/* A delta's tool_calls entries joined into CALLS, OpenAI's way: the first names the call, the rest add arguments. */
+static void join_calls(json_t *calls, json_t *tc)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(tc, i, e) {
+        size_t idx = (size_t)json_integer_value(json_object_get(e, "index"));
+        json_t *fn = json_object_get(e, "function"), *args = json_object_get(fn, "arguments");
+        FUZZ_CHECK(json_is_string(args));
+        if (idx == json_array_size(calls)) {
+            FUZZ_CHECK(json_string_length(args) == 0);
+            json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:s}}", "id", json_object_get(e, "id"), "type",
+                                                   "function", "function", "name", json_object_get(fn, "name"),
+                                                   "arguments", ""));
+            continue;
+        }
+        FUZZ_CHECK(idx + 1 == json_array_size(calls) && !json_object_get(e, "id"));
+        json_t *have = json_object_get(json_object_get(json_array_get(calls, idx), "function"), "arguments");
+        size_t a = json_string_length(have), b = json_string_length(args);
+        char *j = malloc(a + b);
+        FUZZ_CHECK(j);
+        memcpy(j, json_string_value(have), a);
+        memcpy(j + a, json_string_value(args), b);
+        json_string_setn(have, j, a + b);
+        free(j);
+    }
+}
+
 static bool same(const buf *b, json_t *v)
 {
+    if (json_is_null(v))
+        v = NULL;
     const char *s = v ? json_string_value(v) : "";
     size_t n = v ? json_string_length(v) : 0;
     return s && b->n == n && (n == 0 || !memcmp(b->p, s, n));
@@ -157,7 +189,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     api_kind kind = data[0] & 1 ? API_KIND_CHAT : API_KIND_COMPLETION;
     bool usage_on = (data[0] >> 1) & 1;
     const char *finish = (data[0] >> 2) & 1 ? "stop" : "length";
-    api_meta meta = {.id = "fuzz-1", .created = 1, .model = "m"};
+    bool tools = kind == API_KIND_CHAT && (data[0] >> 3) & 1;
+    api_meta meta = {.id = "fuzz-1", .created = 1, .model = "m", .tool_calls = tools, .tool_seed = data[0]};
+    json_t *calls = json_array();
     api_stream *st = api_stream_new(kind, &meta, usage_on);
     FUZZ_CHECK(st);
     FUZZ_CHECK(api_stream_begin(st) == 0);
@@ -196,7 +230,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_t *c = json_array_get(choices, 0);
         json_t *fr = json_object_get(c, "finish_reason");
         if (json_is_string(fr)) {
-            FUZZ_CHECK(!strcmp(json_string_value(fr), finish));
+            FUZZ_CHECK(!strcmp(json_string_value(fr), finish) ||
+                       (tools && !strcmp(finish, "stop") && !strcmp(json_string_value(fr), "tool_calls")));
             after_finish = true;
             n_finish++;
         } else {
@@ -207,6 +242,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(json_is_object(d));
             take(&content, d, "content");
             take(&reasoning, d, "reasoning_content");
+            if (json_object_get(d, "tool_calls"))
+                join_calls(calls, json_object_get(d, "tool_calls"));
         } else {
             take(&content, c, "text");
         }
@@ -230,9 +267,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             json_t *msg = json_object_get(c0, "message");
             FUZZ_CHECK(same(&content, json_object_get(msg, "content")));
             FUZZ_CHECK(same(&reasoning, json_object_get(msg, "reasoning_content")));
+            json_t *want = json_object_get(msg, "tool_calls");
+            FUZZ_CHECK(want ? json_equal(want, calls) : json_array_size(calls) == 0);
         }
     }
     json_decref(one);
+    json_decref(calls);
     free(text.p);
     free(content.p);
     free(reasoning.p);
