@@ -3,7 +3,12 @@
 # and tests/serve/structured.js with the official openai client, 200
 # json_schema requests (20 schemas x temperature 0 and 0.8 x COUNT=5 seeds),
 # each answer parsed and validated with ajv, streamed answers against
-# non-streamed ones, JSON mode and the 400s of bad schemas. Then
+# non-streamed ones, JSON mode and the 400s of bad schemas; then
+# tests/serve/tools.js: tool_choice required and named over the 13 object
+# schemas (13 x 2 choices x temperature 0 and 0.8 x COUNT seeds, 260 calls
+# at COUNT=5), each call's arguments validated with ajv, parallel calls,
+# streamed deltas against the non-streamed message, auto, JSON mode and the
+# 400s of bad tools. Then
 # bench/structured_bench on the same model: the decode step with and
 # without a schema. From a build tree, after `make check` installed the npm
 # packages:
@@ -11,8 +16,8 @@
 #   sh ../bench/structured.sh [MODEL_DIR [COUNT [THREADS]]]
 #
 # MODEL_DIR defaults to /tmp/qwen3d-0.6b, written by `qwen3d synth --preset
-# 0.6b` when missing. Takes about 20 minutes on 2 cores. Fails when a check
-# of structured.js fails; the speed figures never fail it.
+# 0.6b` when missing. Takes about 20 minutes on 2 cores, more with the tool
+# calls. Fails when a check of structured.js or tools.js fails; the speed figures never fail it.
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 model=${1:-/tmp/qwen3d-0.6b}
@@ -36,6 +41,8 @@ done
 [ -n "$port" ] || { cat "$log" >&2; exit 1; }
 name=$(basename "$model")
 NODE_PATH=$npm node "$src/tests/serve/structured.js" "http://127.0.0.1:$port" "$name" \
+  "$src/tests/serve/structured-schemas.json" "$count"
+NODE_PATH=$npm node "$src/tests/serve/tools.js" "http://127.0.0.1:$port" "$name" \
   "$src/tests/serve/structured-schemas.json" "$count"
 kill $pid
 wait $pid || true
