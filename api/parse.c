@@ -837,14 +837,15 @@ static int parse_tool_list(json_t *tools, api_request *r, api_error *err)
         fieldf(p, sizeof p, "tools[%zu]", i);
         if (!json_is_object(t))
             return type_error(err, p, "an object", t);
+        json_t *type = json_object_get(t, "type"), *f = json_object_get(t, "function");
+        char tp[80];
+        fieldf(tp, sizeof tp, "tools[%zu].type", i);
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
+            return api_error_set(err, type ? API_EUNSUPPORTED : API_EMISSING, tp,
+                                 "'%s' must be \"function\" (the only kind of tool supported)", tp);
         int rc = known_keys(t, p, keys, err);
         if (rc)
             return rc;
-        json_t *type = json_object_get(t, "type"), *f = json_object_get(t, "function");
-        fieldf(p, sizeof p, "tools[%zu].type", i);
-        if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
-            return api_error_set(err, type ? API_EUNSUPPORTED : API_EMISSING, p,
-                                 "'%s' must be \"function\" (the only kind of tool supported)", p);
         fieldf(p, sizeof p, "tools[%zu].function", i);
         if (!json_is_object(f))
             return f ? type_error(err, p, "an object", f) : api_error_set(err, API_EMISSING, p, "'%s' is required", p);

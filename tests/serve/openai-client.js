@@ -3,7 +3,7 @@
 // streams must equal the non-streamed text), usage in streams, the
 // client's typed errors for the documented statuses, and the fields that
 // are refused rather than ignored (response_format of an unknown type,
-// tools); logit_bias out of range. With MODE=auth the
+// tools of a type other than function); logit_bias out of range. With MODE=auth the
 // daemon requires KEY: the right key works, a wrong one is a 401.
 //
 // usage: node openai-client.js BASE_URL MODEL_NAME [auth KEY]
@@ -104,7 +104,7 @@ async function main() {
   const messages = [{ role: 'user', content: 'Give me a JSON object.' }];
   const refused = [
     ['response_format.type', { response_format: { type: 'regex' } }],
-    ['tools', { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }],
+    ['tools[0].type', { tools: [{ type: 'custom', custom: { name: 'f' } }] }],
   ];
   for (const [param, extra] of refused) {
     await check(`errors: chat ${param} ${JSON.stringify(extra).slice(0, 40)} is a 400 unsupported_value naming it`, async () => {
