@@ -85,6 +85,7 @@ static int run(eng_gen *g, double **steps, size_t *n, size_t *cap)
 
 int main(int argc, char **argv)
 {
+    krn_init(); /* the machine's best kernels, as qwen3d does, before any thread */
     const char *model_dir = NULL, *schemas = NULL;
     int threads = 0, max_cases = 1 << 30;
     float temperature = 0.0f;
