@@ -1,9 +1,14 @@
 /*
  * kv: session key/value storage (see kv.h). Each layer's keys and values
- * are one region of the reserved range, one page-aligned run per kv head,
- * PROT_NONE until committed; commits grow every run's prefix together in
- * steps of COMMIT_STEP tokens, so a write past the committed length faults
- * instead of corrupting memory.
+ * are one region of the reserved range, one page-aligned run per kv head;
+ * commits grow every run's prefix together in steps of COMMIT_STEP tokens
+ * (an account of the pages a session may touch, checked against its
+ * capacity). The range is one read-write mapping without reserve, so pages
+ * exist only once written: protecting the uncommitted part would split the
+ * mapping into two areas per run, and the pool and the prefix cache keep
+ * enough idle caches for that to exceed the kernel's limit on mappings per
+ * process (vm.max_map_count, 65530 by default). Transparent huge pages are
+ * off for it: one would commit 2 MiB of every run at its first row.
  *
  * Threads: see kv.h.
  */
@@ -17,7 +22,7 @@
 
 #include "kernels/checked.h"
 
-/* Tokens committed at a time: amortizes mprotect over many decode steps. */
+/* Tokens committed at a time: the account grows in steps, as the pages are touched. */
 #define COMMIT_STEP 256
 
 struct kv_cache {
@@ -115,11 +120,12 @@ kv_cache *kv_new(const kv_geometry *geo)
     kv->head_bytes = head;
     kv->range_bytes = total;
     kv->region_bytes = kv->head_bytes * (uint64_t)geo->kv_heads;
-    void *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         free(kv);
         return NULL;
     }
+    madvise(p, total, MADV_NOHUGEPAGE); /* advice only: without it the runs still work */
     kv->base = p;
     return kv;
 }
@@ -174,12 +180,6 @@ int kv_reserve_tokens(kv_cache *kv, int64_t new_length)
     int64_t want = round_up((uint64_t)new_length, COMMIT_STEP);
     if (want > kv->geo.capacity)
         want = kv->geo.capacity;
-    uint64_t from = round_up(row_bytes(&kv->geo) * (uint64_t)kv->committed, kv->page);
-    uint64_t to = round_up(row_bytes(&kv->geo) * (uint64_t)want, kv->page);
-    if (to > from)
-        for (uint64_t r = 0; r < n_runs(&kv->geo); r++)
-            if (mprotect(kv->base + r * kv->head_bytes + from, to - from, PROT_READ | PROT_WRITE) != 0)
-                return -1;
     kv->committed = want;
     return 0;
 }
@@ -220,9 +220,8 @@ void kv_trim(kv_cache *kv, int64_t keep)
     uint64_t to = round_up(row_bytes(&kv->geo) * (uint64_t)kv->committed, kv->page);
     if (to > from)
         for (uint64_t r = 0; r < n_runs(&kv->geo); r++) {
-            /* The pages go back to the system; the range stays reserved, inaccessible until committed again. */
+            /* The pages go back to the system; the range stays reserved. */
             madvise(kv->base + r * kv->head_bytes + from, to - from, MADV_DONTNEED);
-            mprotect(kv->base + r * kv->head_bytes + from, to - from, PROT_NONE);
         }
     /* the tokens whose rows lie wholly in the pages kept */
     kv->committed = (int64_t)(from / row_bytes(&kv->geo));
