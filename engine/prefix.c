@@ -405,7 +405,7 @@ eng_session *eng_prefix_take(eng_prefix *c, const char *scope, const int64_t *id
     if (e && hand_over(e, depth, capacity)) {
         /* Its storage goes on, nothing is copied; until it comes back, later hits copy from it. */
         s = detach(c, e);
-        eng_session_trim(s, (int64_t)depth);
+        eng_session_truncate(s, (int64_t)depth);
         lend(c, t, ids, depth, s);
     } else {
         pentry *from = e ? e : lent;
@@ -453,7 +453,7 @@ void eng_prefix_put(eng_prefix *c, const char *scope, const int64_t *ids, size_t
         eng_session_free(s);
         return;
     }
-    eng_session_trim(s, (int64_t)n);
+    eng_session_truncate(s, (int64_t)n);
     pentry *e = calloc(1, sizeof *e);
     pnode *at = e ? insert_path(&t->root, ids, n) : NULL;
     if (!at) {

@@ -469,6 +469,16 @@ void eng_session_trim(eng_session *s, int64_t keep)
     s->argmax = -1;
 }
 
+void eng_session_truncate(eng_session *s, int64_t keep)
+{
+    if (keep < s->len)
+        s->len = keep < 0 ? 0 : keep;
+    if (s->kv && kv_length(s->kv) > s->len)
+        kv_set_length(s->kv, s->len);
+    s->logits = NULL;
+    s->argmax = -1;
+}
+
 int eng_session_set_capacity(eng_session *s, int64_t capacity)
 {
     if (!s->kv || capacity > eng_model_max_context(s->m) || kv_set_capacity(s->kv, capacity) != 0)
@@ -492,12 +502,28 @@ eng_exec *eng_session_exec(eng_session *s)
     return s->x ? s->x : s->m->run_x;
 }
 
+static float next_random(uint64_t *state)
+{
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((int32_t)(*state >> 40) & 0xffff) / 65536.0f - 0.5f;
+}
+
 static void fill_random(float *dst, uint64_t n, uint64_t *state)
 {
-    for (uint64_t i = 0; i < n; i++) {
-        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
-        dst[i] = (float)((int32_t)(*state >> 40) & 0xffff) / 65536.0f - 0.5f;
+    for (uint64_t i = 0; i < n; i++)
+        dst[i] = next_random(state);
+}
+
+/* The same values as fill_random, stored as the cache's ELEM-byte elements (fp32 or fp16). */
+static void fill_random_kv(void *dst, size_t elem, uint64_t n, uint64_t *state)
+{
+    if (elem == sizeof(float)) {
+        fill_random(dst, n, state);
+        return;
     }
+    uint16_t *h = dst;
+    for (uint64_t i = 0; i < n; i++)
+        h[i] = krn_f16_from_f32(next_random(state));
 }
 
 int eng_session_fill_synthetic(eng_session *s, int64_t length, eng_diag *diag)
@@ -511,10 +537,7 @@ int eng_session_fill_synthetic(eng_session *s, int64_t length, eng_diag *diag)
     uint64_t state = 12345;
     uint64_t per_layer = (uint64_t)(m->geo.kv_heads * length * m->geo.head_size);
     if (s->kv) {
-        if (kv_geo(s->kv)->type != KV_F32) {
-            eng_diag_add(diag, "synthetic fill supports the f32 cache only");
-            return -1;
-        }
+        size_t elem = kv_elem_size(kv_geo(s->kv)->type);
         if (kv_reserve_tokens(s->kv, length) != 0) {
             eng_diag_add(diag, "cannot commit KV cache memory for %lld tokens", (long long)length);
             return -1;
@@ -522,8 +545,9 @@ int eng_session_fill_synthetic(eng_session *s, int64_t length, eng_diag *diag)
         uint64_t per_head = (uint64_t)(length * m->geo.head_size);
         for (int64_t l = 0; l < m->geo.layers; l++)
             for (int64_t h = 0; h < m->geo.kv_heads; h++) {
-                fill_random((float *)kv_keys(s->kv, l) + h * kv_head_stride(s->kv), per_head, &state);
-                fill_random((float *)kv_values(s->kv, l) + h * kv_head_stride(s->kv), per_head, &state);
+                size_t off = (size_t)(h * kv_head_stride(s->kv)) * elem;
+                fill_random_kv((char *)kv_keys(s->kv, l) + off, elem, per_head, &state);
+                fill_random_kv((char *)kv_values(s->kv, l) + off, elem, per_head, &state);
             }
         kv_set_length(s->kv, length);
     } else {

@@ -110,6 +110,10 @@ int eng_session_copy_prefix(eng_session *dst, const eng_session *src, int64_t to
 
 /* Keeps the first KEEP tokens and returns the memory committed past them. */
 void eng_session_trim(eng_session *s, int64_t keep);
+/* Keeps the rows of the first KEEP tokens, like eng_session_trim, but the
+ * committed pages past them stay for the rows written next (their first
+ * touch, a page fault each, is already paid). */
+void eng_session_truncate(eng_session *s, int64_t keep);
 /* Raises (or lowers, not below its length) the tokens S may hold, within the
  * address range its KV cache reserved (persistent mode): 0, or -1 unchanged. */
 int eng_session_set_capacity(eng_session *s, int64_t capacity);

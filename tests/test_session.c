@@ -6,6 +6,7 @@
  * before it is made.
  */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,6 +207,31 @@ START_TEST(pooled_pages_serve_the_next_session)
 }
 END_TEST
 
+/* A synthetic context (bench's long-context cases) fills an f16 cache too, and decoding goes on from it. */
+START_TEST(synthetic_fill_f16)
+{
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_model *m = NULL;
+    eng_model_opts mo = {.threads = 1, .kv_type = KV_F16};
+    ck_assert(eng_model_open(model_dir, &mo, &m, &d) == 0);
+    eng_session *s = eng_session_new(m, 300, &d);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_msg(eng_session_fill_synthetic(s, 256, &d) == 0, "%s", d.n_kept ? d.lines[0] : "");
+    ck_assert_int_eq(eng_session_length(s), 256);
+    const int64_t id = 7;
+    const float *logits = NULL;
+    ck_assert_msg(eng_session_feed(s, &id, 1, &logits, &d) == 0, "%s", d.n_kept ? d.lines[0] : "");
+    ck_assert_int_eq(eng_session_length(s), 257);
+    int64_t V = eng_model_geometry(m)->vocab;
+    for (int64_t i = 0; i < V; i++)
+        ck_assert_msg(isfinite(logits[i]), "logit %lld is not finite after an f16 synthetic context", (long long)i);
+    eng_session_free(s);
+    eng_model_free(m);
+    eng_diag_clear(&d);
+}
+END_TEST
+
 START_TEST(context_limit_is_an_error)
 {
     eng_diag d;
@@ -274,6 +300,7 @@ int main(void)
     tcase_add_test(tc, interleaved_sessions_tensor);
     tcase_add_test(tc, freed_session_returns_memory);
     tcase_add_test(tc, pooled_pages_serve_the_next_session);
+    tcase_add_test(tc, synthetic_fill_f16);
     tcase_add_test(tc, context_limit_is_an_error);
     tcase_add_test(tc, kv_bytes_known_before_the_session);
     suite_add_tcase(su, tc);
