@@ -176,20 +176,6 @@ static int refuse_string(const json_t *v, const char *field, api_error *err)
     return json_string_length(v) == 0 ? 0 : refuse(field, err);
 }
 
-/* n, best_of: one choice per request. */
-static int refuse_above_one(const json_t *v, const char *field, api_error *err)
-{
-    if (!json_is_integer(v))
-        return type_error(err, field, "an integer", v);
-    json_int_t x = json_integer_value(v);
-    if (x < 1)
-        return api_error_set(err, API_ERANGE, field, "'%s' must be at least 1, not %lld", field, (long long)x);
-    if (x > 1)
-        return api_error_set(err, API_EUNSUPPORTED, field, "'%s' must be 1: one choice per request is supported",
-                             field);
-    return 0;
-}
-
 static int refuse_nonempty_array(const json_t *v, const char *field, api_error *err)
 {
     if (!json_is_array(v))
@@ -266,8 +252,8 @@ static const field_rule FIELDS[] = {
     READ("stream", IN_BOTH),
     READ("stream_options", IN_BOTH),
     READ("chat_template_kwargs", IN_CHAT),
-    REFUSED("n", IN_BOTH, refuse_above_one),
-    REFUSED("best_of", IN_COMPLETIONS, refuse_above_one),
+    READ("n", IN_BOTH),
+    READ("best_of", IN_COMPLETIONS),
     READ("echo", IN_COMPLETIONS),
     READ("logprobs", IN_BOTH),
     READ("top_logprobs", IN_CHAT),
@@ -1058,6 +1044,31 @@ static int schema_error(int rc, const char *param, const api_schema_error *se, a
                          se->message);
 }
 
+/* n and best_of (see api_request); stream must be read first. */
+static int parse_choices(json_t *root, api_request *r, api_error *err)
+{
+    int64_t n = 1, best_of = 0;
+    bool best_given = false;
+    int rc;
+    if ((rc = get_int(root, "n", 1, API_MAX_CHOICES, &n, NULL, err)) ||
+        (rc = get_int(root, "best_of", 1, API_MAX_CHOICES, &best_of, &best_given, err)))
+        return rc;
+    if (!best_given)
+        best_of = n;
+    if (best_of < n)
+        return api_error_set(err, API_ERANGE, "best_of",
+                             "'best_of' (%lld) must be at least 'n' (%lld): it is the number of candidates the n "
+                             "choices are picked from",
+                             (long long)best_of, (long long)n);
+    if (best_of > n && r->stream)
+        return api_error_set(err, API_ERANGE, "best_of",
+                             "'best_of' greater than 'n' cannot be used with 'stream': the best candidates are known "
+                             "only once all of them have ended");
+    r->n = (int)n;
+    r->best_of = (int)best_of;
+    return 0;
+}
+
 static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *err)
 {
     int rc;
@@ -1107,7 +1118,7 @@ static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *er
             return type_error(err, "stream_options.include_usage", "a boolean", iu);
         r->include_usage = json_is_true(iu);
     }
-    return 0;
+    return parse_choices(root, r, err);
 }
 
 /* The fields of /tokenize and /detokenize; no other is accepted. */
@@ -1190,6 +1201,7 @@ static int load_body(const char *body, size_t len, json_t **root, api_request **
         return api_error_set(err, API_ENOMEM, NULL, NULL);
     }
     (*r)->enable_thinking = true;
+    (*r)->n = (*r)->best_of = 1;
     return 0;
 }
 

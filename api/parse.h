@@ -78,6 +78,14 @@ typedef struct api_request {
     size_t n_stop;
     bool stream;
     bool include_usage;           /* stream_options.include_usage */
+    /*
+     * n: the choices returned (1..API_MAX_CHOICES). best_of: the candidates
+     * generated (n..API_MAX_CHOICES, completions only), of which the n with
+     * the highest cumulative log-probability are returned; equal to n when
+     * absent. best_of > n cannot stream: the best are known only at the end.
+     */
+    int n;
+    int best_of;
 
     api_format format;            /* response_format */
     char *format_schema;          /* API_FORMAT_JSON_SCHEMA: json_schema.schema as JSON text */
@@ -101,6 +109,9 @@ typedef struct api_request {
     bool add_generation_prompt;   /* messages: end with the assistant header; default true */
     bool return_token_strs;       /* also each id's token string */
 } api_request;
+
+/* The most choices (n) or candidates (best_of) a request may ask for. */
+#define API_MAX_CHOICES 16
 
 /*
  * Parses LEN bytes of BODY as a request of KIND. Sampling fields the request

@@ -66,8 +66,9 @@ static double round3(double x)
 
 static json_t *timings_json(const api_timings *t)
 {
-    return json_pack("{s:f, s:f, s:f, s:f}", "queue_ms", round3(t->queue_ms), "prompt_ms", round3(t->prompt_ms),
-                     "ttft_ms", round3(t->ttft_ms), "decode_tokens_per_s", round3(t->decode_tokens_per_s));
+    return json_pack("{s:f, s:f, s:f, s:f, s:f}", "queue_ms", round3(t->queue_ms), "prompt_ms",
+                     round3(t->prompt_ms), "ttft_ms", round3(t->ttft_ms), "decode_tokens_per_s",
+                     round3(t->decode_tokens_per_s), "tpot_ms", round3(t->tpot_ms));
 }
 
 /* ---- logprobs ------------------------------------------------------------ */
@@ -236,53 +237,88 @@ oom:
     return -1;
 }
 
-char *api_render_result(api_kind kind, const api_meta *meta, const char *text, size_t len, const char *finish_reason,
-                        const api_usage *usage, const api_timings *timings, const api_logprobs *lp)
+uint64_t api_choice_tool_seed(uint64_t seed, size_t index)
+{
+    /* choice 0 keeps the request's seed, so n = 1 is unchanged; the odd
+     * multiplier makes every index a different seed */
+    return seed ^ (uint64_t)index * 0x9e3779b97f4a7c15u;
+}
+
+/* The message of a chat choice: content, reasoning_content and, with tools, tool_calls (CHOICE's finish_reason
+ * becoming "tool_calls" when there is one). -1 on out-of-memory. */
+static int chat_message(json_t *choice, const api_meta *meta, size_t index, const api_choice *c)
+{
+    api_chat_split sp;
+    api_chat_split_reasoning(c->text, c->len, &sp);
+    json_t *msg = json_pack("{s:s}", "role", "assistant");
+    if (!msg || json_object_set_new(choice, "message", msg))
+        return -1;
+    json_t *content = NULL, *calls = NULL;
+    if (meta->tool_calls) {
+        if (tool_message(c->text + sp.content_off, sp.content_len, api_choice_tool_seed(meta->tool_seed, index),
+                         &content, &calls))
+            return -1;
+    } else if (!(content = jstr(c->text + sp.content_off, sp.content_len))) {
+        return -1;
+    }
+    json_object_set_new(msg, "content", content);
+    if (sp.has_reasoning)
+        json_object_set_new(msg, "reasoning_content", jstr(c->text + sp.reasoning_off, sp.reasoning_len));
+    if (calls && json_array_size(calls)) {
+        json_object_set_new(msg, "tool_calls", calls);
+        if (!strcmp(c->finish_reason, "stop"))
+            json_object_set_new(choice, "finish_reason", json_string("tool_calls"));
+    } else {
+        json_decref(calls);
+    }
+    return 0;
+}
+
+/* The choice object of a non-streaming body; NULL on out-of-memory. */
+static json_t *choice_json(api_kind kind, const api_meta *meta, size_t index, const api_choice *c)
+{
+    json_t *lps = c->lp ? logprobs_json(kind, c->lp) : json_null();
+    json_t *choice = lps ? json_pack("{s:I, s:o, s:s}", "index", (json_int_t)index, "logprobs", lps, "finish_reason",
+                                     c->finish_reason)
+                         : NULL;
+    if (!choice)
+        return NULL;
+    int rc = kind == API_KIND_CHAT ? chat_message(choice, meta, index, c)
+                                   : json_object_set_new(choice, "text", jstr(c->text, c->len));
+    if (rc == 0)
+        return choice;
+    json_decref(choice);
+    return NULL;
+}
+
+char *api_render_choices(api_kind kind, const api_meta *meta, const api_choice *choices, size_t n,
+                         const api_usage *usage, const api_timings *timings)
 {
     json_t *root = envelope(kind, meta, false);
-    json_t *choice = json_pack("{s:i, s:o, s:s}", "index", 0, "logprobs", lp ? logprobs_json(kind, lp) : json_null(),
-                               "finish_reason", finish_reason);
-    if (!root || !choice)
+    json_t *arr = json_array();
+    if (!root || !arr)
         goto oom;
-    if (kind == API_KIND_CHAT) {
-        api_chat_split sp;
-        api_chat_split_reasoning(text, len, &sp);
-        json_t *msg = json_pack("{s:s}", "role", "assistant");
-        if (!msg)
+    for (size_t i = 0; i < n; i++) {
+        json_t *choice = choice_json(kind, meta, i, &choices[i]);
+        if (!choice || json_array_append_new(arr, choice) != 0)
             goto oom;
-        json_object_set_new(choice, "message", msg);
-        json_t *calls = NULL;
-        if (meta->tool_calls) {
-            json_t *c = NULL;
-            if (tool_message(text + sp.content_off, sp.content_len, meta->tool_seed, &c, &calls))
-                goto oom;
-            json_object_set_new(msg, "content", c);
-        } else {
-            json_object_set_new(msg, "content", jstr(text + sp.content_off, sp.content_len));
-        }
-        if (sp.has_reasoning)
-            json_object_set_new(msg, "reasoning_content", jstr(text + sp.reasoning_off, sp.reasoning_len));
-        if (calls && json_array_size(calls)) {
-            json_object_set_new(msg, "tool_calls", calls);
-            if (!strcmp(finish_reason, "stop"))
-                json_object_set_new(choice, "finish_reason", json_string("tool_calls"));
-        } else {
-            json_decref(calls);
-        }
-    } else {
-        json_object_set_new(choice, "text", jstr(text, len));
     }
-    json_t *choices = json_array();
-    json_array_append_new(choices, choice);
-    choice = NULL;
-    json_object_set_new(root, "choices", choices);
+    json_object_set_new(root, "choices", arr);
+    arr = NULL;
     json_object_set_new(root, "usage", usage_json(usage));
     json_object_set_new(root, "timings", timings_json(timings));
     return dump(root);
 oom:
     json_decref(root);
-    json_decref(choice);
+    json_decref(arr);
     return NULL;
+}
+
+char *api_render_result(api_kind kind, const api_meta *meta, const char *text, size_t len, const char *finish_reason,
+                        const api_usage *usage, const api_timings *timings, const api_logprobs *lp)
+{
+    api_choice c = {text, len, finish_reason, lp};
+    return api_render_choices(kind, meta, &c, 1, usage, timings);
 }
 
 char *api_render_models(const char *model, int64_t created, int64_t max_len, const eng_sampling *defaults,
@@ -343,6 +379,7 @@ struct api_stream {
     api_kind kind;
     char *id, *model, *fingerprint;
     int64_t created;
+    int index;            /* the choice's */
     bool include_usage;
     enum split_mode mode;
     bool lead;            /* reasoning: still dropping its leading newlines */
@@ -352,6 +389,7 @@ struct api_stream {
     size_t out_head, out_n, out_cap;
     json_t *lp_pend;      /* logprobs for the next chunk (lp_object), or NULL */
     api_toolcalls *tc;    /* the content's tool calls (api_meta.tool_calls), or NULL */
+    uint64_t tool_seed;   /* the request's: the choice's is drawn from it and the index */
     int64_t lp_chars;     /* characters of the text the logprobs so far cover */
 };
 
@@ -369,6 +407,7 @@ api_stream *api_stream_new(api_kind kind, const api_meta *meta, bool include_usa
     s->created = meta->created;
     s->include_usage = include_usage;
     s->mode = kind == API_KIND_CHAT ? MODE_UNDECIDED : MODE_CONTENT;
+    s->tool_seed = meta->tool_seed;
     if (kind == API_KIND_CHAT && meta->tool_calls && !(s->tc = api_toolcalls_new(meta->tool_seed))) {
         api_stream_free(s);
         return NULL;
@@ -378,6 +417,17 @@ api_stream *api_stream_new(api_kind kind, const api_meta *meta, bool include_usa
         return NULL;
     }
     return s;
+}
+
+int api_stream_set_index(api_stream *s, int index)
+{
+    s->index = index;
+    if (!s->tc)
+        return 0;
+    /* nothing was fed yet: the parser starts over with the choice's seed */
+    api_toolcalls_free(s->tc);
+    s->tc = api_toolcalls_new(api_choice_tool_seed(s->tool_seed, (size_t)index));
+    return s->tc ? 0 : API_ENOMEM;
 }
 
 void api_stream_free(api_stream *s)
@@ -429,7 +479,7 @@ static json_t *chunk_new(api_stream *s, json_t *delta_or_text, const char *finis
 {
     api_meta m = {.id = s->id, .created = s->created, .model = s->model, .fingerprint = s->fingerprint};
     json_t *root = envelope(s->kind, &m, true);
-    json_t *choice = json_pack("{s:i, s:o}", "index", 0, "logprobs", s->lp_pend ? s->lp_pend : json_null());
+    json_t *choice = json_pack("{s:i, s:o}", "index", s->index, "logprobs", s->lp_pend ? s->lp_pend : json_null());
     s->lp_pend = NULL;
     if (!root || !choice || !delta_or_text) {
         json_decref(root);
@@ -616,11 +666,11 @@ int api_stream_end(api_stream *s, const char *finish_reason, const api_usage *us
     json_t *fin = chunk_new(s, s->kind == API_KIND_CHAT ? json_object() : json_string(""), finish_reason);
     if (!fin)
         return API_ENOMEM;
-    if (!s->include_usage)
+    if (!s->include_usage && timings)
         json_object_set_new(fin, "timings", timings_json(timings));
     if ((rc = queue(s, fin)))
         return rc;
-    if (!s->include_usage)
+    if (!s->include_usage || !usage)
         return 0;
     api_meta m = {.id = s->id, .created = s->created, .model = s->model, .fingerprint = s->fingerprint};
     json_t *u = envelope(s->kind, &m, true);

@@ -43,6 +43,7 @@ typedef struct api_timings {
     double prompt_ms;            /* admitted -> first token: the prefill */
     double ttft_ms;              /* arrival of the request's last byte -> first token */
     double decode_tokens_per_s;  /* tokens after the first / their time */
+    double tpot_ms;              /* first token -> last / (completion tokens - 1); 0 below 2 tokens */
 } api_timings;
 
 /* What a response names: id, creation time and the served model. */
@@ -79,10 +80,29 @@ typedef struct api_logprobs {
     size_t n_prompt;           /* of those, echoed prompt tokens (special tokens count in its text) */
 } api_logprobs;
 
+/* One choice of a response: its whole text, why it ended and its logprobs (NULL: null). */
+typedef struct api_choice {
+    const char *text;
+    size_t len;
+    const char *finish_reason;
+    const api_logprobs *lp;
+} api_choice;
+
 /*
- * Non-streaming body of a finished generation of KIND, malloc'd; NULL on
- * out-of-memory. LP: the choice's logprobs (NULL: null).
+ * The seed of the tool-call ids of choice INDEX of a request whose tool seed
+ * is SEED: SEED itself for choice 0, a different one for every other index,
+ * so the choices' ids differ and repeat with the seed.
  */
+uint64_t api_choice_tool_seed(uint64_t seed, size_t index);
+
+/*
+ * Non-streaming body of a finished request of KIND with N choices (indexes
+ * 0..N-1 in the order given), malloc'd; NULL on out-of-memory. With tools,
+ * choice i's ids come from api_choice_tool_seed(META's tool_seed, i).
+ * api_render_result() is the body of one choice, LP its logprobs.
+ */
+char *api_render_choices(api_kind kind, const api_meta *meta, const api_choice *choices, size_t n,
+                         const api_usage *usage, const api_timings *timings);
 char *api_render_result(api_kind kind, const api_meta *meta, const char *text, size_t len, const char *finish_reason,
                         const api_usage *usage, const api_timings *timings, const api_logprobs *lp);
 
@@ -104,8 +124,15 @@ char *api_render_detokenized(const char *text, size_t len);
 
 typedef struct api_stream api_stream;
 
-/* A stream for one response; META's strings are copied. INCLUDE_USAGE: stream_options.include_usage. */
+/*
+ * A stream for one response; META's strings are copied. INCLUDE_USAGE:
+ * stream_options.include_usage. With n > 1 choices a response has one
+ * stream per choice, each told its index (0 by default) before anything is
+ * fed, whose chunks the caller interleaves as they come. Setting the index
+ * returns 0 or API_ENOMEM.
+ */
 api_stream *api_stream_new(api_kind kind, const api_meta *meta, bool include_usage);
+int api_stream_set_index(api_stream *s, int index);
 void api_stream_free(api_stream *s);
 
 /*
@@ -117,7 +144,9 @@ void api_stream_free(api_stream *s);
  * api_stream_text() feeds LEN bytes of new text and queues at most one
  * chunk with what can be sent now. api_stream_end() flushes the held-back
  * text, then queues the final chunk with FINISH_REASON and, when usage was
- * asked for, the usage chunk; TIMINGS goes in the last chunk.
+ * asked for, the usage chunk; TIMINGS goes in the last chunk. With USAGE
+ * and TIMINGS NULL (a choice that is not the response's last to end) it
+ * queues the choice's final chunk alone.
  * Each returns 0 or API_ENOMEM.
  */
 int api_stream_begin(api_stream *s);

@@ -15,7 +15,8 @@
     X(SRV_EHTTP, -6, "the HTTP server could not start")                 \
     X(SRV_ELOOP, -7, "the event loop failed")                           \
     X(SRV_ETHREAD, -8, "a thread could not be started")                 \
-    X(SRV_EKVBUDGET, -9, "the request needs more KV cache than the budget")
+    X(SRV_EKVBUDGET, -9, "the request needs more KV cache than the budget")  \
+    X(SRV_ECHOICES, -10, "the request has more choices than a step has rows")
 
 enum {
 #define SRV_ERR_ENUM(name, value, msg) name = value,

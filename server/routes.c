@@ -75,6 +75,19 @@ struct srv_routes {
     size_t n_origins;
 };
 
+/* A request's choices are a job's (the update carries them all). */
+_Static_assert(API_MAX_CHOICES <= SRV_MAX_CHOICES, "a request's choices must fit a job's");
+
+/* One choice's output on the loop side (n, best_of). */
+typedef struct call_choice {
+    api_stream *st;           /* streaming: its chunks */
+    bool ended;               /* streaming: its final chunk went out */
+    char *text;               /* non-streaming (or --log-prompts): the whole text so far */
+    size_t len, cap;
+    eng_token_lp *lps;        /* non-streaming: the logprobs so far, the echoed prompt's first */
+    size_t n_lps, cap_lps, n_prompt_lps;
+} call_choice;
+
 typedef struct call {
     srv_routes *rt;
     srv_req *r;
@@ -89,10 +102,10 @@ typedef struct call {
     bool stream, include_usage, finished;
     bool log_prompts;         /* --log-prompts when the request arrived (SIGHUP may change it) */
     srv_job *job;
-    api_stream *st;
+    int n_out;                /* choices returned (n) */
+    int n_cand;               /* choices generated (best_of; n_out when absent) */
+    call_choice ch[API_MAX_CHOICES];
     int64_t created;
-    char *text;               /* non-streaming: the whole text so far */
-    size_t len, cap;
     bool text_lost;           /* out of memory while keeping the text (or its logprobs) */
     /* logprobs and echo */
     bool logprobs, echo, echo_sent;
@@ -102,8 +115,6 @@ typedef struct call {
     int top_logprobs;
     char *echo_text;          /* the prompt as text, with echo */
     size_t echo_len;
-    eng_token_lp *lps;        /* non-streaming: the logprobs so far, the echoed prompt's first */
-    size_t n_lps, cap_lps, n_prompt_lps;
     int64_t n_prompt, n_generated, n_cached;
     srv_finish finish;
     double ttft_ms;
@@ -385,10 +396,10 @@ static void log_text(call *c, const char *what, const char *text, size_t len)
     srv_log(SRV_LOG_INFO, what, "id=%s text=%s", c->id, srv_log_quote(q, sizeof q, text, len));
 }
 
-static void flush_stream(call *c)
+static void flush_stream(call *c, api_stream *st)
 {
     char *chunk;
-    while ((chunk = api_stream_next(c->st))) {
+    while ((chunk = api_stream_next(st))) {
         srv_sse_event(c->r, chunk);
         free(chunk);
     }
@@ -405,64 +416,165 @@ static void job_error(const srv_job_update *u, api_error *e)
         api_error_set(e, API_EINTERNAL, NULL, "generation failed: %s", u->message[0] ? u->message : "internal error");
 }
 
-/* Appends LEN bytes to the call's whole text. */
-static void keep_text(call *c, const char *text, size_t len)
+/* Appends LEN bytes to a choice's whole text. */
+static void keep_text(call *c, call_choice *ch, const char *text, size_t len)
 {
     if (!len)
         return;
-    if (c->len + len + 1 > c->cap) {
-        size_t cap = c->cap ? c->cap : 256;
-        while (cap < c->len + len + 1)
+    if (ch->len + len + 1 > ch->cap) {
+        size_t cap = ch->cap ? ch->cap : 256;
+        while (cap < ch->len + len + 1)
             cap *= 2;
-        char *t = realloc(c->text, cap);
+        char *t = realloc(ch->text, cap);
         if (!t) {
             c->text_lost = true;
             return;
         }
-        c->text = t;
-        c->cap = cap;
+        ch->text = t;
+        ch->cap = cap;
     }
-    memcpy(c->text + c->len, text, len);
-    c->len += len;
-    c->text[c->len] = '\0';
+    memcpy(ch->text + ch->len, text, len);
+    ch->len += len;
+    ch->text[ch->len] = '\0';
 }
 
-/* Appends N logprobs to the call's own (non-streaming responses). */
-static void keep_lps(call *c, const eng_token_lp *lps, size_t n)
+/* Appends N logprobs to a choice's own (non-streaming responses). */
+static void keep_lps(call *c, call_choice *ch, const eng_token_lp *lps, size_t n)
 {
     if (!n)
         return;
-    if (c->n_lps + n > c->cap_lps) {
-        size_t cap = c->cap_lps ? c->cap_lps : 64;
-        while (cap < c->n_lps + n)
+    if (ch->n_lps + n > ch->cap_lps) {
+        size_t cap = ch->cap_lps ? ch->cap_lps : 64;
+        while (cap < ch->n_lps + n)
             cap *= 2;
-        eng_token_lp *l = realloc(c->lps, cap * sizeof *l);
+        eng_token_lp *l = realloc(ch->lps, cap * sizeof *l);
         if (!l) {
             c->text_lost = true;
             return;
         }
-        c->lps = l;
-        c->cap_lps = cap;
+        ch->lps = l;
+        ch->cap_lps = cap;
     }
-    memcpy(c->lps + c->n_lps, lps, n * sizeof *lps);
-    c->n_lps += n;
+    memcpy(ch->lps + ch->n_lps, lps, n * sizeof *lps);
+    ch->n_lps += n;
 }
 
-/* The echoed prompt leads the text: as soon as its logprobs are in, when they were asked for. */
+/* The echoed prompt leads every choice's text: as soon as its logprobs are in, when they were asked for. */
 static void echo_prompt(call *c, const srv_job_update *u, const api_logprobs *how)
 {
     if (!c->echo || c->echo_sent || (c->logprobs && !u->prompt_lps))
         return;
     c->echo_sent = true;
     size_t n = c->logprobs ? (size_t)u->n_prompt : 0;
-    if (c->stream) {
-        api_stream_logprobs(c->st, how, u->prompt_lps, n, true);
-        api_stream_text(c->st, c->echo_text, c->echo_len);
-        return;
+    for (int i = 0; i < c->n_cand; i++) {
+        call_choice *ch = &c->ch[i];
+        if (c->stream) {
+            api_stream_logprobs(ch->st, how, u->prompt_lps, n, true);
+            api_stream_text(ch->st, c->echo_text, c->echo_len);
+            continue;
+        }
+        keep_text(c, ch, c->echo_text, c->echo_len);
+        keep_lps(c, ch, u->prompt_lps, n);
+        ch->n_prompt_lps = n;
     }
-    keep_text(c, c->echo_text, c->echo_len);
-    keep_lps(c, u->prompt_lps, n);
-    c->n_prompt_lps = n;
+}
+
+/* A choice that ended by itself (or by a deadline, after it produced text). */
+static bool normal_finish(srv_finish f, int64_t n_generated)
+{
+    return f == SRV_FINISH_STOP || f == SRV_FINISH_LENGTH || (f == SRV_FINISH_DEADLINE && n_generated > 0);
+}
+
+/*
+ * One choice's new output: streamed, or kept for the body (and, with
+ * --log-prompts, the log). A streamed choice that ends before the others
+ * ends its own stream now; the last one carries the usage and timings
+ * (end_streams).
+ */
+static void choice_output(call *c, int i, const srv_choice_update *cu, const api_logprobs *how, bool done)
+{
+    call_choice *ch = &c->ch[i];
+    if (c->stream) {
+        if (c->logprobs)
+            api_stream_logprobs(ch->st, how, cu->lps, cu->n_lps, false);
+        if (cu->len)
+            api_stream_text(ch->st, cu->text, cu->len);
+        if (!done && !ch->ended && normal_finish(cu->finish, cu->n_generated)) {
+            api_stream_end(ch->st, finish_reason(cu->finish), NULL, NULL);
+            ch->ended = true;
+        }
+        flush_stream(c, ch->st);
+    } else if (c->logprobs) {
+        keep_lps(c, ch, cu->lps, cu->n_lps);
+    }
+    if (!c->stream || c->log_prompts)
+        keep_text(c, ch, cu->text, cu->len);
+}
+
+/* The final chunks of the streams still open, the last with USAGE and T. */
+static void end_streams(call *c, const srv_job_update *u, const api_usage *usage, const api_timings *t)
+{
+    int last = -1;
+    for (int i = 0; i < c->n_cand; i++)
+        if (!c->ch[i].ended)
+            last = i;
+    for (int i = 0; i < c->n_cand; i++) {
+        call_choice *ch = &c->ch[i];
+        if (ch->ended)
+            continue;
+        api_stream_end(ch->st, finish_reason(u->choices[i].finish), i == last ? usage : NULL, i == last ? t : NULL);
+        ch->ended = true;
+        flush_stream(c, ch->st);
+    }
+}
+
+/* Whether a choice of a finished request made a tool call (request_finished_total's "tool_calls"). */
+static bool made_tool_call(const call *c)
+{
+    for (int i = 0; c->tool_calls && i < c->n_cand; i++) {
+        const call_choice *ch = &c->ch[i];
+        if (c->stream ? api_stream_tool_calls(ch->st) > 0 : ch->text && api_text_tool_calls(ch->text, ch->len) > 0)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * The order in which candidates become choices: by index, or with best_of
+ * the N_OUT with the highest cumulative log-probability, best first (the
+ * lower index first on a tie), as OpenAI returns them.
+ */
+static void choice_order(const srv_job_update *u, int n_cand, int n_out, int *order)
+{
+    for (int i = 0; i < n_cand; i++)
+        order[i] = i;
+    if (n_out == n_cand)
+        return;
+    for (int i = 1; i < n_cand; i++)
+        for (int k = i; k > 0 && u->choices[order[k]].cum_logprob > u->choices[order[k - 1]].cum_logprob; k--) {
+            int t = order[k];
+            order[k] = order[k - 1];
+            order[k - 1] = t;
+        }
+}
+
+/* The non-streaming body of a finished request: its n choices (best_of's best), each with its logprobs. */
+static char *render_choices(call *c, const srv_job_update *u, const api_usage *usage, const api_timings *t)
+{
+    int order[API_MAX_CHOICES];
+    api_choice out[API_MAX_CHOICES];
+    api_logprobs lp[API_MAX_CHOICES];
+    choice_order(u, c->n_cand, c->n_out, order);
+    for (int i = 0; i < c->n_out; i++) {
+        const call_choice *ch = &c->ch[order[i]];
+        lp[i] = (api_logprobs){.tok = c->tok, .top = c->top_logprobs, .lps = ch->lps, .n = ch->n_lps,
+                               .n_prompt = ch->n_prompt_lps};
+        out[i] = (api_choice){ch->text ? ch->text : "", ch->len, finish_reason(u->choices[order[i]].finish),
+                              c->logprobs ? &lp[i] : NULL};
+    }
+    api_meta meta = {.id = c->id, .created = c->created, .model = c->rt->model_name,
+                     .fingerprint = c->rt->fingerprint, .tool_calls = c->tool_calls, .tool_seed = c->tool_seed};
+    return api_render_choices(c->kind, &meta, out, (size_t)c->n_out, usage, t);
 }
 
 static void on_job(srv_job *job, void *user)
@@ -477,37 +589,23 @@ static void on_job(srv_job *job, void *user)
         c->ttft_ms = u.ttft_ms;
     api_logprobs how = {.tok = c->tok, .top = c->top_logprobs};
     echo_prompt(c, &u, &how);
-    if (c->stream) {
-        if (c->logprobs)
-            api_stream_logprobs(c->st, &how, u.lps, u.n_lps, false);
-        if (u.len)
-            api_stream_text(c->st, u.text, u.len);
-        flush_stream(c);
-    } else if (c->logprobs) {
-        keep_lps(c, u.lps, u.n_lps);
-    }
-    /* The whole text is kept for the response body, or for the log with --log-prompts. */
-    if (!c->stream || c->log_prompts)
-        keep_text(c, u.text, u.len);
-    free(u.text);
-    free(u.lps);
-    free(u.prompt_lps);
+    for (int i = 0; i < u.n_choices && i < c->n_cand; i++)
+        choice_output(c, i, &u.choices[i], &how, u.done);
+    srv_job_update_clear(&u);
     if (!u.done)
         return;
     c->finished = true;
     c->finish = u.finish;
-    if (c->log_prompts)
-        log_text(c, "completion_text", c->text ? c->text : "", c->len);
+    for (int i = 0; c->log_prompts && i < c->n_cand; i++)
+        log_text(c, "completion_text", c->ch[i].text ? c->ch[i].text : "", c->ch[i].len);
     api_usage usage = {u.n_prompt, u.n_generated, u.n_cached};
-    api_timings t = {u.queue_ms, u.prompt_ms, u.ttft_ms, u.decode_tokens_per_s};
+    api_timings t = {u.queue_ms, u.prompt_ms, u.ttft_ms, u.decode_tokens_per_s, u.tpot_ms};
     /* A deadline that passed mid-generation ends the text like max_tokens does. */
-    bool normal = u.finish == SRV_FINISH_STOP || u.finish == SRV_FINISH_LENGTH ||
-                  (u.finish == SRV_FINISH_DEADLINE && u.n_generated > 0);
+    bool normal = normal_finish(u.finish, u.n_generated);
     if (c->stream) {
         if (normal) {
-            api_stream_end(c->st, finish_reason(u.finish), &usage, &t);
-            c->called = api_stream_tool_calls(c->st) > 0;
-            flush_stream(c);
+            end_streams(c, &u, &usage, &t);
+            c->called = made_tool_call(c);
         } else {
             api_error e;
             job_error(&u, &e);
@@ -528,13 +626,8 @@ static void on_job(srv_job *job, void *user)
         respond_error_status(c, &e, u.started && api_error_status(e.code) == 503 ? 500 : 0);
         return;
     }
-    c->called = c->tool_calls && c->text && api_text_tool_calls(c->text, c->len) > 0;
-    api_meta meta = {.id = c->id, .created = c->created, .model = c->rt->model_name,
-                     .fingerprint = c->rt->fingerprint, .tool_calls = c->tool_calls, .tool_seed = c->tool_seed};
-    api_logprobs lp = {.tok = c->tok, .top = c->top_logprobs, .lps = c->lps, .n = c->n_lps,
-                       .n_prompt = c->n_prompt_lps};
-    char *body = api_render_result(c->kind, &meta, c->text ? c->text : "", c->len, finish_reason(u.finish), &usage, &t,
-                                   c->logprobs ? &lp : NULL);
+    c->called = made_tool_call(c);
+    char *body = render_choices(c, &u, &usage, &t);
     if (!body) {
         fail(c, API_ENOMEM, NULL, NULL);
         return;
@@ -650,12 +743,21 @@ static int echo_text(call *c, const api_request *q, api_error *e)
     return c->echo_text ? 0 : api_error_set(e, API_ENOMEM, NULL, NULL);
 }
 
+/* The per-choice output of C. */
+static void call_choices_free(call *c)
+{
+    for (int i = 0; i < API_MAX_CHOICES; i++) {
+        api_stream_free(c->ch[i].st);
+        free(c->ch[i].text);
+        free(c->ch[i].lps);
+        c->ch[i] = (call_choice){0};
+    }
+}
+
 static void call_free(call *c)
 {
-    api_stream_free(c->st);
-    free(c->text);
+    call_choices_free(c);
     free(c->echo_text);
-    free(c->lps);
     api_request_free(c->q);
     eng_tok_ids_free(&c->ids);
     eng_grammar_free(c->grammar);
@@ -751,6 +853,8 @@ static void submit(call *c)
         .bias_ids = q->bias_ids,
         .bias = q->bias,
         .n_bias = q->n_bias,
+        .n_choices = q->best_of,
+        .rank = q->best_of > q->n,
     };
     job = srv_job_new(&p, on_job, c);
     if (!job) {
@@ -768,20 +872,31 @@ static void submit(call *c)
     c->tool_seed = q->sampling.seed;
     c->created = (int64_t)time(NULL);
     c->n_prompt = n;
-    if (c->stream) {
+    c->n_out = q->n;
+    c->n_cand = q->best_of;
+    for (int i = 0; c->stream && i < c->n_cand; i++) {
         api_meta meta = {.id = c->id, .created = c->created, .model = rt->model_name, .fingerprint = rt->fingerprint,
                          .tool_calls = c->tool_calls, .tool_seed = c->tool_seed};
-        if (!(c->st = api_stream_new(kind, &meta, q->include_usage))) {
+        if (!(c->ch[i].st = api_stream_new(kind, &meta, q->include_usage)) || api_stream_set_index(c->ch[i].st, i)) {
             api_error_set(&e, API_ENOMEM, NULL, NULL);
             goto reject;
         }
     }
     int rc = srv_sched_submit(rt->sched, job);
+    if (rc == SRV_ECHOICES) {
+        const char *param = q->best_of > q->n ? "best_of" : "n";
+        api_error_set(&e, API_ERANGE, param,
+                      "'%s' of %d asks for more choices than this server runs at once (--parallel %d): each choice "
+                      "decodes in a row of the batch of its own",
+                      param, q->best_of, srv_sched_parallel(rt->sched));
+        goto reject;
+    }
     if (rc == SRV_EKVBUDGET) {
         api_error_set(&e, API_EKVBUDGET, "max_tokens",
-                      "this request needs %" PRIu64 " bytes of KV cache for %" PRId64 " tokens, more than the "
-                      "server's budget of %" PRIu64 " bytes; ask for fewer tokens",
-                      srv_sched_kv_bytes(rt->sched, n + max_tokens), n + max_tokens, srv_sched_kv_budget(rt->sched));
+                      "this request needs %" PRIu64 " bytes of KV cache for %d choice(s) of %" PRId64
+                      " tokens, more than the server's budget of %" PRIu64 " bytes; ask for fewer tokens or choices",
+                      (uint64_t)q->best_of * srv_sched_kv_bytes(rt->sched, n + max_tokens), q->best_of,
+                      n + max_tokens, srv_sched_kv_budget(rt->sched));
         goto reject;
     }
     if (rc) {
@@ -792,19 +907,22 @@ static void submit(call *c)
     c->job = job;
     if (c->stream) {
         srv_req_stream_start(c->r, 200, SRV_SSE_CONTENT_TYPE);
-        api_stream_begin(c->st);
-        flush_stream(c);
+        for (int i = 0; i < c->n_cand; i++) {
+            api_stream_begin(c->ch[i].st);
+            flush_stream(c, c->ch[i].st);
+        }
     }
     srv_log(SRV_LOG_DEBUG, "job_submitted",
-            "id=%s prompt_tokens=%" PRId64 " max_tokens=%" PRId64 " stream=%d tokenize_ms=%.3f since_received_ms=%.3f",
-            c->id, n, max_tokens, c->stream, c->tokenize_s * 1e3, (srv_now() - c->t_received) * 1e3);
+            "id=%s prompt_tokens=%" PRId64 " max_tokens=%" PRId64 " n=%d best_of=%d stream=%d tokenize_ms=%.3f "
+            "since_received_ms=%.3f",
+            c->id, n, max_tokens, c->n_out, c->n_cand, c->stream, c->tokenize_s * 1e3,
+            (srv_now() - c->t_received) * 1e3);
     free(ids64);
     return;
 reject:
     if (job)
         srv_job_release(job);
-    api_stream_free(c->st);
-    c->st = NULL;
+    call_choices_free(c);
     free(ids64);
     respond_error(c, &e);
 }

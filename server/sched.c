@@ -90,6 +90,17 @@
 
 typedef enum job_state { JOB_NEW, JOB_WAITING, JOB_RUNNING, JOB_DONE } job_state;
 
+/* One choice of a job: its output not yet taken and its state (under s->mu). */
+typedef struct job_choice {
+    char *text;                  /* new text not yet taken */
+    size_t len, cap;
+    eng_token_lp *lps;           /* its logprobs not yet taken */
+    size_t n_lps, cap_lps;
+    int64_t n_generated;
+    srv_finish finish;           /* SRV_FINISH_NONE while it runs */
+    double cum_logprob;
+} job_choice;
+
 struct srv_job {
     atomic_int refs;
     srv_sched *s;                /* set by submit */
@@ -111,10 +122,15 @@ struct srv_job {
     int32_t *bias_ids;           /* [n_bias] */
     float *bias;
     size_t n_bias;
-    uint64_t kv_need;            /* KV bytes its session reserves; set by submit, then immutable */
+    int n_choices;               /* 1..SRV_MAX_CHOICES */
+    bool rank;
+    uint64_t kv_need;            /* KV bytes its sessions reserve; set by submit, then immutable */
     /* loop thread only */
     srv_job_fn fn;
     void *user;
+    /* compute thread only */
+    int live;                    /* its slots (choices running) */
+    bool forked;                 /* its other choices forked from the first */
     /* any thread */
     atomic_int cancel;           /* 0, or the srv_finish to end with */
     /* under s->mu */
@@ -122,12 +138,10 @@ struct srv_job {
     srv_job *prev, *next;        /* waiting queue or running list */
     srv_job *ready_next;
     bool in_ready;
-    char *text;                  /* new text not yet taken */
-    size_t len, cap;
-    eng_token_lp *lps;           /* their logprobs not yet taken */
-    size_t n_lps, cap_lps;
+    job_choice *ch;              /* [n_choices] */
     eng_token_lp *prompt_lps;    /* the echoed prompt's, until taken */
-    int64_t n_generated;
+    int64_t n_generated;         /* every choice's ids */
+    int64_t most_generated;      /* the longest choice's */
     int64_t n_cached;
     srv_finish finish;
     char message[160];
@@ -182,9 +196,14 @@ struct srv_sched {
     bool stuck_logged;                   /* loop thread only */
 };
 
-/* One running job and the generation that produces it (compute thread only). */
+/*
+ * One row of the batch: a choice of a running job and the generation that
+ * produces it (compute thread only). A job's first choice gets its slot at
+ * admission, the others when they fork from it after its prefill.
+ */
 typedef struct slot {
     srv_job *job;
+    int choice;
     eng_gen *gen;                /* NULL until set up */
     double t_admit, t_first, t_prev;
 } slot;
@@ -218,7 +237,10 @@ srv_job *srv_job_new(const srv_job_params *p, srv_job_fn fn, void *user)
     j->id = strdup(p->id ? p->id : "-");
     j->scope = strdup(p->scope ? p->scope : "");
     j->stop = calloc(p->n_stop ? p->n_stop : 1, sizeof *j->stop);
-    if (!j->prompt || !j->prompt32 || !j->id || !j->scope || !j->stop)
+    j->n_choices = p->n_choices > 1 ? p->n_choices : 1;
+    j->rank = p->rank;
+    j->ch = j->n_choices <= SRV_MAX_CHOICES ? calloc((size_t)j->n_choices, sizeof *j->ch) : NULL;
+    if (!j->prompt || !j->prompt32 || !j->id || !j->scope || !j->stop || !j->ch)
         goto fail;
     for (size_t i = 0; i < p->n_prompt; i++) {
         j->prompt[i] = p->prompt[i];
@@ -266,10 +288,13 @@ void srv_job_release(srv_job *j)
     free(j->id);
     free(j->scope);
     eng_grammar_free(j->grammar);
-    free(j->text);
+    for (int c = 0; j->ch && c < j->n_choices; c++) {
+        free(j->ch[c].text);
+        free(j->ch[c].lps);
+    }
+    free(j->ch);
     free(j->bias_ids);
     free(j->bias);
-    free(j->lps);
     free(j->prompt_lps);
     free(j);
 }
@@ -315,24 +340,24 @@ static void push_ready(srv_sched *s, srv_job *j)
     s->ready_tail = j;
 }
 
-/* Appends text to J's pending output (mu held). Returns false on out-of-memory. */
-static bool append_text(srv_job *j, const char *t, size_t n)
+/* Appends text to a choice's pending output (mu held). Returns false on out-of-memory. */
+static bool append_text(job_choice *c, const char *t, size_t n)
 {
     if (!n)
         return true;
-    if (j->len + n + 1 > j->cap) {
-        size_t cap = j->cap ? j->cap : 64;
-        while (cap < j->len + n + 1)
+    if (c->len + n + 1 > c->cap) {
+        size_t cap = c->cap ? c->cap : 64;
+        while (cap < c->len + n + 1)
             cap *= 2;
-        char *p = realloc(j->text, cap);
+        char *p = realloc(c->text, cap);
         if (!p)
             return false;
-        j->text = p;
-        j->cap = cap;
+        c->text = p;
+        c->cap = cap;
     }
-    memcpy(j->text + j->len, t, n);
-    j->len += n;
-    j->text[j->len] = '\0';
+    memcpy(c->text + c->len, t, n);
+    c->len += n;
+    c->text[c->len] = '\0';
     return true;
 }
 
@@ -370,14 +395,17 @@ void srv_job_take(srv_job *j, srv_job_update *u)
     srv_sched *s = j->s;
     if (s)
         pthread_mutex_lock(&s->mu);
-    u->text = j->text;
-    u->len = j->len;
-    j->text = NULL;
-    j->len = j->cap = 0;
-    u->lps = j->lps;
-    u->n_lps = j->n_lps;
-    j->lps = NULL;
-    j->n_lps = j->cap_lps = 0;
+    u->n_choices = j->n_choices;
+    for (int c = 0; c < j->n_choices; c++) {
+        job_choice *jc = &j->ch[c];
+        u->choices[c] = (srv_choice_update){.text = jc->text, .len = jc->len, .lps = jc->lps, .n_lps = jc->n_lps,
+                                            .n_generated = jc->n_generated, .finish = jc->finish,
+                                            .cum_logprob = jc->cum_logprob};
+        jc->text = NULL;
+        jc->len = jc->cap = 0;
+        jc->lps = NULL;
+        jc->n_lps = jc->cap_lps = 0;
+    }
     u->prompt_lps = j->prompt_lps;
     j->prompt_lps = NULL;
     u->n_prompt = (int64_t)j->n_prompt;
@@ -393,10 +421,30 @@ void srv_job_take(srv_job *j, srv_job_update *u)
         u->prompt_ms = (j->t_first - j->t_admit) * 1e3;
         u->ttft_ms = (j->t_first - j->t_received) * 1e3;
     }
-    if (j->n_generated > 1 && j->t_last > j->t_first)
-        u->decode_tokens_per_s = (double)(j->n_generated - 1) / (j->t_last - j->t_first);
+    /* The choices decode in the same steps: a choice's time per token is the request's. */
+    int64_t firsts = 0;
+    for (int c = 0; c < j->n_choices; c++)
+        firsts += j->ch[c].n_generated > 0;
+    if (j->most_generated > 1 && j->t_last > j->t_first) {
+        u->decode_tokens_per_s = (double)(j->n_generated - firsts) / (j->t_last - j->t_first);
+        u->tpot_ms = (j->t_last - j->t_first) * 1e3 / (double)(j->most_generated - 1);
+    }
     if (s)
         pthread_mutex_unlock(&s->mu);
+}
+
+void srv_job_update_clear(srv_job_update *u)
+{
+    for (int c = 0; c < u->n_choices; c++) {
+        srv_choice_update *cu = &u->choices[c];
+        free(cu->text);
+        free(cu->lps);
+        cu->text = NULL;
+        cu->lps = NULL;
+        cu->len = cu->n_lps = 0;
+    }
+    free(u->prompt_lps);
+    u->prompt_lps = NULL;
 }
 
 /* ---- loop side ------------------------------------------------------------ */
@@ -450,6 +498,7 @@ uint64_t srv_sched_kv_bytes(srv_sched *s, int64_t tokens)
 }
 
 uint64_t srv_sched_kv_budget(const srv_sched *s) { return s->opts.kv_budget; }
+int srv_sched_parallel(const srv_sched *s) { return s->opts.parallel; }
 
 static bool full_locked(const srv_sched *s)
 {
@@ -479,8 +528,12 @@ int srv_sched_submit(srv_sched *s, srv_job *j)
         rc = SRV_ESHUTDOWN;
     else if (!s->loaded)
         rc = SRV_ELOADING;
+    if (!rc && j->n_choices > s->opts.parallel)
+        rc = SRV_ECHOICES;
     if (!rc) {
-        j->kv_need = eng_model_kv_bytes(s->model, job_capacity(s, (int64_t)j->n_prompt + j->max_tokens));
+        /* Every choice has a session of its own. */
+        j->kv_need = (uint64_t)j->n_choices *
+                     eng_model_kv_bytes(s->model, job_capacity(s, (int64_t)j->n_prompt + j->max_tokens));
         if (s->opts.kv_budget && j->kv_need > s->opts.kv_budget)
             rc = SRV_EKVBUDGET;
         else if (full_locked(s))
@@ -593,14 +646,28 @@ void srv_sched_heartbeat(srv_sched *s, srv_sched_beat *b)
  * A test-only hook, compiled into tests/serve/qwen3d-hooks alone (built
  * with QD_TEST_HOOKS by `make check`, never installed): while the file
  * named by $QWEN3D_TEST_STALL exists, the step that has begun does not go
- * on. A hook in the production binary, even behind an option, could hang
- * a daemon by mistake; this one cannot be reached there at all.
+ * on, except that a file holding a number N lets N steps through first
+ * (counted from when it appeared), so a test can stop the compute thread
+ * at a known step. A hook in the production binary, even behind an option,
+ * could hang a daemon by mistake; this one cannot be reached there at all.
  */
 static void test_stall(void)
 {
+    static long passed; /* steps let through since the file appeared */
     const char *path = getenv("QWEN3D_TEST_STALL");
-    while (path && access(path, F_OK) == 0)
+    FILE *f;
+    while (path && (f = fopen(path, "r"))) {
+        long n = 0;
+        if (fscanf(f, "%ld", &n) != 1)
+            n = 0;
+        fclose(f);
+        if (passed < n) {
+            passed++;
+            return;
+        }
         nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    }
+    passed = 0;
 }
 #endif
 
@@ -725,7 +792,7 @@ static void publish_prefix(srv_sched *s)
     srv_metrics_set_prefix(s->metrics, &st);
 }
 
-/* Creates the generation of a newly admitted job; false with MSG on failure. */
+/* Creates the generation of a newly admitted job's first choice; false with MSG on failure. */
 static bool slot_setup(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
 {
     srv_job *j = sl->job;
@@ -734,7 +801,7 @@ static bool slot_setup(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
     eng_gen_params p = {.prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
                         .capacity = job_capacity(s, (int64_t)j->n_prompt + j->max_tokens), .sampling = j->sampling,
                         .stop = (const char *const *)j->stop, .n_stop = j->n_stop, .tok = s->tok,
-                        .logprobs = j->logprobs, .top_logprobs = j->top_logprobs, .bias_ids = j->bias_ids,
+                        .logprobs = j->logprobs || j->rank, .top_logprobs = j->top_logprobs, .bias_ids = j->bias_ids,
                         .bias = j->bias, .n_bias = j->n_bias, .prompt_logprobs = j->echo_logprobs};
     p.prefix = s->prefix;
     p.scope = j->scope;
@@ -753,8 +820,12 @@ static bool slot_setup(srv_sched *s, slot *sl, char *msg, size_t msg_cap)
     return sl->gen != NULL;
 }
 
-/* Adds the step's logprobs (a sampled token's, the echoed prompt's) to J's pending ones (mu held); false on out-of-memory. */
-static bool append_logprobs(srv_sched *s, srv_job *j, const eng_gen *g)
+/*
+ * Adds the step's logprobs (a sampled token's, to choice C; the echoed
+ * prompt's, to the job) to J's pending ones (mu held); false on
+ * out-of-memory.
+ */
+static bool append_logprobs(srv_sched *s, srv_job *j, job_choice *c, const eng_gen *g)
 {
     const eng_gen_event *ev = eng_gen_last(g);
     const eng_token_lp *plp = ev->prefilled ? eng_gen_prompt_logprobs(g) : NULL;
@@ -766,15 +837,15 @@ static bool append_logprobs(srv_sched *s, srv_job *j, const eng_gen *g)
     /* An ending end-of-sequence id is not text, and has no place in the text's logprobs. */
     if (!j->logprobs || ev->token < 0 || (ev->finish == ENG_GEN_STOP && eng_model_is_eos(s->model, ev->token)))
         return true;
-    if (j->n_lps == j->cap_lps) {
-        size_t cap = j->cap_lps ? j->cap_lps * 2 : 16;
-        eng_token_lp *n = realloc(j->lps, cap * sizeof *n);
+    if (c->n_lps == c->cap_lps) {
+        size_t cap = c->cap_lps ? c->cap_lps * 2 : 16;
+        eng_token_lp *n = realloc(c->lps, cap * sizeof *n);
         if (!n)
             return false;
-        j->lps = n;
-        j->cap_lps = cap;
+        c->lps = n;
+        c->cap_lps = cap;
     }
-    eng_token_lp *e = &j->lps[j->n_lps++];
+    eng_token_lp *e = &c->lps[c->n_lps++];
     e->id = ev->token;
     e->logprob = ev->logprob;
     e->n_top = ev->n_top;
@@ -784,22 +855,33 @@ static bool append_logprobs(srv_sched *s, srv_job *j, const eng_gen *g)
 }
 
 /*
- * Publishes new text and the token count to the loop, and with STEP the
- * logprobs of the step that produced them (not for the text an outside end
- * releases, whose event still names the last step's token).
+ * Publishes a choice's new text and token count to the loop, and with STEP
+ * the logprobs of the step that produced them (not for the text an outside
+ * end releases, whose event still names the last step's token).
  */
 static void publish(srv_sched *s, slot *sl, const char *text, size_t len, bool step)
 {
     srv_job *j = sl->job;
     pthread_mutex_lock(&s->mu);
-    size_t had = j->n_lps;
+    job_choice *c = &j->ch[sl->choice];
+    size_t had = c->n_lps;
     bool had_prompt = j->prompt_lps != NULL;
-    bool ok = append_text(j, text, len) && (!step || !sl->gen || append_logprobs(s, j, sl->gen));
+    bool ok = append_text(c, text, len) && (!step || !sl->gen || append_logprobs(s, j, c, sl->gen));
     /* a token's logprobs may come before its text (an incomplete character) */
-    bool news = len || j->n_lps != had || (j->prompt_lps && !had_prompt);
-    j->n_generated = sl->gen ? eng_gen_generated(sl->gen) : 0;
-    j->t_first = sl->t_first;
-    j->t_last = sl->t_prev;
+    bool news = len || c->n_lps != had || (j->prompt_lps && !had_prompt);
+    if (sl->gen) {
+        int64_t n = eng_gen_generated(sl->gen);
+        j->n_generated += n - c->n_generated;
+        c->n_generated = n;
+        if (n > j->most_generated)
+            j->most_generated = n;
+        if (j->rank)
+            c->cum_logprob = eng_gen_cum_logprob(sl->gen);
+    }
+    if (sl->t_first > 0 && (j->t_first <= 0 || sl->t_first < j->t_first))
+        j->t_first = sl->t_first;
+    if (sl->t_prev > j->t_last)
+        j->t_last = sl->t_prev;
     if (news && ok)
         push_ready(s, j);
     pthread_mutex_unlock(&s->mu);
@@ -807,8 +889,27 @@ static void publish(srv_sched *s, slot *sl, const char *text, size_t len, bool s
         wake_loop(s);
 }
 
-/* Ends the job of SL. A deadline still releases the text held back for stop strings. */
-static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *message)
+/*
+ * The rows of the batch (compute thread only): a slot per running choice,
+ * the rows the running jobs reserved (each all its choices' from admission,
+ * so its forks always find room) and the KV bytes they reserved.
+ */
+typedef struct batch {
+    slot *slots;                 /* [cap] */
+    eng_gen **gens;              /* [cap], a step's argument */
+    int n, cap;
+    int rows;
+    uint64_t kv_used;
+} batch;
+
+/*
+ * Ends the choice of SL and frees its generation; the job ends with its
+ * last choice. A deadline still releases the text held back for stop
+ * strings. A choice that ends any other way than STOP or LENGTH ends the
+ * whole job: its reason goes into the job's cancel flag, which ends the
+ * sibling choices before the next step.
+ */
+static void slot_finish(srv_sched *s, batch *b, slot *sl, srv_finish why, const char *message)
 {
     srv_job *j = sl->job;
     if (why == SRV_FINISH_DEADLINE && sl->gen) {
@@ -816,33 +917,92 @@ static void slot_finish(srv_sched *s, slot *sl, srv_finish why, const char *mess
         const eng_gen_event *ev = eng_gen_last(sl->gen);
         publish(s, sl, ev->text, ev->len, false);
     }
-    int64_t generated = sl->gen ? eng_gen_generated(sl->gen) : 0;
+    bool normal = why == SRV_FINISH_STOP || why == SRV_FINISH_LENGTH;
+    if (!normal) {
+        int expected = 0;
+        atomic_compare_exchange_strong(&j->cancel, &expected, (int)why);
+    }
+    bool done = --j->live == 0;
     /* The session goes to the prefix cache before the end is seen, so a
      * client's next request, or its scrape, finds the prompt there. */
     eng_gen_free(sl->gen);
     sl->gen = NULL;
     publish_prefix(s);
     pthread_mutex_lock(&s->mu);
-    list_remove(&s->running, j);
-    j->state = JOB_DONE;
-    j->finish = why;
-    if (message)
+    j->ch[sl->choice].finish = why;
+    if (!normal && j->finish == SRV_FINISH_NONE)
+        j->finish = why;
+    if (message && !j->message[0])
         snprintf(j->message, sizeof j->message, "%s", message);
-    j->n_generated = generated;
-    j->t_admit = sl->t_admit;
-    j->t_first = sl->t_first;
-    j->t_last = sl->t_prev;
-    j->t_end = srv_now();
-    push_ready(s, j);
     int64_t n_generated = j->n_generated;
     double decode_s = j->t_first > 0 ? j->t_last - j->t_first : -1;
+    if (done) {
+        list_remove(&s->running, j);
+        j->state = JOB_DONE;
+        if (j->finish == SRV_FINISH_NONE) {
+            /* a sibling's failed fork, when the first choice ended in the same step */
+            int cf = atomic_load(&j->cancel);
+            j->finish = cf ? (srv_finish)cf : why;
+        }
+        j->t_admit = sl->t_admit;
+        j->t_end = srv_now();
+    }
+    push_ready(s, j);
     pthread_mutex_unlock(&s->mu);
     wake_loop(s);
-    srv_metrics_job_done(s->metrics, (int64_t)j->n_prompt, n_generated, decode_s);
-    if (why == SRV_FINISH_ERROR)
-        srv_log(SRV_LOG_ERROR, "generation_failed", "id=%s error=\"%s\"", j->id, message ? message : "");
+    if (why == SRV_FINISH_ERROR && message)
+        srv_log(SRV_LOG_ERROR, "generation_failed", "id=%s choice=%d error=\"%s\"", j->id, sl->choice, message);
     slot_free(sl);
-    srv_job_release(j);
+    if (done) {
+        srv_metrics_job_done(s->metrics, (int64_t)j->n_prompt, n_generated, decode_s);
+        b->kv_used -= j->kv_need;
+        b->rows -= j->n_choices;
+        srv_job_release(j);
+    }
+}
+
+/*
+ * Right after the step that prefilled a job's first choice (SL), its other
+ * choices fork from it: each copies the prompt's KV rows once and samples
+ * its first id from the same logits with its own seed. Their slots were
+ * reserved at admission. A fork that fails ends the job with an error. A
+ * job that generates nothing (max_tokens 0, an echo) has nothing to fork:
+ * its other choices end as its first does.
+ */
+static void fork_choices(srv_sched *s, batch *b, slot *sl)
+{
+    srv_job *j = sl->job;
+    if (j->forked || j->n_choices == 1 || eng_gen_state(sl->gen) == ENG_GEN_ERROR)
+        return;
+    j->forked = true;
+    if (j->max_tokens == 0) {
+        pthread_mutex_lock(&s->mu);
+        for (int c = 1; c < j->n_choices; c++)
+            j->ch[c].finish = SRV_FINISH_LENGTH;
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    for (int c = 1; c < j->n_choices; c++) {
+        eng_sampling sp = j->sampling;
+        sp.seed += (uint64_t)c;
+        eng_diag diag;
+        eng_diag_init(&diag);
+        eng_gen *g = eng_gen_fork(sl->gen, &sp, &diag);
+        if (!g) {
+            pthread_mutex_lock(&s->mu);
+            if (!j->message[0])
+                snprintf(j->message, sizeof j->message, "choice %d: %s", c,
+                         diag.n_kept ? diag.lines[0] : "out of memory for a session");
+            pthread_mutex_unlock(&s->mu);
+            eng_diag_clear(&diag);
+            int expected = 0;
+            atomic_compare_exchange_strong(&j->cancel, &expected, SRV_FINISH_ERROR);
+            return;
+        }
+        eng_diag_clear(&diag);
+        b->slots[b->n++] = (slot){.job = j, .choice = c, .gen = g, .t_admit = sl->t_admit};
+        j->live++;
+    }
 }
 
 /* The measured time of a decode-only step of ROWS rows (the nearest measured size below), 0 if none. */
@@ -911,13 +1071,16 @@ static srv_finish after_step(srv_sched *s, slot *sl, double now, char *msg, size
 {
     srv_job *j = sl->job;
     const eng_gen_event *ev = eng_gen_last(sl->gen);
-    if (ev->prefilled)
+    /* A request's prompt, first token and prefill count once, at its first choice. */
+    if (ev->prefilled && sl->choice == 0)
         srv_metrics_prompt_tokens(s->metrics, j->n_prompt);
     if (ev->token >= 0) {
         if (eng_gen_generated(sl->gen) == 1) {
             sl->t_first = now;
-            srv_metrics_ttft(s->metrics, now - j->t_received);
-            srv_metrics_prefill(s->metrics, now - sl->t_admit);
+            if (sl->choice == 0) {
+                srv_metrics_ttft(s->metrics, now - j->t_received);
+                srv_metrics_prefill(s->metrics, now - sl->t_admit);
+            }
         } else {
             srv_metrics_inter_token(s->metrics, now - sl->t_prev);
         }
@@ -940,14 +1103,16 @@ static srv_finish after_step(srv_sched *s, slot *sl, double now, char *msg, size
  * One engine step for every running slot, batched: each prefilled
  * generation decodes one id, and generations still reading their prompt
  * share the step's prompt budget (prompt_budget, see PROMPT_MIN_TOKENS) in
- * the order they were admitted. Ended jobs are finished and removed;
- * returns the new slot count.
+ * the order they were admitted. Jobs whose first choice the step prefilled
+ * fork their other choices; ended choices are finished and removed.
  */
-static int step_all(srv_sched *s, slot *slots, int n, eng_gen **gens, uint64_t *kv_used)
+static void step_all(srv_sched *s, batch *b)
 {
+    slot *slots = b->slots;
+    int n = b->n;
     size_t decoding = 0;
     for (int i = 0; i < n; i++) {
-        gens[i] = slots[i].gen;
+        b->gens[i] = slots[i].gen;
         decoding += eng_gen_prefilled(slots[i].gen);
     }
     eng_gen_budget budget = {.prefill_tokens = prompt_budget(s, decoding)};
@@ -958,7 +1123,7 @@ static int step_all(srv_sched *s, slot *slots, int n, eng_gen **gens, uint64_t *
     test_stall();
 #endif
     double t0 = srv_now();
-    eng_gen_step(gens, (size_t)n, &budget, &diag);
+    eng_gen_step(b->gens, (size_t)n, &budget, &diag);
     double now = srv_now();
     beat_end(s);
     eng_diag_clear(&diag);
@@ -967,18 +1132,20 @@ static int step_all(srv_sched *s, slot *slots, int n, eng_gen **gens, uint64_t *
         fed += eng_gen_last(slots[i].gen)->prompt_fed;
     learn_step(s, decoding, fed, now - t0);
     srv_metrics_step(s->metrics, decoding, fed);
+    for (int i = 0; i < n; i++)
+        if (eng_gen_last(slots[i].gen)->prefilled)
+            fork_choices(s, b, &slots[i]);
     int kept = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < b->n; i++) {
         char msg[160] = "";
         srv_finish f = after_step(s, &slots[i], now, msg, sizeof msg);
         if (f == SRV_FINISH_NONE) {
             slots[kept++] = slots[i];
             continue;
         }
-        *kv_used -= slots[i].job->kv_need;
-        slot_finish(s, &slots[i], f, f == SRV_FINISH_ERROR ? msg : NULL);
+        slot_finish(s, b, &slots[i], f, f == SRV_FINISH_ERROR ? msg : NULL);
     }
-    return kept;
+    b->n = kept;
 }
 
 /*
@@ -1045,12 +1212,12 @@ static void *compute_main(void *arg)
     pthread_setname_np(pthread_self(), "qwen3d-compute");
     if (load(s) != 0)
         return NULL;
-    int cap = s->opts.parallel;
-    slot *slots = calloc((size_t)cap, sizeof *slots);
-    eng_gen **gens = calloc((size_t)cap, sizeof *gens);
-    if (!slots || !gens) {
-        free(slots);
-        free(gens);
+    batch b = {.cap = s->opts.parallel};
+    b.slots = calloc((size_t)b.cap, sizeof *b.slots);
+    b.gens = calloc((size_t)b.cap, sizeof *b.gens);
+    if (!b.slots || !b.gens) {
+        free(b.slots);
+        free(b.gens);
         eng_prefix_free(s->prefix);
         s->prefix = NULL;
         srv_log(SRV_LOG_ERROR, "compute_failed", "error=\"out of memory\"");
@@ -1061,41 +1228,41 @@ static void *compute_main(void *arg)
         wake_loop(s);
         return NULL;
     }
-    int n = 0;
     int last_waiting = -1;
-    uint64_t kv_used = 0;        /* kv_need of the jobs in slots */
     for (;;) {
         pthread_mutex_lock(&s->mu);
         int admitted = 0;
-        while (n < cap && s->waiting.head) {
+        while (s->waiting.head) {
             srv_job *j = s->waiting.head;
+            /* First come, first served: a job whose choices do not fit the
+             * free rows or the KV budget yet holds the ones behind it back too. */
+            if (b.rows + j->n_choices > b.cap)
+                break;
             make_prefix(s);
-            /* First come, first served: a job that does not fit the budget
-             * yet holds the ones behind it back too. */
-            if (s->opts.kv_budget && kv_used + j->kv_need + idle_bytes(s) > s->opts.kv_budget) {
+            if (s->opts.kv_budget && b.kv_used + j->kv_need + idle_bytes(s) > s->opts.kv_budget) {
                 /* The KV pool and then the prefix cache live inside the KV budget: they give way to a
                  * running session. */
-                uint64_t room = s->opts.kv_budget > kv_used + j->kv_need ? s->opts.kv_budget - kv_used - j->kv_need : 0;
+                uint64_t room = s->opts.kv_budget > b.kv_used + j->kv_need ? s->opts.kv_budget - b.kv_used - j->kv_need
+                                                                           : 0;
                 uint64_t cached = prefix_bytes(s);
                 eng_model_kv_pool_shrink(s->model, room > cached ? room - cached : 0);
                 uint64_t pooled = eng_model_kv_pool_bytes(s->model);
                 if (s->prefix)
                     eng_prefix_shrink(s->prefix, room > pooled ? room - pooled : 0);
-                if (n > 0 && kv_used + j->kv_need + idle_bytes(s) > s->opts.kv_budget)
+                if (b.n > 0 && b.kv_used + j->kv_need + idle_bytes(s) > s->opts.kv_budget)
                     break;
             }
-            kv_used += j->kv_need;
+            b.kv_used += j->kv_need;
+            b.rows += j->n_choices;
             list_remove(&s->waiting, j);
             list_push(&s->running, j);
             j->state = JOB_RUNNING;
-            memset(&slots[n], 0, sizeof slots[n]);
-            slots[n].job = j;
-            slots[n].t_admit = srv_now();
-            n++;
+            j->live = 1;
+            b.slots[b.n++] = (slot){.job = j, .t_admit = srv_now()};
             admitted++;
         }
         int waiting = s->waiting.n;
-        if (n == 0) {
+        if (b.n == 0) {
             /* The last waiting job may have been cancelled since the gauge
              * was set: set it before sleeping (the metrics lock nests
              * inside mu). */
@@ -1117,10 +1284,11 @@ static void *compute_main(void *arg)
             last_waiting = waiting;
         }
 
-        /* Cancellations, deadlines and set-up of new arrivals, before any step. */
+        /* Cancellations (of a job, or by a sibling choice's failure),
+         * deadlines and set-up of new arrivals, before any step. */
         double now = srv_now();
-        for (int i = 0; i < n;) {
-            slot *sl = &slots[i];
+        for (int i = 0; i < b.n;) {
+            slot *sl = &b.slots[i];
             srv_job *j = sl->job;
             srv_finish why = (srv_finish)atomic_load(&j->cancel);
             char msg[160] = "";
@@ -1135,22 +1303,21 @@ static void *compute_main(void *arg)
                 i++;
                 continue;
             }
-            kv_used -= j->kv_need;
-            slot_finish(s, sl, why, why == SRV_FINISH_ERROR ? msg : NULL);
-            memmove(&slots[i], &slots[i + 1], (size_t)(n - i - 1) * sizeof *slots);
-            n--;
+            slot_finish(s, &b, sl, why, msg[0] ? msg : NULL);
+            memmove(&b.slots[i], &b.slots[i + 1], (size_t)(b.n - i - 1) * sizeof *b.slots);
+            b.n--;
         }
-        if (n == 0) {
-            update_gauges(s, slots, 0);
+        if (b.n == 0) {
+            update_gauges(s, b.slots, 0);
             continue;
         }
-        n = step_all(s, slots, n, gens, &kv_used);
-        update_gauges(s, slots, n);
+        step_all(s, &b);
+        update_gauges(s, b.slots, b.n);
     }
-    update_gauges(s, slots, 0);
+    update_gauges(s, b.slots, 0);
     srv_metrics_set_waiting(s->metrics, 0);
-    free(slots);
-    free(gens);
+    free(b.slots);
+    free(b.gens);
     eng_prefix_free(s->prefix);
     s->prefix = NULL;
     return NULL;

@@ -4,8 +4,9 @@
  * srv_sched_new() starts one compute thread that loads the model and its
  * tokenizer (so the compute pool's first participant, pinned by the pool, is
  * that thread), reports the result to the loop, then runs jobs: a bounded
- * FIFO of waiting jobs, up to `parallel` of them with a session each, all
- * advanced together, one batched eng_gen_step per step. Generated
+ * FIFO of waiting jobs, running ones taking up to `parallel` rows in all (a
+ * row and a session per choice of a job), all advanced together, one
+ * batched eng_gen_step per step. Generated
  * text (after detokenization and stop strings) and the end of each job reach
  * the loop thread through a uv_async and a locked list; the compute thread
  * never touches a socket.
@@ -170,7 +171,21 @@ typedef struct srv_job_params {
     const int32_t *bias_ids; /* logit_bias, checked against the vocabulary; copied */
     const float *bias;
     size_t n_bias;
+    /*
+     * Choices of one prompt (n, or best_of's candidates; 0 = 1, at most
+     * SRV_MAX_CHOICES): the prompt is prefilled once (a prefix-cache hit
+     * included), then each further choice forks the first one's session
+     * (one copy of the prompt's KV) and decodes beside it in the same
+     * steps, with a session, a sampler and a grammar matcher of its own.
+     * Choice i samples with seed sampling.seed + i, so it generates what the
+     * same job with that seed generates alone. The job takes one row of the
+     * batch per choice and reserves KV for all of them.
+     */
+    int n_choices;
+    bool rank;               /* keep each choice's cumulative log-probability (best_of ranks by it) */
 } srv_job_params;
+
+#define SRV_MAX_CHOICES 16
 
 /* Called on the loop thread when JOB has new text or has ended. */
 typedef void (*srv_job_fn)(srv_job *job, void *user);
@@ -180,35 +195,53 @@ srv_job *srv_job_new(const srv_job_params *p, srv_job_fn fn, void *user);
 /* Drops the caller's reference (any thread). NULL is fine. */
 void srv_job_release(srv_job *j);
 
-/* Queues JOB. Returns 0, SRV_EFULL, SRV_ESHUTDOWN, SRV_ELOADING or SRV_EKVBUDGET. */
+/* Queues JOB. Returns 0, SRV_EFULL, SRV_ESHUTDOWN, SRV_ELOADING, SRV_EKVBUDGET or SRV_ECHOICES (more
+ * choices than the --parallel rows of a step). A job counts once against the queue, whatever its choices. */
 int srv_sched_submit(srv_sched *s, srv_job *job);
 
 /* The client is gone: no more callbacks; a waiting job leaves the queue, a
  * running one is stopped and its session freed within one step. */
 void srv_job_cancel(srv_job *j);
 
+/* One choice's part of an update. */
+typedef struct srv_choice_update {
+    char *text;             /* new text (malloc'd; NULL when none) */
+    size_t len;
+    /* with logprobs: the tokens generated since the last take (an ending
+     * end-of-sequence id left out, as from the text); malloc'd */
+    eng_token_lp *lps;
+    size_t n_lps;
+    int64_t n_generated;
+    srv_finish finish;      /* SRV_FINISH_NONE while the choice runs */
+    double cum_logprob;     /* with srv_job_params.rank: the sum of its ids' log-probabilities */
+} srv_choice_update;
+
 /* What happened since the last take. */
 typedef struct srv_job_update {
-    char *text;             /* new text (malloc'd, caller frees; NULL when none) */
-    size_t len;
-    int64_t n_prompt, n_generated;
+    int n_choices;
+    srv_choice_update choices[SRV_MAX_CHOICES];
+    int64_t n_prompt, n_generated; /* n_generated: every choice's ids */
     int64_t n_cached;       /* prompt tokens reused from the prefix cache */
     bool done;
     srv_finish finish;
     char message[160];      /* SRV_FINISH_ERROR: what failed */
     /* queue_ms: submission to admission; prompt_ms: admission to the first
-     * token (prefill); ttft_ms: the request's arrival to the first token. */
-    double queue_ms, prompt_ms, ttft_ms, decode_tokens_per_s;
+     * token (prefill); ttft_ms: the request's arrival to the first token;
+     * tpot_ms: the first token to the last over the tokens after the first
+     * (of the longest choice: the choices decode in the same steps; 0 with
+     * fewer than 2). */
+    double queue_ms, prompt_ms, ttft_ms, decode_tokens_per_s, tpot_ms;
     bool started;           /* it got a slot, so it may have computed */
-    /* with logprobs: the tokens generated since the last take (an ending
-     * end-of-sequence id left out, as from the text); with echo_logprobs,
-     * once, the prompt's (n_prompt entries). malloc'd, the caller frees. */
-    eng_token_lp *lps, *prompt_lps;
-    size_t n_lps;
+    /* with echo_logprobs, once, the prompt's (n_prompt entries); malloc'd */
+    eng_token_lp *prompt_lps;
 } srv_job_update;
 
-/* Takes the job's new text and its state (loop thread). */
+/* Takes the job's new output and its state (loop thread); srv_job_update_clear() frees the texts and
+ * logprobs (the counts and finish reasons stay). */
 void srv_job_take(srv_job *j, srv_job_update *u);
+void srv_job_update_clear(srv_job_update *u);
 
+/* --parallel: the rows of a step, and so the most choices a job may have. */
+int srv_sched_parallel(const srv_sched *s);
 
 #endif

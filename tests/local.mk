@@ -354,6 +354,17 @@ clean-serve-limits:
 	-rm -rf $(builddir)/tests/serve_limits-work
 .PHONY: clean-serve-limits
 
+# `n` and `best_of` through the openai client and raw HTTP, best_of against
+# log-probabilities computed from `qwen3d generate --dump-logits`, per-choice
+# logprobs/logit_bias/echo/response_format, a prefix-cache hit, and a
+# disconnect mid-stream (tests/serve/choices.js).
+TESTS += tests/serve_choices.sh
+EXTRA_DIST += tests/serve_choices.sh tests/serve/choices.js
+clean-local: clean-serve-choices
+clean-serve-choices:
+	-rm -rf $(builddir)/tests/serve_choices-work
+.PHONY: clean-serve-choices
+
 # A body over --max-body answered while the client still sends it: Node's
 # fetch, the openai client, curl and raw sockets that never stop sending.
 TESTS += tests/serve_linger.sh

@@ -189,6 +189,10 @@ static void check_valid(const char *name)
     check_bool(name, "stream", r->stream, lookup(e, n, "stream"));
     check_bool(name, "include_usage", r->include_usage, lookup(e, n, "include_usage"));
     check_bool(name, "enable_thinking", r->enable_thinking, lookup(e, n, "enable_thinking"));
+    if ((v = lookup(e, n, "n")))
+        ck_assert_msg(r->n == atoi(v), "%s: n %d, expected %s", name, r->n, v);
+    if ((v = lookup(e, n, "best_of")))
+        ck_assert_msg(r->best_of == atoi(v), "%s: best_of %d, expected %s", name, r->best_of, v);
     if ((v = lookup(e, n, "n_stop")))
         ck_assert_msg(r->n_stop == (size_t)atoi(v), "%s: %zu stop strings, expected %s", name, r->n_stop, v);
     check_bool(name, "logprobs", r->logprobs, lookup(e, n, "logprobs"));
@@ -478,7 +482,7 @@ START_TEST(test_render_result)
 {
     api_meta m = {.id = "cmpl-1", .created = 1700000000, .model = "tiny"};
     api_usage u = {5, 7, 4};
-    api_timings t = {1.5, 2.25, 3.0, 100.0};
+    api_timings t = {1.5, 2.25, 3.0, 100.0, 12.5};
     json_t *j = parse_ok(api_render_result(API_KIND_COMPLETION, &m, "hello", 5, "length", &u, &t, NULL));
     ck_assert_str_eq(json_string_value(json_object_get(j, "object")), "text_completion");
     json_t *c = json_array_get(json_object_get(j, "choices"), 0);
@@ -526,7 +530,7 @@ START_TEST(test_render_fingerprint)
 {
     api_meta m = {.id = "cmpl-1", .created = 1700000000, .model = "tiny", .fingerprint = "fp_0123456789ab_0011223344556677"};
     api_usage u = {5, 7, 0};
-    api_timings t = {1, 2, 3, 4};
+    api_timings t = {1, 2, 3, 4, 5};
     for (int kind = 0; kind < 2; kind++) {
         api_kind k = kind ? API_KIND_CHAT : API_KIND_COMPLETION;
         json_t *j = parse_ok(api_render_result(k, &m, "x", 1, "stop", &u, &t, NULL));
@@ -559,10 +563,10 @@ START_TEST(test_render_timings_precision)
 {
     api_meta m = {.id = "cmpl-1", .created = 1700000000, .model = "tiny"};
     api_usage u = {5, 7, 0};
-    api_timings t = {0.052, 1234.56789, 1.0 / 3.0, 98.7654321};
+    api_timings t = {0.052, 1234.56789, 1.0 / 3.0, 98.7654321, 10.0 / 3.0};
     char *body = api_render_result(API_KIND_COMPLETION, &m, "x", 1, "stop", &u, &t, NULL);
     ck_assert_msg(strstr(body, "\"timings\":{\"queue_ms\":0.052,\"prompt_ms\":1234.568,\"ttft_ms\":0.333,"
-                               "\"decode_tokens_per_s\":98.765}") != NULL,
+                               "\"decode_tokens_per_s\":98.765,\"tpot_ms\":3.333}") != NULL,
                   "timings: %s", body);
     free(body);
     api_stream *s = api_stream_new(API_KIND_CHAT, &m, false);
@@ -810,6 +814,65 @@ START_TEST(test_stream_tool_calls)
 }
 END_TEST
 
+/* The first tool call of choice I of a chat body J. */
+static json_t *choice_call(json_t *j, size_t i)
+{
+    json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), i), "message");
+    return json_array_get(json_object_get(msg, "tool_calls"), 0);
+}
+
+START_TEST(test_choices_tool_calls)
+{
+    /* n choices of one request: each its own calls, ids differing between
+     * choices, choice 0's those of the single answer, a stream's per index */
+    api_meta m = {.id = "chatcmpl-1", .created = 1, .model = "tiny", .tool_calls = true, .tool_seed = 7};
+    api_usage u = {1, 2, 0};
+    api_timings t = {0};
+    const char *text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+    api_choice c[3] = {{text, strlen(text), "stop", NULL}, {text, strlen(text), "stop", NULL},
+                       {"plain", 5, "stop", NULL}};
+    json_t *j = parse_ok(api_render_choices(API_KIND_CHAT, &m, c, 3, &u, &t));
+    json_t *one = parse_ok(api_render_result(API_KIND_CHAT, &m, text, strlen(text), "stop", &u, &t, NULL));
+    const char *id0 = json_string_value(json_object_get(choice_call(j, 0), "id"));
+    const char *id1 = json_string_value(json_object_get(choice_call(j, 1), "id"));
+    ck_assert_str_eq(id0, json_string_value(json_object_get(choice_call(one, 0), "id")));
+    ck_assert_str_ne(id0, id1);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *ch = json_array_get(json_object_get(j, "choices"), i);
+        ck_assert_int_eq(json_integer_value(json_object_get(ch, "index")), (json_int_t)i);
+        ck_assert_str_eq(json_string_value(json_object_get(ch, "finish_reason")), i < 2 ? "tool_calls" : "stop");
+    }
+    ck_assert_ptr_null(choice_call(j, 2));
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(json_object_get(j, "choices"), 2),
+                                                                       "message"), "content")), "plain");
+    ck_assert_uint_ne(api_choice_tool_seed(7, 1), api_choice_tool_seed(7, 2));
+    ck_assert_uint_eq(api_choice_tool_seed(7, 0), 7);
+
+    api_stream *s = api_stream_new(API_KIND_CHAT, &m, false);
+    ck_assert_int_eq(api_stream_set_index(s, 1), 0);
+    ck_assert_int_eq(api_stream_begin(s), 0);
+    ck_assert_int_eq(api_stream_text(s, text, strlen(text)), 0);
+    ck_assert_int_eq(api_stream_end(s, "stop", NULL, NULL), 0);
+    ck_assert_int_eq(api_stream_tool_calls(s), 1);
+    bool saw_id = false;
+    for (char *chunk; (chunk = api_stream_next(s)); free(chunk)) {
+        json_t *k = parse_ok(strdup(chunk));
+        json_t *ch = json_array_get(json_object_get(k, "choices"), 0);
+        ck_assert_int_eq(json_integer_value(json_object_get(ch, "index")), 1);
+        json_t *d = json_array_get(json_object_get(json_object_get(ch, "delta"), "tool_calls"), 0);
+        if (json_object_get(d, "id")) {
+            ck_assert_str_eq(json_string_value(json_object_get(d, "id")), id1);
+            saw_id = true;
+        }
+        json_decref(k);
+    }
+    ck_assert(saw_id);
+    api_stream_free(s);
+    json_decref(j);
+    json_decref(one);
+}
+END_TEST
+
 START_TEST(test_stream_completion)
 {
     api_meta m = {.id = "cmpl-9", .created = 1, .model = "tiny"};
@@ -854,6 +917,7 @@ static Suite *api_suite(void)
     tcase_add_test(tc, test_stream_split);
     tcase_add_test(tc, test_stream_completion);
     tcase_add_test(tc, test_stream_tool_calls);
+    tcase_add_test(tc, test_choices_tool_calls);
     suite_add_tcase(s, tc);
     return s;
 }

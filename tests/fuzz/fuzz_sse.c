@@ -208,7 +208,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         p += n + 1;
     }
     api_usage usage = {3, 4, 0};
-    api_timings timings = {1, 2, 3, 4};
+    api_timings timings = {1, 2, 3, 4, 5};
     FUZZ_CHECK(api_stream_end(st, finish, &usage, &timings) == 0);
 
     char *chunk;

@@ -24,7 +24,7 @@ function checkTimings(raw) {
   for (const [, k, v] of m[1].matchAll(/"(\w+)":(-?[0-9.eE+-]+)/g))
     assert.match(v, /^\d+(\.\d{1,3})?$/, `timings.${k} printed as ${v}`);
   const t = JSON.parse(m[1]);
-  assert.deepStrictEqual(Object.keys(t), ['queue_ms', 'prompt_ms', 'ttft_ms', 'decode_tokens_per_s']);
+  assert.deepStrictEqual(Object.keys(t), ['queue_ms', 'prompt_ms', 'ttft_ms', 'decode_tokens_per_s', 'tpot_ms']);
   // Each value is rounded to 0.001 on its own.
   assert.ok(t.ttft_ms + 0.002 >= t.queue_ms + t.prompt_ms, `ttft_ms < queue_ms + prompt_ms: ${m[1]}`);
   timingsSeen.n++;
@@ -136,7 +136,7 @@ function count(u) {
       assert.strictEqual(j.choices.length, 1);
       assert.ok(['stop', 'length'].includes(j.choices[0].finish_reason));
       assert.strictEqual(j.usage.total_tokens, j.usage.prompt_tokens + j.usage.completion_tokens);
-      for (const k of ['queue_ms', 'prompt_ms', 'ttft_ms', 'decode_tokens_per_s'])
+      for (const k of ['queue_ms', 'prompt_ms', 'ttft_ms', 'decode_tokens_per_s', 'tpot_ms'])
         assert.strictEqual(typeof j.timings[k], 'number', `timings.${k}`);
       count(j.usage);
       singles[p] = j.choices[0].text;
@@ -261,7 +261,7 @@ function count(u) {
     ['empty prompt', '/v1/completions', { prompt: '' }, 400, 'invalid_request_error', 'invalid_prompt', 'prompt'],
     ['token id outside the vocabulary', '/v1/completions', { prompt: [1, 2, 99999999] }, 400, 'invalid_request_error', 'invalid_prompt', 'prompt[2]'],
     ['unknown model', '/v1/completions', { model: 'gpt-4', prompt: 'x' }, 404, 'invalid_request_error', 'model_not_found', 'model'],
-    ['n > 1', '/v1/completions', { prompt: 'x', n: 3 }, 400, 'invalid_request_error', 'unsupported_value', 'n'],
+    ['n above --parallel', '/v1/completions', { prompt: 'x', n: 3 }, 400, 'invalid_request_error', 'invalid_value', 'n'],
     ['temperature out of range', '/v1/completions', { prompt: 'x', temperature: 2.5 }, 400, 'invalid_request_error', 'invalid_value', 'temperature'],
     ['top_p out of range', '/v1/completions', { prompt: 'x', top_p: 1.5 }, 400, 'invalid_request_error', 'invalid_value', 'top_p'],
     ['min_p out of range', '/v1/completions', { prompt: 'x', min_p: -0.1 }, 400, 'invalid_request_error', 'invalid_value', 'min_p'],

@@ -93,8 +93,8 @@ async function main() {
 
   await check('errors: unknown model is NotFoundError, n=2 and bad ranges are BadRequestError', async () => {
     await expectError(() => c.completions.create({ model: 'nope', prompt: 'x' }), OpenAI.NotFoundError, 404, 'model_not_found');
-    await expectError(() => c.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], n: 2 }),
-      OpenAI.BadRequestError, 400, 'unsupported_value');
+    await expectError(() => c.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], n: 0 }),
+      OpenAI.BadRequestError, 400, 'invalid_value');
     await expectError(() => c.completions.create({ model, prompt: 'x', temperature: 9 }), OpenAI.BadRequestError, 400, 'invalid_value');
     await expectError(() => c.completions.create({ model, prompt: 'x', stream: true, top_p: 0 }), OpenAI.BadRequestError, 400, 'invalid_value');
   });

@@ -10,6 +10,9 @@
 //  - streamed tool-call deltas (OpenAI's format: the first of a call with
 //    index, id, type, name and "" arguments, then argument pieces) join to
 //    the non-streamed message of the same seed, ids included;
+//  - n = 2 with tool_choice required: each choice's call validates, the
+//    choices' ids differ, choice 0 is the single request's answer, and a
+//    stream's deltas, per choice index, join to the non-streamed choices;
 //  - auto: without a call it answers as tool_choice none (the content's
 //    surrounding whitespace dropped); with
 //    <tool_call> pushed by logit_bias the call that follows validates;
@@ -187,6 +190,39 @@ async function main() {
     const s = await streamed(reqs[0]);
     assert.deepStrictEqual(s.calls, got[0].choices[0].message.tool_calls);
     console.log(`# parallel: ${n} closed calls in ${got.length} answers`);
+  });
+
+  await check('n = 2, required: each choice calls and validates, ids differ, a stream joins per choice', async () => {
+    const tools = [tool(0), tool(1)];
+    for (const temperature of [0, 0.8]) {
+      const q = { temperature, seed: 11, tools, tool_choice: 'required', parallel_tool_calls: false };
+      const [r, solo] = await Promise.all([ask({ ...q, n: 2 }), ask(q)]);
+      assert.strictEqual(r.choices.length, 2);
+      const ids = r.choices.map((ch, k) => {
+        assert.strictEqual(ch.index, k);
+        assert.strictEqual(ch.finish_reason, 'tool_calls', `T=${temperature} choice ${k}`);
+        assert.strictEqual(ch.message.tool_calls.length, 1);
+        assert.strictEqual(callProblems(ch.message.tool_calls[0], ['fn_0', 'fn_1']), null, `T=${temperature} choice ${k}`);
+        return ch.message.tool_calls[0].id;
+      });
+      assert.notStrictEqual(ids[0], ids[1], `T=${temperature}: both choices have id ${ids[0]}`);
+      assert.deepStrictEqual(r.choices[0].message, solo.choices[0].message, `T=${temperature}: choice 0 is the solo answer`);
+      const s = await c.chat.completions.create({ model, messages, max_tokens: maxTokens, stream: true, ...q, n: 2 });
+      const calls = [[], []];
+      const reasons = [null, null];
+      for await (const chunk of s) {
+        for (const ch of chunk.choices) {
+          for (const d of (ch.delta && ch.delta.tool_calls) || []) {
+            const mine = calls[ch.index];
+            if (d.index === mine.length) mine.push({ id: d.id, type: d.type, function: { ...d.function } });
+            else mine[d.index].function.arguments += d.function.arguments;
+          }
+          if (ch.finish_reason) reasons[ch.index] = ch.finish_reason;
+        }
+      }
+      assert.deepStrictEqual(reasons, ['tool_calls', 'tool_calls']);
+      assert.deepStrictEqual(calls, r.choices.map((ch) => ch.message.tool_calls), `T=${temperature}: stream per choice`);
+    }
   });
 
   await check('auto: without a call the answer is tool_choice none\'s; a call opened by <tool_call> validates', async () => {

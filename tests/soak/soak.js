@@ -195,7 +195,7 @@ const malformedBodies = [
   ['/v1/completions', '{"prompt": 42}'],
   ['/v1/completions', '{"prompt": "x", "max_tokens": -5}'],
   ['/v1/completions', '{"prompt": "x", "temperature": "hot"}'],
-  ['/v1/completions', '{"prompt": "x", "n": 2}'],
+  ['/v1/completions', '{"prompt": "x", "n": 0}'],
   ['/v1/completions', '{"prompt": [1, -2, 3]}'],
   ['/v1/completions', '{"prompt": "x", "stop": [1]}'],
   ['/v1/completions', '{"prompt": "x", "max_tokens": 100000}'],
