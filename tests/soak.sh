@@ -1,7 +1,8 @@
 #!/bin/sh
 # A soak of `qwen3d serve` with injected faults on the tiny model
 # (tests/soak/soak.js: client disconnects, slow readers, malformed and
-# oversized requests, half-sent requests, a full queue), for SOAK_SECONDS
+# oversized requests, half-sent requests, a full queue, greedy requests of
+# n = 2 choices beside single ones), for SOAK_SECONDS
 # (default 60) with SOAK_CLIENTS (default 6) concurrent clients; then the
 # daemon must drain on SIGTERM and exit 0 (with --enable-sanitizers: no
 # leak, no error report). `make soak` runs it longer, outside the suite.

@@ -1,7 +1,7 @@
 // A bounded soak of a running `qwen3d serve` with injected faults, loopback
 // only. A fixed number of client loops send, for a fixed time, a random mix
-// of: greedy streamed and plain generations (compared with the output the
-// same request got alone), streams the client abandons after a few events,
+// of: greedy streamed and plain generations, some with n = 2 choices (each
+// compared with the output the same request got alone), streams the client abandons after a few events,
 // plain requests abandoned before their answer, slowly read streams,
 // malformed and refused requests (bad JSON, wrong fields, wrong method or
 // path, bodies and headers over the limits), raw connections that send half
@@ -60,7 +60,7 @@ hardStop.unref();
 
 // ---- counters ---------------------------------------------------------------
 const count = {
-  sent: 0, completed_greedy: 0, disconnects: 0, abandoned_plain: 0, slow_readers: 0, malformed: 0,
+  sent: 0, completed_greedy: 0, completed_choices: 0, disconnects: 0, abandoned_plain: 0, slow_readers: 0, malformed: 0,
   oversized: 0, raw_connections: 0, queue_full: 0, server_errors: 0, timeouts: 0, mismatched: 0,
   unexpected: 0, scrapes: 0,
 };
@@ -145,31 +145,33 @@ function request(p, opts = {}) {
 
 // Text of a streamed generation: completions' text, or chat's content and
 // reasoning; null when the framing is wrong or the stream has no [DONE].
+// Each choice's text (by index) of a stream, or null when it is malformed.
 function streamText(raw, chat) {
   const events = raw.split('\n\n');
   if (events.pop() !== '') return null;
   if (events[events.length - 1] !== 'data: [DONE]') return null;
-  let content = '', reasoning = '';
+  const got = [];
   for (const e of events.slice(0, -1)) {
     if (!e.startsWith('data: ') || e.includes('\n')) return null;
     const j = JSON.parse(e.slice(6));
     if (j.error) return null;
     const c = j.choices && j.choices[0];
     if (!c) continue;
+    const g = got[c.index] || (got[c.index] = { content: '', reasoning: '' });
     if (chat) {
-      content += (c.delta && c.delta.content) || '';
-      reasoning += (c.delta && c.delta.reasoning_content) || '';
+      g.content += (c.delta && c.delta.content) || '';
+      g.reasoning += (c.delta && c.delta.reasoning_content) || '';
     } else {
-      content += c.text || '';
+      g.content += c.text || '';
     }
   }
-  return JSON.stringify([content, reasoning]);
+  return Array.from(got, (g) => (g ? JSON.stringify([g.content, g.reasoning]) : null));
 }
 
+// Each choice's text of a plain body.
 function plainText(body, chat) {
-  const j = JSON.parse(body);
-  const c = j.choices[0];
-  return JSON.stringify(chat ? [c.message.content || '', c.message.reasoning_content || ''] : [c.text, '']);
+  return JSON.parse(body).choices.map((c) =>
+    JSON.stringify(chat ? [c.message.content || '', c.message.reasoning_content || ''] : [c.text, '']));
 }
 
 // ---- the requests ---------------------------------------------------------------
@@ -236,22 +238,24 @@ function answered(p, r, what) {
   return r.status === 200;
 }
 
-async function greedy(i, stream, slow) {
+// A greedy request of N choices: every choice must equal the single-request output.
+async function greedy(i, stream, slow, n = 1) {
   const pr = prompts[i];
-  const body = { ...pr.body, max_tokens: GREEDY_TOKENS, temperature: 0, stream };
+  const body = { ...pr.body, max_tokens: GREEDY_TOKENS, temperature: 0, stream, ...(n > 1 ? { n } : {}) };
   const r = await request(pr.path, { body: JSON.stringify(body), slow });
   count.sent++;
   if (!answered(pr.path, r, `greedy ${i} stream=${stream}`)) return r;
   if (slow) count.slow_readers++;
   const got = stream ? streamText(r.body, pr.chat) : plainText(r.body, pr.chat);
-  if (got === null) {
+  if (got === null || got.length !== n) {
     count.unexpected++;
-    problem(`greedy ${i}: a malformed stream: ${r.body.slice(-200)}`);
-  } else if (got !== reference[i]) {
+    problem(`greedy ${i} n=${n}: a malformed answer: ${r.body.slice(-200)}`);
+  } else if (got.some((t) => t !== reference[i])) {
     count.mismatched++;
-    problem(`greedy ${i} stream=${stream}: ${got} != ${reference[i]}`);
+    problem(`greedy ${i} stream=${stream} n=${n}: ${got.join(' | ')} != ${reference[i]}`);
   } else {
     count.completed_greedy++;
+    if (n > 1) count.completed_choices++;
   }
   return r;
 }
@@ -371,8 +375,9 @@ async function scrape() {
 }
 
 const mix = [
-  [0.28, () => greedy(Math.floor(rand() * prompts.length), true, false)],
-  [0.12, () => greedy(Math.floor(rand() * prompts.length), false, false)],
+  [0.24, () => greedy(Math.floor(rand() * prompts.length), true, false)],
+  [0.10, () => greedy(Math.floor(rand() * prompts.length), false, false)],
+  [0.06, () => greedy(Math.floor(rand() * prompts.length), rand() < 0.5, false, 2)],
   [0.08, () => greedy(Math.floor(rand() * prompts.length), true, true)],
   [0.14, disconnect],
   [0.08, abandonPlain],
@@ -447,7 +452,7 @@ async function main() {
     const r = await request(pr.path, { body: JSON.stringify({ ...pr.body, max_tokens: GREEDY_TOKENS, temperature: 0 }) });
     if (r.status !== 200) throw new Error(`reference ${i}: status ${r.status}: ${r.body}`);
     expect(endpointOf(pr.path), 200);
-    reference.push(plainText(r.body, pr.chat));
+    reference.push(plainText(r.body, pr.chat)[0]);
   }
 
   const warm = Math.max(5, Math.round(SECONDS / 4));
@@ -507,6 +512,7 @@ async function main() {
   const checkRss = process.env.SOAK_RSS !== '0';
   const report = {
     seconds: SECONDS, clients: CLIENTS, requests_sent: count.sent, completed_greedy: count.completed_greedy,
+    completed_n2: count.completed_choices,
     disconnects_injected: count.disconnects, abandoned_before_answer: count.abandoned_plain,
     slow_readers: count.slow_readers, malformed_requests: count.malformed, oversized_requests: count.oversized,
     raw_connections: count.raw_connections, queue_full_503: count.queue_full, other_5xx: count.server_errors,
@@ -533,7 +539,7 @@ async function main() {
   if (count.server_errors) fails.push(`${count.server_errors} 5xx responses other than 503 queue_full`);
   if (count.timeouts) fails.push(`${count.timeouts} requests timed out`);
   if (count.unexpected) fails.push(`${count.unexpected} unexpected answers`);
-  if (!count.completed_greedy || !count.disconnects || !count.malformed || !count.queue_full)
+  if (!count.completed_greedy || !count.completed_choices || !count.disconnects || !count.malformed || !count.queue_full)
     fails.push('the mix did not exercise every fault (too short a run?)');
   if (PREFIX_BUDGET && !(one('qwen3d_prefix_cache_hits_total') > 0 && one('qwen3d_prefix_cache_evictions_total') > 0))
     fails.push('the prefix cache was not exercised: no hit or no eviction');
