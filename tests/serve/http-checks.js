@@ -27,6 +27,11 @@ function checkTimings(raw) {
   assert.deepStrictEqual(Object.keys(t), ['queue_ms', 'prompt_ms', 'ttft_ms', 'decode_tokens_per_s', 'tpot_ms']);
   // Each value is rounded to 0.001 on its own.
   assert.ok(t.ttft_ms + 0.002 >= t.queue_ms + t.prompt_ms, `ttft_ms < queue_ms + prompt_ms: ${m[1]}`);
+  // One choice: tpot_ms is the decode time over the tokens after the first,
+  // decode_tokens_per_s those tokens over that time (0 both below 2 tokens).
+  assert.strictEqual(t.tpot_ms === 0, t.decode_tokens_per_s === 0, `tpot_ms and decode_tokens_per_s: ${m[1]}`);
+  if (t.tpot_ms >= 0.1)
+    assert.ok(Math.abs(t.tpot_ms * t.decode_tokens_per_s / 1000 - 1) < 0.01, `tpot_ms is not 1000 / decode_tokens_per_s: ${m[1]}`);
   timingsSeen.n++;
 }
 
