@@ -2,8 +2,9 @@
  * routes: the endpoints of the HTTP API (see routes.h).
  *
  * Each request gets a `call` holding its endpoint, id and, for generations,
- * the job and the stream renderer. The job's callback relays text as it
- * arrives; srv_routes_on_done() is the single place where a request ends.
+ * the job and, per choice (n, best_of), its stream renderer or its kept
+ * text. The job's callback relays text as it arrives; srv_routes_on_done()
+ * is the single place where a request ends.
  *
  * A generation's prompt is chat-templated and tokenized on libuv's work pool
  * (tokenize_work), not on the loop: a prompt of megabytes takes a second or
