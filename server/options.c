@@ -68,8 +68,8 @@ static const opt_def OPTS[] = {
     INT("drain-timeout", drain_timeout, 0, 3600, "S", "then, time given to running requests (default 30)"),
     INT("prefill-chunk", prefill_chunk, 1, 1 << 20, "N", "prompt tokens per scheduling step at most (default 512)"),
     INT("max-step-ms", max_step_ms, 0, 600000, "MS",
-        "while streams decode, prompt tokens per step fit this step time (default 0: twice the decode step, "
-        "at least 50 ms)"),
+        "while streams decode, prompt tokens per step fit this step time (default 0: four decode steps, "
+        "at least 200 ms)"),
     STR("cpus", cpus, "LIST", "run on these CPUs only, e.g. 0-3,8; memory from their NUMA nodes (default: all)"),
     INT("numa-node", numa_node, 0, CLI_NUMA_NODE_MAX, "N",
         "run on NUMA node N's CPUs, memory bound to node N (default: none)"),

@@ -42,7 +42,7 @@ typedef struct srv_config {
     int64_t linger_time;    /* --linger-time seconds an early refusal reads the rest of a body, default 10 */
     int64_t linger_bytes;   /* --linger-bytes it reads at most, default 64 MiB */
     int64_t prefill_chunk;  /* --prefill-chunk tokens, default 512 */
-    int64_t max_step_ms;    /* --max-step-ms, 0: twice the decode step */
+    int64_t max_step_ms;    /* --max-step-ms, 0: four decode steps, at least 200 ms */
     int64_t prefix_cache_bytes; /* 0: a quarter of the KV budget */
     int64_t prefix_min_tokens;
     int64_t kv_pool_bytes;  /* --kv-pool-bytes: 0 = a quarter of the KV budget, -1 = none */

@@ -75,15 +75,27 @@
  *  - no stream decoding: up to --prefill-chunk, since nobody waits on the
  *    step but the prompts themselves (a lone request's TTFT);
  *  - streams decoding: as many as fit the step target (--max-step-ms, or
- *    twice the decode step, at least STEP_TARGET_MIN_S) from the measured
- *    cost of a decode step of that many rows and of one prompt token, but
- *    at least PROMPT_MIN_TOKENS, so prompts advance under any decode load.
+ *    STEP_TARGET_FACTOR decode steps, at least STEP_TARGET_MIN_S) from the
+ *    measured cost of a decode step of that many rows and of one prompt
+ *    token, but at least PROMPT_MIN_TOKENS, so prompts advance under any
+ *    decode load.
  * Prompt tokens go to the prefilling jobs oldest first. So a flood of long
  * prompts slows the running streams by a bounded factor, and a crowd of
  * streams cannot hold a new prompt back.
+ *
+ * Why a few long steps rather than many short ones: a prompt token costs
+ * the same compute in any step, so the chunking sets only where the cost
+ * falls. Thin chunks stretch every step while any prompt is pending, and
+ * with streams ending and starting all the time that is most steps: at 8
+ * clients with 104-token prompts and 64-token answers, a bound of twice the
+ * decode step made most inter-token gaps double ones and queued prompts
+ * behind each other for seconds. With the default, a short prompt is read
+ * in one step, a rare long gap for the streams, and their usual gap stays
+ * the decode step.
  */
 #define STEP_MODEL_ROWS 256
-#define STEP_TARGET_MIN_S 0.050
+#define STEP_TARGET_FACTOR 4.0
+#define STEP_TARGET_MIN_S 0.200
 #define PROMPT_MIN_TOKENS 8
 #define PROMPT_FIRST_TOKENS 32 /* before a prompt token's cost is measured */
 #define EWMA 0.2
@@ -1024,9 +1036,9 @@ static size_t prompt_budget(const srv_sched *s, size_t decoding)
     double dec = decode_time(s, decoding);
     if (dec <= 0 || s->tok_s <= 0)
         return cap < PROMPT_FIRST_TOKENS ? cap : PROMPT_FIRST_TOKENS;
-    double target = s->opts.step_target > 0 ? s->opts.step_target : 2 * dec;
-    if (target < STEP_TARGET_MIN_S)
-        target = STEP_TARGET_MIN_S;
+    double target = s->opts.step_target;
+    if (target <= 0)
+        target = STEP_TARGET_FACTOR * dec > STEP_TARGET_MIN_S ? STEP_TARGET_FACTOR * dec : STEP_TARGET_MIN_S;
     double fit = (target - dec) / s->tok_s;
     size_t n = fit < PROMPT_MIN_TOKENS ? PROMPT_MIN_TOKENS : fit > (double)cap ? cap : (size_t)fit;
     return n;

@@ -42,8 +42,8 @@ typedef struct srv_sched_opts {
     int64_t prefill_chunk; /* prompt tokens per step at most; 0 = no limit */
     /*
      * While streams decode, a step's prompt tokens are held to what keeps the
-     * step within this many seconds (from the measured step times); 0 = twice
-     * the decode step's own time, at least 50 ms.
+     * step within this many seconds (from the measured step times); 0 = four
+     * times the decode step's own time, at least 200 ms.
      */
     double step_target;
     /*

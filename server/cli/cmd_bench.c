@@ -465,11 +465,6 @@ static int context_case(bench_run *b, int64_t C, eng_diag *d)
                      (long long)o->context_steps, (long long)b->limit);
         goto fail;
     }
-    if (o->engine.kv_type != KV_F32) {
-        if (!o->json)
-            printf("context %5lld: skipped (synthetic fill needs the f32 cache)\n", (long long)C);
-        return 0;
-    }
     snprintf(b->bp.where, sizeof b->bp.where, "context %lld (case %d of %d)", (long long)C, ++b->case_no, b->n_cases);
     progress_draw(&b->bp, true, "filling the cache");
     /* The first step feeds one id after the synthetic context, every later one its sampled id. */
@@ -533,13 +528,12 @@ int cmd_bench(int argc, char **argv)
         goto out;
     b.load_ms = now_ms() - t0;
     size_t n_prompt_cases = o.n_batches && !o.prompts_given ? 0 : o.n_prompts;
-    b.n_cases = (int)n_prompt_cases + (o.engine.kv_type == KV_F32 ? (int)o.n_contexts : 0);
+    b.n_cases = (int)n_prompt_cases + (int)o.n_contexts;
     for (size_t i = 0; i < n_prompt_cases; i++) {
         b.bp.toks_left += o.prompts[i] * o.repeat;
         b.bp.steps_left += (o.gen - 1) * o.repeat;
     }
-    if (o.engine.kv_type == KV_F32)
-        b.bp.steps_left += (int64_t)o.n_contexts * o.context_steps;
+    b.bp.steps_left += (int64_t)o.n_contexts * o.context_steps;
     int64_t V = eng_model_geometry(b.m)->vocab;
     b.limit = eng_model_max_context(b.m);
     b.prepared = eng_plan_prepared_bytes(eng_model_plan(b.m));
