@@ -7,12 +7,13 @@
  * past as a sequential stream (a decode step's workers take different kv
  * heads, and one page holds eight rows of one head rather than one row of
  * each), and a new token appends one row at the end of each head's run. The
- * used part of every run is a prefix, so it grows by committing more of its
- * reserved address range and nothing stored is ever moved. The whole range
- * for the session's maximum context is reserved at creation (address space
- * only); pages are committed in steps as the cached length grows, and bytes
- * reserved and committed are reported for the server's metrics. Elements are
- * fp32 or fp16.
+ * used part of every run is a prefix, so it grows into its reserved address
+ * range and nothing stored is ever moved. The whole range for the session's
+ * maximum context is mapped at creation (address space only: a page exists
+ * once written); "committed" is the account of the rows a session may
+ * touch, raised in steps as the cached length grows and checked against its
+ * capacity, and bytes reserved and committed are reported for the server's
+ * metrics. Elements are fp32 or fp16.
  *
  * Threads: a cache belongs to one session; the scheduler is its only writer
  * (the compute pool writes rows into it during that session's step).
@@ -99,8 +100,8 @@ int64_t kv_length(const kv_cache *kv);
 /* Sets the capacity to any count from the length up to the range's tokens: 0, or -1 (unchanged). */
 int kv_set_capacity(kv_cache *kv, int64_t capacity);
 /*
- * Makes room for tokens [0, new_length): commits pages as needed. Returns 0,
- * or -1 if new_length exceeds the capacity or the pages cannot be committed.
+ * Makes room for tokens [0, new_length): raises the committed account as
+ * needed. Returns 0, or -1 if new_length exceeds the capacity.
  * Does not change the length; kv_set_length() does once the rows are written.
  */
 int kv_reserve_tokens(kv_cache *kv, int64_t new_length);
