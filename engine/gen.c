@@ -236,6 +236,8 @@ eng_gen *eng_gen_new(eng_model *m, const eng_gen_params *p, eng_diag *diag)
             g->sess = eng_prefix_take(p->prefix, g->scope, p->prompt, p->n_prompt, cap, &g->reused, &quiet);
         eng_diag_clear(&quiet);
         g->fed = g->reused;
+        if (!g->sess)
+            eng_prefix_recycle(p->prefix);
     }
     if (!g->sess)
         g->sess = eng_session_new(m, cap, diag);

@@ -53,6 +53,7 @@ struct eng_prefix {
     size_t n_trees;
     pentry *head, *tail;
     eng_prefix_stats st;
+    uint64_t recent;          /* the last 64 lookups, the newest in bit 0: 1 = a hit */
 };
 
 /* ---- radix tree ----------------------------------------------------------------- */
@@ -349,6 +350,20 @@ uint64_t eng_prefix_shrink(eng_prefix *c, uint64_t bytes)
     return freed;
 }
 
+bool eng_prefix_recycle(eng_prefix *c)
+{
+    if (eng_model_kv_pool_bytes(c->m) > 0)
+        return false;
+    uint64_t keep = c->recent ? c->budget / 2 : 0;
+    for (pentry *e = c->tail; e && c->st.bytes > keep; e = e->prev)
+        if (!e->lent) {
+            c->st.evictions++;
+            drop(c, e);
+            return true;
+        }
+    return false;
+}
+
 /*
  * Leaves a lent entry for S, a session handed over with the rows of IDS (N
  * ids), at the node where they end, unless an entry already ends there.
@@ -397,6 +412,7 @@ eng_session *eng_prefix_take(eng_prefix *c, const char *scope, const int64_t *id
         walk(&t->root, ids, n - 1, &node, &depth);
     pentry *e = depth >= c->min_tokens ? recent_below(node, c, false) : NULL;
     pentry *lent = depth >= c->min_tokens && !e ? recent_below(node, c, true) : NULL;
+    c->recent = c->recent << 1 | (e || lent);
     if (!e && !lent) {
         c->st.misses++;
         return NULL;

@@ -73,6 +73,20 @@ eng_session *eng_prefix_take(eng_prefix *c, const char *scope, const int64_t *id
  */
 void eng_prefix_put(eng_prefix *c, const char *scope, const int64_t *ids, size_t n, eng_session *s);
 
+/*
+ * Called before a session is made from fresh memory. A first touch of a page
+ * costs far more than a write to a page touched before (tens of microseconds
+ * under some hypervisors: about as much per token as prefilling it), and
+ * entries keep the pages of finished sessions, so with entries piling up the
+ * KV pool runs dry and every new session pays it. So when the pool is
+ * empty, the least recently used entry that owns its memory goes to it,
+ * unless the entries hold no more than what is kept for hits: half the
+ * budget while any of the last 64 lookups hit, nothing after 64 misses in
+ * a row (distinct prompts: the entries only hold memory). Returns true when
+ * an entry went.
+ */
+bool eng_prefix_recycle(eng_prefix *c);
+
 /* Drops least recently used entries until the entries hold at most BYTES. Returns the bytes freed. */
 uint64_t eng_prefix_shrink(eng_prefix *c, uint64_t bytes);
 

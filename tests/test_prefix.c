@@ -6,7 +6,8 @@
  * generation's storage; a cancelled request's partial prefill
  * is reused; entries stay within the byte budget, least recently used first
  * out; scopes do not see each other's entries; short prompts are not kept;
- * a longer prompt replaces the entry it extends.
+ * a longer prompt replaces the entry it extends; idle entries feed an
+ * empty KV pool, the recent half of the budget kept while lookups hit.
  */
 #include <check.h>
 #include <stdio.h>
@@ -269,6 +270,46 @@ START_TEST(scopes_budget_and_minimum)
 }
 END_TEST
 
+/*
+ * A new session takes an idle entry's touched pages before fresh ones when
+ * the KV pool is empty: any entry after a run of misses, only the older
+ * half of the budget while lookups hit.
+ */
+START_TEST(entries_feed_an_empty_pool)
+{
+    int64_t p[40], q[40], u[40];
+    ids_from(p, 40, 31);
+    ids_from(q, 40, 32);
+    ids_from(u, 40, 33);
+    result r;
+    eng_prefix *cache = eng_prefix_new(model, (uint64_t)1 << 30, 8);
+    run(p, 40, cache, "", 0, &r);
+    free(r.rows);
+    ck_assert_uint_eq(eng_model_kv_pool_bytes(model), 0); /* p's session went to the cache */
+    run(q, 40, cache, "", 0, &r);                          /* misses only so far: p's entry feeds q */
+    free(r.rows);
+    eng_prefix_stats st = stats(cache);
+    ck_assert_uint_eq(st.entries, 1);
+    ck_assert_uint_eq(st.evictions, 1);
+    run(p, 40, cache, "", 0, &r);
+    ck_assert_uint_eq(r.reused, 0);
+    free(r.rows);
+    run(p, 40, cache, "", 0, &r); /* a hit: from now on half the budget is kept for hits */
+    ck_assert_uint_gt(r.reused, 0);
+    free(r.rows);
+    uint64_t ev = stats(cache).evictions;
+    run(u, 40, cache, "", 0, &r);
+    free(r.rows);
+    st = stats(cache);
+    ck_assert_uint_eq(st.evictions, ev);
+    ck_assert_uint_eq(st.entries, 2);
+    run(p, 40, cache, "", 0, &r); /* p's entry stayed */
+    ck_assert_uint_gt(r.reused, 0);
+    free(r.rows);
+    eng_prefix_free(cache);
+}
+END_TEST
+
 int main(void)
 {
     krn_init(); /* as main.c does: the best kernels, before any thread */
@@ -280,6 +321,7 @@ int main(void)
     tcase_add_test(tc, reuse_is_bit_identical);
     tcase_add_test(tc, cancelled_prefix_is_reused);
     tcase_add_test(tc, scopes_budget_and_minimum);
+    tcase_add_test(tc, entries_feed_an_empty_pool);
     suite_add_tcase(su, tc);
     return qd_run_suite(su);
 }
