@@ -40,6 +40,14 @@ struct pentry {
     pentry *prev, *next;      /* use order: head = most recent */
 };
 
+/*
+ * Lookups that must all miss before any entry is given to an empty KV pool
+ * (eng_prefix_recycle). A new cache counts as having hit, so a fresh daemon
+ * keeps its first conversations' prefixes.
+ */
+#define RECENT_LOOKUPS 16
+#define RECENT_MASK ((1u << RECENT_LOOKUPS) - 1)
+
 typedef struct scope_tree {
     char *scope;
     pnode root;
@@ -53,7 +61,7 @@ struct eng_prefix {
     size_t n_trees;
     pentry *head, *tail;
     eng_prefix_stats st;
-    uint64_t recent;          /* the last 64 lookups, the newest in bit 0: 1 = a hit */
+    uint32_t recent;          /* the last RECENT_LOOKUPS lookups, the newest in bit 0: 1 = a hit */
 };
 
 /* ---- radix tree ----------------------------------------------------------------- */
@@ -319,6 +327,7 @@ eng_prefix *eng_prefix_new(eng_model *m, uint64_t budget, size_t min_tokens)
         return NULL;
     c->m = m;
     c->budget = budget;
+    c->recent = RECENT_MASK;
     c->min_tokens = min_tokens ? min_tokens : 1;
     return c;
 }
@@ -412,7 +421,7 @@ eng_session *eng_prefix_take(eng_prefix *c, const char *scope, const int64_t *id
         walk(&t->root, ids, n - 1, &node, &depth);
     pentry *e = depth >= c->min_tokens ? recent_below(node, c, false) : NULL;
     pentry *lent = depth >= c->min_tokens && !e ? recent_below(node, c, true) : NULL;
-    c->recent = c->recent << 1 | (e || lent);
+    c->recent = (c->recent << 1 | (e || lent)) & RECENT_MASK;
     if (!e && !lent) {
         c->st.misses++;
         return NULL;

@@ -81,9 +81,9 @@ void eng_prefix_put(eng_prefix *c, const char *scope, const int64_t *ids, size_t
  * KV pool runs dry and every new session pays it. So when the pool is
  * empty, the least recently used entry that owns its memory goes to it,
  * unless the entries hold no more than what is kept for hits: half the
- * budget while any of the last 64 lookups hit, nothing after 64 misses in
- * a row (distinct prompts: the entries only hold memory). Returns true when
- * an entry went.
+ * budget while any of the last 16 lookups hit (a new cache counts as
+ * having hit), nothing after 16 misses in a row (prompts that share
+ * nothing: the entries only hold memory). Returns true when an entry went.
  */
 bool eng_prefix_recycle(eng_prefix *c);
 

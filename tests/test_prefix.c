@@ -272,24 +272,32 @@ END_TEST
 
 /*
  * A new session takes an idle entry's touched pages before fresh ones when
- * the KV pool is empty: any entry after a run of misses, only the older
- * half of the budget while lookups hit.
+ * the KV pool is empty: any entry after 16 misses in a row, only the older
+ * half of the budget while lookups hit. A new cache keeps its first entries.
  */
 START_TEST(entries_feed_an_empty_pool)
 {
     int64_t p[40], q[40], u[40];
     ids_from(p, 40, 31);
-    ids_from(q, 40, 32);
     ids_from(u, 40, 33);
     result r;
     eng_prefix *cache = eng_prefix_new(model, (uint64_t)1 << 30, 8);
     run(p, 40, cache, "", 0, &r);
     free(r.rows);
     ck_assert_uint_eq(eng_model_kv_pool_bytes(model), 0); /* p's session went to the cache */
-    run(q, 40, cache, "", 0, &r);                          /* misses only so far: p's entry feeds q */
-    free(r.rows);
+    for (uint64_t k = 0; k < 14; k++) {                    /* 15 misses: every entry stays */
+        ids_from(q, 40, 100 + k);
+        run(q, 40, cache, "", 0, &r);
+        free(r.rows);
+    }
     eng_prefix_stats st = stats(cache);
-    ck_assert_uint_eq(st.entries, 1);
+    ck_assert_uint_eq(st.entries, 15);
+    ck_assert_uint_eq(st.evictions, 0);
+    ids_from(q, 40, 200);
+    run(q, 40, cache, "", 0, &r); /* the 16th miss in a row: p's entry, the oldest, feeds it */
+    free(r.rows);
+    st = stats(cache);
+    ck_assert_uint_eq(st.entries, 15);
     ck_assert_uint_eq(st.evictions, 1);
     run(p, 40, cache, "", 0, &r);
     ck_assert_uint_eq(r.reused, 0);
@@ -302,7 +310,7 @@ START_TEST(entries_feed_an_empty_pool)
     free(r.rows);
     st = stats(cache);
     ck_assert_uint_eq(st.evictions, ev);
-    ck_assert_uint_eq(st.entries, 2);
+    ck_assert_uint_eq(st.entries, 16);
     run(p, 40, cache, "", 0, &r); /* p's entry stayed */
     ck_assert_uint_gt(r.reused, 0);
     free(r.rows);
