@@ -6,7 +6,7 @@
 //
 // Usage: compare-ort.js --qwen3d BIN --model DIR [--runs N] [--threads N]
 //                       [--prompt-len 32] [--gen 128] [--contexts 1024,4096]
-//                       [--context-steps N] [--repeat R] [--kv-mode M] [--kv-type T]
+//                       [--context-steps N] [--repeat R] [--kv-mode M] [--kv-type T[,T2...]]
 //                       [--ort-kv contract|share] [--ort-logits all|last] [--json]
 // Each run is one process per runtime that loads the model once and measures
 // every prompt case R times (default 3), reporting its median: the steady
@@ -15,6 +15,9 @@
 // --ort-kv and --ort-logits choose ONNX Runtime's configuration (ort-bench.js
 // --kv, --logits); the text output states under the table what work each
 // runtime does, and --json rows carry ort_kv and ort_logits.
+// --kv-type with a list (f32,f16) runs qwen3d once per KV type in every run,
+// next to each other; the first type's figures keep the qwen3d_ names, each
+// further type's carry its name after them (qwen3d_f16_decode_tokens_per_s).
 // NODE_PATH must reach onnxruntime-node (tests/npm/node_modules of a build tree).
 'use strict';
 
@@ -51,6 +54,11 @@ for (let i = 0; i < argv.length; i++) {
   }
 }
 if (!o.bin || !o.model) fail('--qwen3d BIN and --model DIR are required');
+const kvTypes = o.kvType.split(',');
+if (kvTypes.some((t) => !t) || new Set(kvTypes).size !== kvTypes.length)
+  fail(`--kv-type wants one KV type or a list of distinct ones, not "${o.kvType}"`);
+// The samples' runtime key of each KV type: the first is plain qwen3d.
+const qName = (i) => (i ? `qwen3d_${kvTypes[i]}` : 'qwen3d');
 
 const common = ['--model', o.model, '--prompt-len', o.prompt, '--gen', o.gen, '--threads', o.threads,
   '--repeat', o.repeat, '--contexts', o.contexts, '--context-steps', o.steps];
@@ -66,7 +74,7 @@ const samples = {}; // key -> runtime -> metric -> [values]
 function add(runtime, cases) {
   for (const c of cases) {
     const k = key(c);
-    samples[k] = samples[k] || { qwen3d: {}, onnxruntime: {} };
+    samples[k] = samples[k] || { onnxruntime: {}, ...Object.fromEntries(kvTypes.map((t, i) => [qName(i), {}])) };
     for (const m of ['ttft_ms', 'prefill_tokens_per_s', 'decode_ms_median', 'decode_tokens_per_s', 'load_ms', 'rss_bytes',
       'prepared_bytes'])
       if (typeof c[m] === 'number') (samples[k][runtime][m] = samples[k][runtime][m] || []).push(c[m]);
@@ -75,7 +83,8 @@ function add(runtime, cases) {
 
 for (let r = 0; r < o.runs; r++) {
   // alternate which runtime goes first
-  const q = () => add('qwen3d', run(o.bin, ['bench', '--json', '--kv-mode', o.kvMode, '--kv-type', o.kvType, ...common]));
+  const q = () => kvTypes.forEach((t, i) => add(qName(i), run(o.bin, ['bench', '--json', '--kv-mode', o.kvMode, '--kv-type', t,
+    ...common])));
   const x = () => add('onnxruntime', run(process.execPath, [path.join(__dirname, 'ort-bench.js'), '--kv', o.ortKv,
     '--logits', o.ortLogits, ...common]));
   if (r % 2) { x(); q(); } else { q(); x(); }
@@ -84,14 +93,20 @@ for (let r = 0; r < o.runs; r++) {
 const med = (a) => { if (!a || !a.length) return null; const s = [...a].sort((p, q) => p - q); return s[Math.floor(s.length / 2)]; };
 const rows = [];
 for (const [k, v] of Object.entries(samples)) {
-  const row = { case: k, threads: Number(o.threads), runs: o.runs, kv_mode: o.kvMode, kv_type: o.kvType, ort_kv: o.ortKv,
+  const row = { case: k, threads: Number(o.threads), runs: o.runs, kv_mode: o.kvMode, kv_type: kvTypes[0], ort_kv: o.ortKv,
     ort_logits: o.ortLogits };
+  if (kvTypes.length > 1) row.kv_types = kvTypes;
   for (const m of ['decode_tokens_per_s', 'prefill_tokens_per_s', 'ttft_ms', 'decode_ms_median', 'rss_bytes', 'load_ms']) {
     const a = med(v.qwen3d[m]), b = med(v.onnxruntime[m]);
     if (a === null || b === null) continue;
     row[`qwen3d_${m}`] = a;
     row[`onnxruntime_${m}`] = b;
   }
+  for (let i = 1; i < kvTypes.length; i++)
+    for (const m of ['decode_tokens_per_s', 'decode_ms_median', 'ttft_ms']) {
+      const a = med(v[qName(i)][m]);
+      if (a !== null) row[`${qName(i)}_${m}`] = a;
+    }
   if (med(v.qwen3d.prepared_bytes) !== null) row.qwen3d_prepared_bytes = med(v.qwen3d.prepared_bytes);
   if (row.qwen3d_decode_tokens_per_s) row.decode_speedup = row.qwen3d_decode_tokens_per_s / row.onnxruntime_decode_tokens_per_s;
   if (row.qwen3d_prefill_tokens_per_s) row.prefill_speedup = row.qwen3d_prefill_tokens_per_s / row.onnxruntime_prefill_tokens_per_s;
@@ -107,6 +122,7 @@ if (o.json) {
   for (const r of rows)
     console.log(`${r.case.padEnd(15)} ${f(r.qwen3d_decode_tokens_per_s).padStart(8)} / ${f(r.onnxruntime_decode_tokens_per_s).padStart(8)} = ${f(r.decode_speedup, 2).padStart(5)}x` +
       `     ${f(r.qwen3d_prefill_tokens_per_s).padStart(8)} / ${f(r.onnxruntime_prefill_tokens_per_s).padStart(8)} = ${f(r.prefill_speedup, 2).padStart(5)}x` +
-      `     ${f(r.qwen3d_ttft_ms).padStart(8)} / ${f(r.onnxruntime_ttft_ms).padStart(8)} = ${f(r.ttft_speedup, 2).padStart(5)}x`);
+      `     ${f(r.qwen3d_ttft_ms).padStart(8)} / ${f(r.onnxruntime_ttft_ms).padStart(8)} = ${f(r.ttft_speedup, 2).padStart(5)}x` +
+      kvTypes.slice(1).map((t, i) => `     kv ${t} decode ${f(r[`${qName(i + 1)}_decode_tokens_per_s`])} tok/s`).join(''));
   console.log(ortConditions(o.ortKv, o.ortLogits).join('\n'));
 }

@@ -11,8 +11,9 @@ bench_krn_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 #   NODE_PATH=tests/npm/node_modules node $(srcdir)/bench/compare-ort.js --qwen3d ./qwen3d --model DIR
 EXTRA_DIST += bench/ort-bench.js bench/compare-ort.js bench/ort-notes.js
 
-# The kernel figures against ONNX Runtime as one markdown table (decode,
-# time to first token, bandwidth share, load), from a build tree:
+# The kernel figures against ONNX Runtime as markdown tables (decode, time
+# to first token, bandwidth share, decode at long contexts per KV type, load
+# cold and warm), from a build tree:
 #   make bench/bw_probe && NODE_PATH=tests/npm/node_modules node $(srcdir)/bench/report.js \
 #     --qwen3d ./qwen3d --bw-probe bench/bw_probe --case DIR:1 --case DIR:2
 EXTRA_DIST += bench/report.js
