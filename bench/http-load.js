@@ -57,6 +57,7 @@
 //   node bench/http-load.js --qwen3d ./qwen3d --model DIR --sweep 1,2,4,8 [--qwen3d-before BIN]
 //        [--requests R] [--rounds K] [--threads T] [--svg FILE] [--json]
 // load options: --concurrency N (4) --prompt-len P (32) --gen G (64) --requests R (16) --json
+// --kv-type f32|f16 starts the daemons (and --compare's bench) with that KV cache type.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -68,7 +69,7 @@ const chart = require('./sweep-chart');
 const usage = hc.makeUsage('http-load',
   'usage: node http-load.js (--url URL | --qwen3d BIN --model DIR) [--threads T] [--parallel N]\n' +
   '         [--concurrency N] [--prompt-len P] [--gen G] [--requests R] [--json]\n' +
-  '         [--compare [--rounds K]]\n' +
+  '         [--kv-type f32|f16] [--compare [--rounds K]]\n' +
   '         [--sweep 1,2,4,8 [--qwen3d-before BIN] [--rounds K] [--svg FILE]]');
 
 function parseArgs(argv) {
@@ -77,12 +78,13 @@ function parseArgs(argv) {
     pos: { '--concurrency': 'concurrency', '--prompt-len': 'promptLen', '--gen': 'gen', '--requests': 'requests',
       '--rounds': 'rounds', '--parallel': 'parallel' },
     strs: { '--url': 'url', '--qwen3d': 'qwen3d', '--model': 'model', '--model-name': 'modelName',
-      '--qwen3d-before': 'before', '--svg': 'svg' },
+      '--qwen3d-before': 'before', '--svg': 'svg', '--kv-type': 'kvType' },
     lists: { '--sweep': 'sweep' },
     flags: { '--compare': 'compare', '--json': 'json' },
   }, { concurrency: 4, promptLen: null, gen: 64, requests: null, rounds: null, threads: 0, parallel: null,
     compare: false, json: false, url: null, qwen3d: null, model: null, modelName: null, before: null, svg: null,
-    sweep: null }, usage);
+    sweep: null, kvType: null }, usage);
+  if (o.kvType && o.url) usage('--kv-type belongs to the daemons started here, not --url');
   if (!o.url && !(o.qwen3d && o.model)) usage('give --url, or --qwen3d and --model');
   if (o.compare && !(o.qwen3d && o.model)) usage('--compare needs --qwen3d and --model');
   if (o.compare && o.sweep) usage('--compare and --sweep are separate modes');
@@ -176,6 +178,7 @@ function printLoad(o, s) {
 function daemonArgs(o, parallel, queue) {
   const args = ['--parallel', String(parallel), '--queue', String(queue)];
   if (o.threads) args.push('--threads', String(o.threads));
+  if (o.kvType) args.push('--kv-type', o.kvType);
   return args;
 }
 
@@ -208,6 +211,7 @@ function engineBench(o) {
   const args = ['bench', '--model', o.model, '--json', '--prompt-len', String(o.promptLen), '--gen', String(o.gen),
     '--repeat', String(o.requests), '--contexts', 'none'];
   if (o.threads) args.push('--threads', String(o.threads));
+  if (o.kvType) args.push('--kv-type', o.kvType);
   return new Promise((resolve, reject) => {
     execFile(o.qwen3d, args, { maxBuffer: 1 << 20 }, (e, stdout, stderr) => {
       if (e) return reject(new Error(`qwen3d bench: ${stderr || e.message}`));
@@ -327,7 +331,7 @@ function ratios(rows, levels) {
 // The sweep's tables, through LOG (console.log, or console.error beside --json).
 function printSweep(sum, log) {
   const m = sum.meta;
-  log(`\n${m.cpu}, kernels ${m.kernels}, ${m.threads} threads, model ${m.model_name}` +
+  log(`\n${m.cpu}, kernels ${m.kernels}, ${m.threads} threads, KV cache ${m.kv_type}, model ${m.model_name}` +
     (m.geometry ? ` (${m.geometry})` : '') + `; prompts of ${m.prompt_len} distinct ids, ${m.gen} generated tokens, ` +
     `greedy, streaming /v1/completions; ${m.requests_per_level} requests per level, ${m.rounds} round(s)` +
     (m.rounds > 1 ? ' (medians of the rounds)' : '') + '.');
@@ -415,7 +419,7 @@ async function sweep(o) {
     mode: 'sweep-summary',
     meta: {
       cpu: info.cpu, cpu_features: info.cpu_features, kernels: info.kernels,
-      threads: builds[builds.length - 1].threads || o.threads || 'unknown',
+      threads: builds[builds.length - 1].threads || o.threads || 'unknown', kv_type: o.kvType || 'f32 (default)',
       model_name: builds[builds.length - 1].model, model: o.model ? path.resolve(o.model) : null,
       geometry: info.geometry, prompt_len: o.promptLen, gen: o.gen, levels, requests_per_level: perLevel,
       rounds: o.rounds, order: builds.length > 1
