@@ -28,6 +28,13 @@ check_PROGRAMS += bench/bw_probe
 bench_bw_probe_SOURCES = bench/bw_probe.c bench/bench_util.h
 bench_bw_probe_LDADD = $(QD_LIBS)
 
+# The int8 dot-product peak (VPDPBUSD and maddubs, zmm and ymm, per thread
+# count): the compute roofline of the prefill GEMM:
+#   make bench/i8_peak && bench/i8_peak [--threads 1,2]
+check_PROGRAMS += bench/i8_peak
+bench_i8_peak_SOURCES = bench/i8_peak.c bench/bench_util.h
+bench_i8_peak_LDADD = $(QD_LIBS)
+
 # GroupQueryAttention core: decode over long contexts (fp32 and fp16 caches)
 # and causal prefill, per kernel level:
 #   make bench/attn_bench && bench/attn_bench [--level avx2] [--contexts 1024,4096]

@@ -897,6 +897,100 @@ START_TEST(mmnb_levels_block_sizes_and_edges)
 END_TEST
 
 /*
+ * Batch invariance: a row's output must not depend on which rows share the
+ * call. Every level computes M rows at once (M = 3, 8, 9, 13, 17: register
+ * tiles of several sizes and their tails) and each row again alone (M = 1),
+ * in both modes, the int8 one in place and from repacked weights with fp32
+ * and bfloat16 scale records; the two must be the same bits. Odd N (a tile
+ * pair with a lone last tile, a partial tile) and K with a partial last block
+ * or an odd block count. The M-row results are also held against the
+ * reference (mmnb_case).
+ */
+static void rows_alone_case(const krn_table *lv, const qweights *q, const float *a, size_t lda, size_t m,
+                            const void *pk, bool bf16, int mode)
+{
+    const size_t n = q->w.n, k = q->w.k, bs = q->w.block_size, ldy = n + 1;
+    krn_table ref = ref_tab();
+    krn_q4_weights w = q->w;
+    w.packed = pk;
+    w.packed_bf16 = bf16;
+    void *qa = qa_alloc(m, k, bs), *qa1 = qa_alloc(1, k, bs);
+    krn_quant_args qargs = {.a = a, .a_ld = lda, .m = m, .k = k, .block_size = bs, .qa = qa};
+    ref.quant_a8.fn(&qargs, 0, m);
+    float *y = xmalloc(m * ldy * sizeof(float)), *y1 = xmalloc(ldy * sizeof(float));
+    krn_mmnb_args args = {.w = w, .m = m, .a = a, .a_ld = lda, .qa = qa, .y = y, .y_ld = ldy};
+    krn_mmnb_fn fn = mode ? lv->mmnb_i8.fn : lv->mmnb_f32.fn;
+    size_t cut = n / 3 + 1;
+    fn(&args, 0, cut);
+    fn(&args, cut, n);
+    for (size_t i = 0; i < m; i++) {
+        krn_quant_args q1 = {.a = a + i * lda, .a_ld = lda, .m = 1, .k = k, .block_size = bs, .qa = qa1};
+        ref.quant_a8.fn(&q1, 0, 1);
+        krn_mmnb_args one = {.w = w, .m = 1, .a = a + i * lda, .a_ld = lda, .qa = qa1, .y = y1, .y_ld = ldy};
+        fn(&one, 0, n);
+        for (size_t j = 0; j < n; j++)
+            ck_assert_msg(memcmp(&y[i * ldy + j], &y1[j], sizeof(float)) == 0,
+                          "%s%s m=%zu n=%zu k=%zu: row %zu col %zu is %a in the batch, %a alone",
+                          mode ? lv->mmnb_i8.name : lv->mmnb_f32.name,
+                          pk ? (bf16 ? " (packed, bf16 scales)" : " (packed)") : "", m, n, k, i, j,
+                          (double)y[i * ldy + j], (double)y1[j]);
+    }
+    free(y);
+    free(y1);
+    free(qa);
+    free(qa1);
+}
+
+START_TEST(mmnb_rows_batch_invariant)
+{
+    static const size_t ms[] = {3, 8, 9, 13, 17};
+    static const size_t shapes[][2] = {{37, 100}, {23, 96}, {41, 1000}, {8, 64}};
+    krn_table tabs[MAX_TABS + 1];
+    tabs[0] = ref_tab();
+    int nt = 1 + simd_tables(tabs + 1, true);
+    rng r = {4242};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        size_t n = shapes[s][0], k = shapes[s][1], lda = k + 5;
+        qweights q;
+        qw_make(&q, n, k, 32, false, s & 1, 0.1f, &r);
+        /* Scales cut to bfloat16 values, so that both records can hold them. */
+        for (size_t i = 0; i < n * q.w.k_blocks; i++) {
+            uint32_t u;
+            memcpy(&u, &q.scales[i], sizeof u);
+            u &= 0xFFFF0000u;
+            memcpy(&q.scales[i], &u, sizeof u);
+        }
+        void *pk[2];
+        for (int v = 0; v < 2; v++) {
+            krn_q4_weights w = q.w;
+            w.packed_bf16 = v == 1;
+            size_t sz = krn_q4_pack_size(&w);
+            pk[v] = aligned_alloc(64, (sz + 63) & ~(size_t)63);
+            ck_assert_ptr_nonnull(pk[v]);
+            ck_assert_int_eq(krn_q4_pack(&w, pk[v]), KRN_OK);
+        }
+        for (size_t im = 0; im < sizeof ms / sizeof ms[0]; im++) {
+            size_t m = ms[im];
+            float *a = frand(m * lda, &r, -2.0f, 2.0f);
+            for (int t = 0; t < nt; t++) {
+                rows_alone_case(&tabs[t], &q, a, lda, m, NULL, false, 0);
+                rows_alone_case(&tabs[t], &q, a, lda, m, NULL, false, 1);
+                if (tabs[t].q4_packed) {
+                    rows_alone_case(&tabs[t], &q, a, lda, m, pk[0], false, 1);
+                    rows_alone_case(&tabs[t], &q, a, lda, m, pk[1], true, 1);
+                }
+            }
+            free(a);
+            mmnb_case(tabs + 1, nt - 1, m, n, k, 32, false, s & 1, 2.0f, 0.1f, &r);
+        }
+        free(pk[0]);
+        free(pk[1]);
+        qw_free(&q);
+    }
+}
+END_TEST
+
+/*
  * Repacking: only block 32 without zero points; the size covers whole
  * 8-column tiles; every weight byte and scale (fp32 or bfloat16 record)
  * lands where krn_internal.h says, padding columns are zero.
@@ -1831,6 +1925,7 @@ int main(void)
     tcase_add_test(tc, mmnb_levels_grid);
     tcase_add_test(tc, mmnb_levels_block_sizes_and_edges);
     tcase_add_test(tc, mmnb_levels_projection_shapes);
+    tcase_add_test(tc, mmnb_rows_batch_invariant);
     tcase_add_test(tc, q4_pack_layout);
     tcase_add_test(tc, q4_dequant_rows);
     tcase_add_test(tc, mm_f_levels);

@@ -220,9 +220,13 @@ static KRN_TGT void i8_bs16(const krn_mmnb_args *a, size_t m, size_t n)
  * adds the four products of a lane directly; without VNNI the int16 pair sums
  * stay below 30480 as in AVX2), and the float steps are the AVX2 kernel's, in
  * its order: t = sA * dot - zp8_sum, acc += t * sB. So every column comes out
- * bit for bit as the AVX2 kernel computes it, whichever level runs.
+ * bit for bit as the AVX2 kernel computes it, whichever level runs. Rows of a
+ * register tile share only the unpacked weight vectors: each row's operations
+ * are the same at every tile size, so its output does not depend on the rows
+ * computed beside it (batch invariance; tests/test_kernels holds every row of
+ * an M-row call to the same row alone).
  */
-#define MR_PK 4       /* rows per register tile */
+#define MR_PK 8 /* rows per register tile: acc[8], the 8 unpacked vectors and one row's temporaries */
 #define ROW_BLOCK_PK 64 /* rows whose activations stay in L2 while the range's tiles pass */
 #define PF_DIST_PK 2048 /* bytes ahead in each tile's stream */
 
@@ -232,6 +236,17 @@ INLINE __m512i bcast4_512(const int8_t *p)
     int32_t v;
     memcpy(&v, p, sizeof v);
     return _mm512_set1_epi32(v);
+}
+
+/* acc + the u8 x s8 dots of w with the 4 int8 at p in every lane, the broadcast folded into the instruction. */
+INLINE __m512i dp_bcast(__m512i acc, __m512i w, const int8_t *p)
+{
+#if KRN_VNNI && !defined(QD_EMU512_IMMINTRIN_H) /* not under the tests' emulation */
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)(const void *)p));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, w, bcast4_512(p));
+#endif
 }
 
 /* 32 bytes at p0 in the low half, 32 at p1 in the high half. */
@@ -281,30 +296,34 @@ INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, bool pair, flo
                 _mm_prefetch((const char *)g1 + PF_DIST_PK + 64 * l, _MM_HINT_T0);
             }
         }
-        __m512i s[MR_PK];
+        /* The block's 128 weight bytes, unpacked once for all MR rows. */
+        __m512i lo[4], hi[4];
         UNROLL for (int h = 0; h < 4; h++) {
             __m512i v = load_pair(g0 + 32 * h, g1 + 32 * h);
-            __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-            UNROLL for (int i = 0; i < MR; i++) {
-                const int8_t *qi = q + (size_t)i * rb;
-                __m512i e = bcast4_512(qi + 4 * h), o = bcast4_512(qi + 16 + 4 * h);
-#if KRN_VNNI
-                s[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(h ? s[i] : _mm512_setzero_si512(), lo, e), hi, o);
-#else
-                __m512i p = _mm512_add_epi16(_mm512_maddubs_epi16(lo, e), _mm512_maddubs_epi16(hi, o));
-                s[i] = h ? _mm512_add_epi16(s[i], p) : p;
-#endif
-            }
+            lo[h] = _mm512_and_si512(v, nib);
+            hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
         }
         const __m512 sb = scales_pair(g0 + KRN_Q4P_WEIGHT_BYTES, g1 + KRN_Q4P_WEIGHT_BYTES, BF16);
         UNROLL for (int i = 0; i < MR; i++) {
             const size_t ro = (size_t)i * rb; /* the next row's statistics, in bytes */
+            const int8_t *qi = q + ro;
             const float *sai = (const float *)(const void *)((const char *)sa + ro);
             const float *zsi = (const float *)(const void *)((const char *)zs + ro);
 #if KRN_VNNI
-            __m512 d = _mm512_cvtepi32_ps(s[i]);
+            /* Even and odd k in two chains of four: the sums are exact int32s in any order. */
+            __m512i se = dp_bcast(_mm512_setzero_si512(), lo[0], qi);
+            __m512i so = dp_bcast(_mm512_setzero_si512(), hi[0], qi + 16);
+            UNROLL for (int h = 1; h < 4; h++) {
+                se = dp_bcast(se, lo[h], qi + 4 * h);
+                so = dp_bcast(so, hi[h], qi + 16 + 4 * h);
+            }
+            __m512 d = _mm512_cvtepi32_ps(_mm512_add_epi32(se, so));
 #else
-            __m512 d = _mm512_cvtepi32_ps(_mm512_madd_epi16(s[i], _mm512_set1_epi16(1)));
+            __m512i s16 = _mm512_setzero_si512();
+            UNROLL for (int h = 0; h < 4; h++)
+                s16 = _mm512_add_epi16(s16, _mm512_add_epi16(_mm512_maddubs_epi16(lo[h], bcast4_512(qi + 4 * h)),
+                                                             _mm512_maddubs_epi16(hi[h], bcast4_512(qi + 16 + 4 * h))));
+            __m512 d = _mm512_cvtepi32_ps(_mm512_madd_epi16(s16, _mm512_set1_epi16(1)));
 #endif
             __m512 t = _mm512_fmsub_ps(d, _mm512_set1_ps(sai[b]), _mm512_set1_ps(zsi[b]));
             acc[i] = _mm512_fmadd_ps(t, sb, acc[i]);
@@ -331,6 +350,10 @@ INLINE void pk_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, boo
                     bool pf)
 {
     switch (mr) {
+    case 8: pk_tile(a, m0, n0, pair, out, 8, BF16, pf); break;
+    case 7: pk_tile(a, m0, n0, pair, out, 7, BF16, pf); break;
+    case 6: pk_tile(a, m0, n0, pair, out, 6, BF16, pf); break;
+    case 5: pk_tile(a, m0, n0, pair, out, 5, BF16, pf); break;
     case 4: pk_tile(a, m0, n0, pair, out, 4, BF16, pf); break;
     case 3: pk_tile(a, m0, n0, pair, out, 3, BF16, pf); break;
     case 2: pk_tile(a, m0, n0, pair, out, 2, BF16, pf); break;
