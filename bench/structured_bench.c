@@ -7,7 +7,12 @@
  * fixed chat prompt, greedy or --temperature T with a fixed seed) to its
  * end, timing every decode step and the masks in it
  * (eng_gen_mask_seconds), then an unconstrained greedy generation of the
- * same number of tokens (end-of-sequence ignored), timing its steps. It
+ * same number of tokens (end-of-sequence ignored), timing its steps. Then
+ * two tool-call cases the same way, compiled as the daemon compiles
+ * tool_choice "required" (the file's object schemas as functions fn_0,
+ * fn_1, ..., as tests/serve/tools.js offers them) and a named function
+ * (fn_0 alone): the <tool_call> wrapper, the name and the parameter
+ * schema (skipped with --cases, which takes the first N schemas). It
  * prints per case the tokens, the mask time per token and the median steps
  * with and without the schema, then the medians over all cases and their
  * ratio, with the kernel level. Without a schema the greedy argmax is fused
@@ -83,6 +88,72 @@ static int run(eng_gen *g, double **steps, size_t *n, size_t *cap)
     return 0;
 }
 
+/* What every case shares, and the decode steps of all cases so far. */
+typedef struct bench {
+    eng_model *m;
+    eng_tok *tok;
+    eng_gvocab *gv;
+    const int64_t *prompt;
+    size_t n_prompt;
+    int64_t max_tokens;
+    float temperature;
+    eng_diag *d;
+    double *all_c, *all_p, mask_s;
+    size_t n_all_c, n_all_p, cap_c, cap_p;
+    int64_t masks;
+} bench;
+
+/*
+ * One case: a generation constrained by G (taken, freed here) to its end,
+ * then an unconstrained greedy one of as many tokens; prints the case's
+ * line. Returns 0, or 1 when a generation failed.
+ */
+static int bench_case(bench *b, const char *name, eng_grammar *g)
+{
+    eng_gen_params p = {.prompt = b->prompt, .n_prompt = b->n_prompt, .max_tokens = b->max_tokens, .tok = b->tok,
+                        .grammar = g, .gvocab = b->gv};
+    eng_sampling_default(&p.sampling);
+    p.sampling.temperature = b->temperature;
+    p.sampling.seed = 1;
+    size_t c0 = b->n_all_c, p0 = b->n_all_p;
+    eng_gen *gen = eng_gen_new(b->m, &p, b->d);
+    if (!gen || run(gen, &b->all_c, &b->n_all_c, &b->cap_c) != 0) {
+        eng_gen_free(gen);
+        eng_grammar_free(g);
+        return 1;
+    }
+    int64_t n_masks = 0, tokens = eng_gen_generated(gen);
+    double ms = eng_gen_mask_seconds(gen, &n_masks);
+    b->mask_s += ms;
+    b->masks += n_masks;
+    eng_gen_free(gen);
+    eng_grammar_free(g);
+    eng_gen_params q = {.prompt = b->prompt, .n_prompt = b->n_prompt, .max_tokens = tokens, .ignore_eos = true};
+    eng_sampling_default(&q.sampling);
+    q.sampling.temperature = 0.0f;
+    if (!(gen = eng_gen_new(b->m, &q, b->d)) || run(gen, &b->all_p, &b->n_all_p, &b->cap_p) != 0) {
+        eng_gen_free(gen);
+        return 1;
+    }
+    eng_gen_free(gen);
+    /* medians of this case's steps: copies, so the pooled arrays keep their order */
+    size_t nc = b->n_all_c - c0, np = b->n_all_p - p0;
+    double *tc = malloc((nc + 1) * sizeof *tc), *tp = malloc((np + 1) * sizeof *tp);
+    if (!tc || !tp) {
+        free(tc);
+        free(tp);
+        return 1;
+    }
+    memcpy(tc, b->all_c + c0, nc * sizeof *tc);
+    memcpy(tp, b->all_p + p0, np * sizeof *tp);
+    double mc = median(tc, nc), mp = median(tp, np);
+    printf("%-44.44s %6lld %12.1f %14.3f %14.3f %7.3f\n", name, (long long)tokens,
+           n_masks ? ms / (double)n_masks * 1e6 : 0.0, mc * 1e3, mp * 1e3, mp > 0 ? mc / mp : 0);
+    free(tc);
+    free(tp);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     krn_init(); /* the machine's best kernels, as qwen3d does, before any thread */
@@ -150,11 +221,11 @@ int main(int argc, char **argv)
            krn_active()->level_name, (double)temperature, ids.n);
     printf("%-44s %6s %12s %14s %14s %7s\n", "case", "tokens", "mask_us/tok", "step_ms schema", "step_ms plain",
            "ratio");
-    double *all_c = NULL, *all_p = NULL, mask_s = 0;
-    size_t n_all_c = 0, n_all_p = 0, cap_c = 0, cap_p = 0;
-    int64_t masks = 0;
+    bench b = {.m = m, .tok = tok, .gv = gv, .prompt = prompt, .n_prompt = ids.n, .max_tokens = max_tokens,
+               .temperature = temperature, .d = &d};
     int status = 0;
-    for (size_t ci = 0; ci < json_array_size(cases) && (int)ci < max_cases && !status; ci++) {
+    size_t n_cases = json_array_size(cases);
+    for (size_t ci = 0; ci < n_cases && (int)ci < max_cases && !status; ci++) {
         const json_t *c = json_array_get(cases, ci);
         eng_grammar *g = NULL;
         api_schema_error err;
@@ -166,54 +237,65 @@ int main(int argc, char **argv)
             status = 1;
             break;
         }
-        eng_gen_params p = {.prompt = prompt, .n_prompt = ids.n, .max_tokens = max_tokens, .tok = tok,
-                            .grammar = g, .gvocab = gv};
-        eng_sampling_default(&p.sampling);
-        p.sampling.temperature = temperature;
-        p.sampling.seed = 1;
-        size_t c0 = n_all_c, p0 = n_all_p;
-        eng_gen *gen = eng_gen_new(m, &p, &d);
-        if (!gen || run(gen, &all_c, &n_all_c, &cap_c) != 0) {
-            status = 1;
-            eng_gen_free(gen);
-            eng_grammar_free(g);
-            break;
-        }
-        int64_t n_masks = 0, tokens = eng_gen_generated(gen);
-        double ms = eng_gen_mask_seconds(gen, &n_masks);
-        mask_s += ms;
-        masks += n_masks;
-        eng_gen_free(gen);
-        eng_grammar_free(g);
-        eng_gen_params q = {.prompt = prompt, .n_prompt = ids.n, .max_tokens = tokens, .ignore_eos = true};
-        eng_sampling_default(&q.sampling);
-        q.sampling.temperature = 0.0f;
-        if (!(gen = eng_gen_new(m, &q, &d)) || run(gen, &all_p, &n_all_p, &cap_p) != 0) {
-            status = 1;
-            eng_gen_free(gen);
-            break;
-        }
-        eng_gen_free(gen);
-        /* medians of this case's steps: copies, so the pooled arrays keep their order */
-        size_t nc = n_all_c - c0, np = n_all_p - p0;
-        double *tc = malloc((nc + 1) * sizeof *tc), *tp = malloc((np + 1) * sizeof *tp);
-        memcpy(tc, all_c + c0, nc * sizeof *tc);
-        memcpy(tp, all_p + p0, np * sizeof *tp);
-        double mc = median(tc, nc), mp = median(tp, np);
-        printf("%-44.44s %6lld %12.1f %14.3f %14.3f %7.3f\n", json_string_value(json_object_get(c, "name")),
-               (long long)tokens, n_masks ? ms / (double)n_masks * 1e6 : 0.0, mc * 1e3, mp * 1e3, mp > 0 ? mc / mp : 0);
-        free(tc);
-        free(tp);
+        status = bench_case(&b, json_string_value(json_object_get(c, "name")), g);
     }
+    /*
+     * Tool calls as the daemon compiles them for tool_choice "required"
+     * (every object schema of the file a function fn_I, as
+     * tests/serve/tools.js offers them) and for a named function (the
+     * first object schema alone): the <tool_call> wrapper, the name and
+     * the function's parameter schema.
+     */
+    int32_t open_id = eng_tok_added_id(tok, "<tool_call>"), close_id = eng_tok_added_id(tok, "</tool_call>");
+    size_t n_fn = 0;
+    const char *fn0_name = "";
+    api_tool_spec *fns = calloc(n_cases + 1, sizeof *fns);
+    char(*names)[24] = calloc(n_cases + 1, sizeof *names);
+    for (size_t ci = 0; fns && names && ci < n_cases; ci++) {
+        const json_t *c = json_array_get(cases, ci), *sch = json_object_get(c, "schema");
+        const char *type = json_string_value(json_object_get(sch, "type"));
+        if (!type || strcmp(type, "object"))
+            continue;
+        if (!n_fn)
+            fn0_name = json_string_value(json_object_get(c, "name"));
+        snprintf(names[n_fn], sizeof names[n_fn], "fn_%zu", n_fn);
+        fns[n_fn] = (api_tool_spec){.name = names[n_fn], .parameters = sch};
+        n_fn++;
+    }
+    if (!fns || !names) {
+        fprintf(stderr, "structured_bench: out of memory\n");
+        status = 1;
+    } else if (!status && (open_id < 0 || close_id < 0)) {
+        fprintf(stderr, "structured_bench: the tokenizer has no <tool_call> and </tool_call> tokens\n");
+        status = 1;
+    }
+    for (int k = 0; k < 2 && !status && n_fn && max_cases >= 1 << 30; k++) {
+        eng_grammar *g = NULL;
+        api_schema_error err;
+        char name[64];
+        size_t nf = k ? 1 : n_fn;
+        if (k)
+            snprintf(name, sizeof name, "tool call, named fn_0 (%s)", fn0_name);
+        else
+            snprintf(name, sizeof name, "tool call, required of %zu functions", n_fn);
+        if (api_schema_tools(fns, nf, API_TOOLS_REQUIRED, false, open_id, close_id, &g, &err)) {
+            fprintf(stderr, "structured_bench: %s: %s\n", name, err.message);
+            status = 1;
+            break;
+        }
+        status = bench_case(&b, name, g);
+    }
+    free(fns);
+    free(names);
     if (!status) {
-        double mc = median(all_c, n_all_c), mp = median(all_p, n_all_p);
-        printf("%-44s %6zu %12.1f %14.3f %14.3f %7.3f\n", "all cases (median of every decode step)", n_all_c,
-               masks ? mask_s / (double)masks * 1e6 : 0.0, mc * 1e3, mp * 1e3, mp > 0 ? mc / mp : 0);
+        double mc = median(b.all_c, b.n_all_c), mp = median(b.all_p, b.n_all_p);
+        printf("%-44s %6zu %12.1f %14.3f %14.3f %7.3f\n", "all cases (median of every decode step)", b.n_all_c,
+               b.masks ? b.mask_s / (double)b.masks * 1e6 : 0.0, mc * 1e3, mp * 1e3, mp > 0 ? mc / mp : 0);
     } else {
         eng_diag_print(&d, stderr, "structured_bench");
     }
-    free(all_c);
-    free(all_p);
+    free(b.all_c);
+    free(b.all_p);
     free(prompt);
     eng_tok_ids_free(&ids);
     eng_gvocab_free(gv);
