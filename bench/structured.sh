@@ -10,7 +10,8 @@
 # streamed deltas against the non-streamed message, auto, JSON mode and the
 # 400s of bad tools. Then
 # bench/structured_bench on the same model: the decode step with and
-# without a schema. From a build tree, after `make check` installed the npm
+# without a schema, for the 20 schemas and a required and a named tool
+# call, each pair run 3 times in turn. From a build tree, after `make check` installed the npm
 # packages:
 #
 #   sh ../bench/structured.sh [MODEL_DIR [COUNT [THREADS]]]
@@ -46,4 +47,5 @@ NODE_PATH=$npm node "$src/tests/serve/tools.js" "http://127.0.0.1:$port" "$name"
   "$src/tests/serve/structured-schemas.json" "$count"
 kill $pid
 wait $pid || true
-bench/structured_bench --model "$model" --schemas "$src/tests/serve/structured-schemas.json" --threads "$threads"
+bench/structured_bench --model "$model" --schemas "$src/tests/serve/structured-schemas.json" --threads "$threads" \
+  --repeat 3

@@ -19,12 +19,16 @@
  * into the LM head, as the daemon does; with one it cannot be, and the mask
  * is computed on the step's thread: both costs are in the ratio.
  *
+ * --repeat N runs each case's pair N times, constrained and plain in
+ * turn (each constrained run with a fresh matcher, so its first-use cost
+ * counts every time), and takes the medians over all of them.
+ *
  * Wall time: other work on a shared machine inflates both columns alike,
  * but their ratio is only a figure for that run. Never asserts on speed.
  *
  *   make bench/structured_bench
  *   bench/structured_bench --model DIR --schemas ../tests/serve/structured-schemas.json \
- *       [--threads N] [--temperature T] [--max-tokens N] [--cases N]
+ *       [--threads N] [--temperature T] [--max-tokens N] [--cases N] [--repeat N]
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -97,6 +101,7 @@ typedef struct bench {
     size_t n_prompt;
     int64_t max_tokens;
     float temperature;
+    int repeat;
     eng_diag *d;
     double *all_c, *all_p, mask_s;
     size_t n_all_c, n_all_p, cap_c, cap_p;
@@ -116,26 +121,34 @@ static int bench_case(bench *b, const char *name, eng_grammar *g)
     p.sampling.temperature = b->temperature;
     p.sampling.seed = 1;
     size_t c0 = b->n_all_c, p0 = b->n_all_p;
-    eng_gen *gen = eng_gen_new(b->m, &p, b->d);
-    if (!gen || run(gen, &b->all_c, &b->n_all_c, &b->cap_c) != 0) {
+    int64_t n_masks = 0, tokens = 0;
+    double ms = 0;
+    /* constrained and plain runs alternate, so load that comes and goes falls on both */
+    for (int r = 0; r < b->repeat; r++) {
+        eng_gen *gen = eng_gen_new(b->m, &p, b->d);
+        if (!gen || run(gen, &b->all_c, &b->n_all_c, &b->cap_c) != 0) {
+            eng_gen_free(gen);
+            eng_grammar_free(g);
+            return 1;
+        }
+        int64_t n = 0;
+        tokens = eng_gen_generated(gen);
+        ms += eng_gen_mask_seconds(gen, &n);
+        n_masks += n;
         eng_gen_free(gen);
-        eng_grammar_free(g);
-        return 1;
+        eng_gen_params q = {.prompt = b->prompt, .n_prompt = b->n_prompt, .max_tokens = tokens, .ignore_eos = true};
+        eng_sampling_default(&q.sampling);
+        q.sampling.temperature = 0.0f;
+        if (!(gen = eng_gen_new(b->m, &q, b->d)) || run(gen, &b->all_p, &b->n_all_p, &b->cap_p) != 0) {
+            eng_gen_free(gen);
+            eng_grammar_free(g);
+            return 1;
+        }
+        eng_gen_free(gen);
     }
-    int64_t n_masks = 0, tokens = eng_gen_generated(gen);
-    double ms = eng_gen_mask_seconds(gen, &n_masks);
+    eng_grammar_free(g);
     b->mask_s += ms;
     b->masks += n_masks;
-    eng_gen_free(gen);
-    eng_grammar_free(g);
-    eng_gen_params q = {.prompt = b->prompt, .n_prompt = b->n_prompt, .max_tokens = tokens, .ignore_eos = true};
-    eng_sampling_default(&q.sampling);
-    q.sampling.temperature = 0.0f;
-    if (!(gen = eng_gen_new(b->m, &q, b->d)) || run(gen, &b->all_p, &b->n_all_p, &b->cap_p) != 0) {
-        eng_gen_free(gen);
-        return 1;
-    }
-    eng_gen_free(gen);
     /* medians of this case's steps: copies, so the pooled arrays keep their order */
     size_t nc = b->n_all_c - c0, np = b->n_all_p - p0;
     double *tc = malloc((nc + 1) * sizeof *tc), *tp = malloc((np + 1) * sizeof *tp);
@@ -158,7 +171,7 @@ int main(int argc, char **argv)
 {
     krn_init(); /* the machine's best kernels, as qwen3d does, before any thread */
     const char *model_dir = NULL, *schemas = NULL;
-    int threads = 0, max_cases = 1 << 30;
+    int threads = 0, max_cases = 1 << 30, repeat = 1;
     float temperature = 0.0f;
     int64_t max_tokens = 400;
     for (int i = 1; i < argc; i++) {
@@ -174,14 +187,16 @@ int main(int argc, char **argv)
             max_tokens = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--cases") && i + 1 < argc)
             max_cases = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc)
+            repeat = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: structured_bench --model DIR --schemas FILE [--threads N] [--temperature T] "
-                            "[--max-tokens N] [--cases N]\n");
+                            "[--max-tokens N] [--cases N] [--repeat N]\n");
             return 2;
         }
     }
-    if (!model_dir || !schemas || max_tokens < 1) {
-        fprintf(stderr, "structured_bench: --model and --schemas are required\n");
+    if (!model_dir || !schemas || max_tokens < 1 || repeat < 1) {
+        fprintf(stderr, "structured_bench: --model and --schemas are required, --max-tokens and --repeat at least 1\n");
         return 2;
     }
     eng_diag d;
@@ -222,7 +237,7 @@ int main(int argc, char **argv)
     printf("%-44s %6s %12s %14s %14s %7s\n", "case", "tokens", "mask_us/tok", "step_ms schema", "step_ms plain",
            "ratio");
     bench b = {.m = m, .tok = tok, .gv = gv, .prompt = prompt, .n_prompt = ids.n, .max_tokens = max_tokens,
-               .temperature = temperature, .d = &d};
+               .temperature = temperature, .repeat = repeat, .d = &d};
     int status = 0;
     size_t n_cases = json_array_size(cases);
     for (size_t ci = 0; ci < n_cases && (int)ci < max_cases && !status; ci++) {
