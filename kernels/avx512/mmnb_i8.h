@@ -279,8 +279,9 @@ INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, bool pair, flo
 {
     const krn_q4_weights *w = &a->w;
     const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, 32), rec = krn_q4p_block_bytes(BF16);
-    const uint8_t *g0 = (const uint8_t *)w->packed + (n0 / KRN_Q4P_NR) * krn_q4p_tile_bytes(kb, BF16);
-    const uint8_t *g1 = pair ? g0 + krn_q4p_tile_bytes(kb, BF16) : g0;
+    const size_t tb = krn_q4p_tile_bytes(kb, BF16);
+    const uint8_t *g0 = (const uint8_t *)w->packed + (n0 / KRN_Q4P_NR) * tb;
+    const uint8_t *g1 = pair ? g0 + tb : g0;
     const int8_t *q = krn_qa_q((void *)a->qa, m0, kb, 32);
     const float *sa = krn_qa_scale((void *)a->qa, m0, kb, 32);
     const float *zs = krn_qa_zp8_sum((void *)a->qa, m0, kb, 32);
@@ -291,9 +292,13 @@ INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, bool pair, flo
         acc[i] = _mm512_setzero_ps();
     for (size_t b = 0; b < kb; b++, g0 += rec, g1 += rec, q += 32) {
         if (pf) {
+            /* Past its tile's end a stream's next bytes are those of the next
+             * pair's tile, tb further on (the other tile of this pair lies
+             * between), so the next pair starts with its first lines on the way. */
+            const size_t ahead = PF_DIST_PK + (b * rec + PF_DIST_PK >= tb ? tb : 0);
             UNROLL for (int l = 0; l < 3; l++) {
-                _mm_prefetch((const char *)g0 + PF_DIST_PK + 64 * l, _MM_HINT_T0);
-                _mm_prefetch((const char *)g1 + PF_DIST_PK + 64 * l, _MM_HINT_T0);
+                _mm_prefetch((const char *)g0 + ahead + 64 * l, _MM_HINT_T0);
+                _mm_prefetch((const char *)g1 + ahead + 64 * l, _MM_HINT_T0);
             }
         }
         /* The block's 128 weight bytes, unpacked once for all MR rows. */
@@ -371,6 +376,13 @@ INLINE void pk_cols(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const 
     const size_t tiles = (a->w.n + KRN_Q4P_NR - 1) / KRN_Q4P_NR;
     float out[MR_PK * 16] __attribute__((aligned(64)));
     size_t first = n_begin / KRN_Q4P_NR * KRN_Q4P_NR;
+    /* The tiles prefetch PF_DIST_PK bytes ahead: the first pair's opening lines are asked for here. */
+    const size_t tb = krn_q4p_tile_bytes(a->w.k_blocks, BF16);
+    const char *g = (const char *)a->w.packed + first / KRN_Q4P_NR * tb;
+    for (size_t o = 0; o < PF_DIST_PK && o < tb; o += 64) {
+        _mm_prefetch(g + o, _MM_HINT_T0);
+        _mm_prefetch(g + tb + o, _MM_HINT_T0); /* past the last tile: a prefetch never faults */
+    }
     for (size_t mb = 0; mb < a->m; mb += ROW_BLOCK_PK) {
         size_t me = a->m - mb < ROW_BLOCK_PK ? a->m : mb + ROW_BLOCK_PK;
         for (size_t n0 = first; n0 < n_end; n0 += 16) {
