@@ -20,12 +20,23 @@ summary() {
   skip=$(sed -n 's/^# SKIP: *//p' "$log" | head -n1)
   echo "tests: ${pass:-0} passed, ${fail:-0} failed, ${skip:-0} skipped"
 }
+# failed_logs DIR: the last lines of each failed test's log under DIR.
+failed_logs() {
+  for f in $(grep -l '^FAIL\|^ERROR' "$1"/*.log 2>/dev/null); do echo "== $f"; tail -n 40 "$f"; done
+}
 status=0
 make -j"$(nproc)" check || status=$?
 summary
 if [ "$status" -ne 0 ]; then
-  for f in $(grep -l '^FAIL\|^ERROR' tests/*.log 2>/dev/null); do echo "== $f"; tail -n 40 "$f"; done
+  failed_logs tests
   exit "$status"
 fi
 make -j"$(nproc)" fuzz-smoke
-make -j"$(nproc)" distcheck DISTCHECK_CONFIGURE_FLAGS=--enable-werror
+# distcheck runs the suite again from the tarball; a failure there leaves
+# its build tree behind, with the logs.
+status=0
+make -j"$(nproc)" distcheck DISTCHECK_CONFIGURE_FLAGS=--enable-werror || status=$?
+if [ "$status" -ne 0 ]; then
+  for d in qwen3d-*/_build/sub/tests; do [ -d "$d" ] && failed_logs "$d"; done
+  exit "$status"
+fi
