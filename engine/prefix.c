@@ -347,14 +347,20 @@ void eng_prefix_free(eng_prefix *c)
     free(c);
 }
 
+/* Drops E to make room; a lent entry's session lives on with its borrower, so that is no eviction. */
+static void evict(eng_prefix *c, pentry *e)
+{
+    if (!e->lent)
+        c->st.evictions++;
+    drop(c, e);
+}
+
 uint64_t eng_prefix_shrink(eng_prefix *c, uint64_t bytes)
 {
     uint64_t freed = 0;
     while (c->tail && c->st.bytes > bytes) {
         freed += c->tail->bytes;
-        if (!c->tail->lent)
-            c->st.evictions++;
-        drop(c, c->tail);
+        evict(c, c->tail);
     }
     return freed;
 }
@@ -366,8 +372,7 @@ bool eng_prefix_recycle(eng_prefix *c)
     uint64_t keep = c->recent ? c->budget / 2 : 0;
     for (pentry *e = c->tail; e && c->st.bytes > keep; e = e->prev)
         if (!e->lent) {
-            c->st.evictions++;
-            drop(c, e);
+            evict(c, e);
             return true;
         }
     return false;
