@@ -15,6 +15,7 @@
 # Speed is reported, never asserted.
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
+. "$src/bench/serve-start.sh"
 preset=${1:-0.6b}
 rounds=${2:-3}
 threads=${3:-2}
@@ -28,8 +29,8 @@ for f in $forms; do
 done
 out=$(mktemp)
 log=$(mktemp)
-pid=
-trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -f "$out" "$log"' EXIT
+SERVE_PID=
+trap '[ -n "$SERVE_PID" ] && kill $SERVE_PID 2>/dev/null; rm -f "$out" "$log"' EXIT
 r=1
 while [ "$r" -le "$rounds" ]; do
   order=$forms
@@ -42,23 +43,14 @@ while [ "$r" -le "$rounds" ]; do
 done
 # Resident memory of the daemon after one request, per form.
 for f in $forms; do
-  ./qwen3d serve --model "$dir/$preset-$f" --port 0 --threads "$threads" --drain-delay 0 2>"$log" &
-  pid=$!
-  port=
-  for _ in $(seq 1 600); do
-    kill -0 $pid 2>/dev/null || { cat "$log" >&2; exit 1; }
-    port=$(sed -n 's/.*event=listening .*port=\([0-9]*\).*/\1/p' "$log")
-    [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health/ready" >/dev/null && break
-    sleep 1
-  done
-  [ -n "$port" ] || { cat "$log" >&2; exit 1; }
-  curl -sf "http://127.0.0.1:$port/v1/completions" -H 'content-type: application/json' \
+  bench_serve_start "$log" /health/ready --model "$dir/$preset-$f" --threads "$threads"
+  curl -sf "http://127.0.0.1:$SERVE_PORT/v1/completions" -H 'content-type: application/json' \
     -d '{"prompt":[1,2,3,4,5,6,7,8],"max_tokens":16,"temperature":0}' >/dev/null
-  rss=$(awk '/^VmRSS/ {t=$2} /^RssAnon/ {a=$2} /^RssFile/ {f=$2} END {print t*1024, a*1024, f*1024}' "/proc/$pid/status")
+  rss=$(awk '/^VmRSS/ {t=$2} /^RssAnon/ {a=$2} /^RssFile/ {f=$2} END {print t*1024, a*1024, f*1024}' "/proc/$SERVE_PID/status")
   echo "{\"form\":\"$f\",\"serve_rss\":[$(echo "$rss" | tr ' ' ',')]}" >>"$out"
-  kill $pid
-  wait $pid 2>/dev/null || true
-  pid=
+  kill $SERVE_PID
+  wait $SERVE_PID 2>/dev/null || true
+  SERVE_PID=
 done
 kernels=$(./qwen3d inspect --model "$dir/$preset-ort-int4" 2>/dev/null | sed -n 's/^kernels *//p' | head -1)
 node "$src/bench/contracts-table.js" "$out" "$preset" "$threads" "$kernels"

