@@ -217,10 +217,11 @@ static void fill_avx2(krn_table *t)
 }
 
 /*
- * AVX-512 pays off for the weight-streaming matmuls; the rest, including the
- * activation quantizer (O(K) per row), reuses AVX2.
+ * AVX-512 pays off for the weight-streaming matmuls and the prompt's
+ * attention; the rest, including the activation quantizer (O(K) per row),
+ * reuses AVX2.
  */
-void krn_table_avx512(krn_table *t, krn_mmnb_fn mmnb_f32, krn_mmnb_fn mmnb_i8, bool vnni)
+void krn_table_avx512(krn_table *t, krn_mmnb_fn mmnb_f32, krn_mmnb_fn mmnb_i8, bool vnni, krn_gqa_fn gqa)
 {
     fill_avx2(t);
     t->level = KRN_LEVEL_AVX512;
@@ -230,12 +231,14 @@ void krn_table_avx512(krn_table *t, krn_mmnb_fn mmnb_f32, krn_mmnb_fn mmnb_i8, b
     t->mmnb_f32.name = "mmnb_f32.avx512";
     t->mmnb_i8.fn = mmnb_i8;
     t->mmnb_i8.name = vnni ? "mmnb_i8.avx512vnni" : "mmnb_i8.avx512";
+    t->gqa.fn = gqa;
+    t->gqa.name = "gqa.avx512";
 }
 
 static void fill_avx512(krn_table *t, const krn_cpu_features *f)
 {
     krn_table_avx512(t, krn_avx512_mmnb_f32, f->avx512vnni ? krn_avx512_mmnb_i8_vnni : krn_avx512_mmnb_i8,
-                     f->avx512vnni);
+                     f->avx512vnni, krn_avx512_gqa);
 }
 
 int krn_table_for_level(krn_level level, krn_table *out)

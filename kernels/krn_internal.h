@@ -365,11 +365,13 @@ void krn_avx2_silu_mul(const krn_ew_args *a, size_t b, size_t e);
 void krn_avx512_mmnb_i8(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_avx512_mmnb_i8_vnni(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_avx512_mmnb_f32(const krn_mmnb_args *a, size_t b, size_t e);
+void krn_avx512_gqa(const krn_gqa_args *a, size_t b, size_t e);
 
 /*
- * The avx512 table with the given matmul kernels (VNNI or not, for the name):
- * krn.c's own, or the tests' copies of them built over an emulation.
+ * The avx512 table with the given matmul kernels (VNNI or not, for the name)
+ * and attention core: krn.c's own, or the tests' copies of them built over an
+ * emulation.
  */
-void krn_table_avx512(krn_table *t, krn_mmnb_fn mmnb_f32, krn_mmnb_fn mmnb_i8, bool vnni);
+void krn_table_avx512(krn_table *t, krn_mmnb_fn mmnb_f32, krn_mmnb_fn mmnb_i8, bool vnni, krn_gqa_fn gqa);
 
 #endif

@@ -28,6 +28,7 @@ libqwen3d_avx2_a_SOURCES = \
 	kernels/avx2/mmnb.c \
 	kernels/avx2/mmf.c \
 	kernels/avx2/norm.c \
+	kernels/avx2/attn_sets.h \
 	kernels/avx2/attn.c \
 	kernels/avx2/rotary.c \
 	kernels/avx2/elementwise.c
@@ -37,4 +38,5 @@ libqwen3d_avx512_a_CFLAGS = $(AM_CFLAGS) $(QD_KERNEL_CFLAGS) -mavx2 -mfma -mf16c
 libqwen3d_avx512_a_SOURCES = \
 	kernels/avx512/mmnb_i8.h \
 	kernels/avx512/mmnb.c \
-	kernels/avx512/mmnb_vnni.c
+	kernels/avx512/mmnb_vnni.c \
+	kernels/avx512/attn.c

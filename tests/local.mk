@@ -80,10 +80,10 @@ TESTS += tests/test_kernels
 EXTRA_DIST += tests/emu512/immintrin.h
 if HAVE_SIMDE_AVX512
 check_LIBRARIES += tests/libemu512.a
-tests_libemu512_a_SOURCES = kernels/avx512/mmnb.c kernels/avx512/mmnb_vnni.c
+tests_libemu512_a_SOURCES = kernels/avx512/mmnb.c kernels/avx512/mmnb_vnni.c kernels/avx512/attn.c
 tests_libemu512_a_CPPFLAGS = -isystem $(srcdir)/tests/emu512 $(AM_CPPFLAGS) -DKRN_TGT= \
 	-Dkrn_avx512_mmnb_i8=krn_emu512_mmnb_i8 -Dkrn_avx512_mmnb_i8_vnni=krn_emu512_mmnb_i8_vnni \
-	-Dkrn_avx512_mmnb_f32=krn_emu512_mmnb_f32
+	-Dkrn_avx512_mmnb_f32=krn_emu512_mmnb_f32 -Dkrn_avx512_gqa=krn_emu512_gqa
 tests_libemu512_a_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -ffp-contract=off
 tests_test_kernels_CFLAGS += -DQD_EMU_AVX512
 tests_test_kernels_LDADD += tests/libemu512.a
@@ -94,7 +94,8 @@ tests_test_kernels_LDADD += tests/libemu512.a
 # on CPUs without AVX-512 too. Its own krn.o and avx512 objects are linked
 # before the archives, so the archives' are never pulled in.
 check_PROGRAMS += tests/qwen3d-emu512
-tests_qwen3d_emu512_SOURCES = server/cli/main.c kernels/krn.c kernels/avx512/mmnb.c kernels/avx512/mmnb_vnni.c
+tests_qwen3d_emu512_SOURCES = server/cli/main.c kernels/krn.c kernels/avx512/mmnb.c kernels/avx512/mmnb_vnni.c \
+	kernels/avx512/attn.c
 tests_qwen3d_emu512_CPPFLAGS = -isystem $(srcdir)/tests/emu512 $(AM_CPPFLAGS) -DKRN_TGT= -DKRN_EMULATED_AVX512
 tests_qwen3d_emu512_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -ffp-contract=off
 tests_qwen3d_emu512_LDADD = $(QD_TOOL_ARCHIVES) $(QD_ARCHIVES) $(QD_LIBS)

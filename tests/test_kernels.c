@@ -69,6 +69,7 @@ static float *frand(size_t n, rng *r, float lo, float hi)
 void krn_emu512_mmnb_i8(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_emu512_mmnb_i8_vnni(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_emu512_mmnb_f32(const krn_mmnb_args *a, size_t b, size_t e);
+void krn_emu512_gqa(const krn_gqa_args *a, size_t b, size_t e);
 #endif
 
 /*
@@ -95,15 +96,17 @@ static tab_how table_get(tab_id id, krn_table *out)
         if (vnni == cpu_vnni)
             *out = t; /* the one krn.c picks for this CPU */
         else          /* a VNNI CPU runs the plain kernel too, which krn.c never picks there */
-            krn_table_avx512(out, krn_avx512_mmnb_f32, krn_avx512_mmnb_i8, false);
+            krn_table_avx512(out, krn_avx512_mmnb_f32, krn_avx512_mmnb_i8, false, krn_avx512_gqa);
         return TAB_NATIVE;
     }
 #ifdef QD_EMU_AVX512
     if (krn_table_for_level(KRN_LEVEL_AVX2, &t) == KRN_OK) {
-        krn_table_avx512(out, krn_emu512_mmnb_f32, vnni ? krn_emu512_mmnb_i8_vnni : krn_emu512_mmnb_i8, vnni);
+        krn_table_avx512(out, krn_emu512_mmnb_f32, vnni ? krn_emu512_mmnb_i8_vnni : krn_emu512_mmnb_i8, vnni,
+                         krn_emu512_gqa);
         out->level_name = vnni ? "avx512vnni (emulated)" : "avx512 (emulated)";
         out->mmnb_f32.name = "mmnb_f32.avx512 (emulated)";
         out->mmnb_i8.name = vnni ? "mmnb_i8.avx512vnni (emulated)" : "mmnb_i8.avx512 (emulated)";
+        out->gqa.name = "gqa.avx512 (emulated)";
         return TAB_EMULATED;
     }
 #endif
@@ -114,9 +117,10 @@ static tab_how table_get(tab_id id, krn_table *out)
 #define MAX_TABS TAB_COUNT
 
 /*
- * The SIMD tables to compare with ref. The matmul tests take all of them,
- * natively or emulated; the others one per level the CPU has natively, since
- * the avx512 tables differ from AVX2's only in the matmul kernels.
+ * The SIMD tables to compare with ref. The matmul and attention tests take
+ * all of them, natively or emulated; the others one per level the CPU has
+ * natively, since the avx512 tables differ from AVX2's only in the matmul
+ * and attention kernels.
  */
 static int simd_tables(krn_table *tabs, bool matmuls)
 {
@@ -1653,11 +1657,80 @@ START_TEST(gqa)
     };
     krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
-    int nl = 1 + simd_tables(tabs + 1, false);
+    int nl = 1 + simd_tables(tabs + 1, true);
     rng r = {4242};
     for (int l = 0; l < nl; l++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
             gqa_run(&tabs[l], &cases[i], &r);
+}
+END_TEST
+
+/*
+ * Prompt rows (S > 1, or the prompt flag) take the lane arithmetic, which the
+ * avx512 core does lane for lane as the AVX2 core does: the same bits on both
+ * levels, so a prompt's attention does not depend on the CPU's level. Shapes
+ * with fewer rows than a vector, head sizes with tails, windows, soft-capping,
+ * fp16 caches and both cache layouts, cut into odd item ranges.
+ */
+START_TEST(gqa_prompt_levels_agree)
+{
+    static const gqa_case cases[] = {
+        {0, 40, 4, 2, 64, -1, 0, true, false},  {9, 23, 8, 1, 24, -1, 0, false, false},
+        {0, 5, 32, 1, 16, -1, 0, false, false}, {17, 33, 4, 2, 128, 20, 0, true, false},
+        {3, 17, 3, 3, 20, -1, 0, false, true},  {30, 4, 4, 2, 64, -1, 5.0f, false, false},
+        {0, 37, 16, 8, 128, -1, 0, false, true}, {64, 1, 16, 8, 128, -1, 0, false, false},
+        {100, 2, 6, 2, 36, 50, 0, true, true},  {0, 70, 2, 1, 8, -1, 0, false, false},
+    };
+    krn_table tabs[MAX_TABS], avx2;
+    int nl = simd_tables(tabs, true);
+    if (krn_table_for_level(KRN_LEVEL_AVX2, &avx2) != KRN_OK)
+        return; /* no SIMD level runs here */
+    rng r = {777};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const gqa_case *c = &cases[i];
+        size_t T = c->past + c->seq, cap = T + 2, hd = c->hd, esz = c->f16 ? 2 : 4;
+        size_t q_ld = c->nq * hd + 3, out_ld = c->nq * hd, cache_sz = c->nkv * cap * hd;
+        float *q = frand(c->seq * q_ld, &r, -1, 1);
+        float *kf = frand(cache_sz, &r, -1, 1), *vf = frand(cache_sz, &r, -2, 2);
+        void *kc = kf, *vc = vf;
+        if (c->f16) {
+            kc = xmalloc(cache_sz * esz);
+            vc = xmalloc(cache_sz * esz);
+            for (size_t e = 0; e < cache_sz; e++) {
+                ((uint16_t *)kc)[e] = krn_f32_to_f16(kf[e]);
+                ((uint16_t *)vc)[e] = krn_f32_to_f16(vf[e]);
+            }
+        }
+        size_t out_n = c->seq * out_ld, items = c->seq * c->nq;
+        float *want = xmalloc(out_n * sizeof(float)), *got = xmalloc(out_n * sizeof(float));
+        krn_gqa_args a = {.q = q, .q_ld = q_ld, .k_cache = kc, .v_cache = vc,
+                          .kv_head_stride = c->token_major ? hd : cap * hd,
+                          .kv_tok_stride = c->token_major ? c->nkv * hd : hd, .out = want, .out_ld = out_ld,
+                          .seq = c->seq, .past = c->past, .n_heads = c->nq, .n_kv_heads = c->nkv,
+                          .head_dim = hd, .scale = 4.0f / sqrtf((float)hd), .local_window = c->window,
+                          .softcap = c->softcap, .kv_type = c->f16 ? KRN_KV_F16 : KRN_KV_F32, .prompt = true};
+        avx2.gqa.fn(&a, 0, items);
+        for (int l = 0; l < nl; l++) {
+            memset(got, 0xff, out_n * sizeof(float));
+            a.out = got;
+            size_t cut = items / 3 + 1;
+            tabs[l].gqa.fn(&a, 0, cut);
+            tabs[l].gqa.fn(&a, cut, items);
+            ck_assert_msg(memcmp(got, want, out_n * sizeof(float)) == 0,
+                          "%s differs from gqa.avx2 on prompt rows: P=%zu S=%zu nq=%zu nkv=%zu hd=%zu", tabs[l].gqa.name,
+                          c->past, c->seq, c->nq, c->nkv, hd);
+            a.out = want;
+        }
+        if (c->f16) {
+            free(kc);
+            free(vc);
+        }
+        free(q);
+        free(kf);
+        free(vf);
+        free(want);
+        free(got);
+    }
 }
 END_TEST
 
@@ -1935,6 +2008,7 @@ int main(void)
     tcase_add_test(tc, f16_conversions);
     tcase_add_test(tc, kv_store);
     tcase_add_test(tc, gqa);
+    tcase_add_test(tc, gqa_prompt_levels_agree);
     tcase_add_test(tc, elementwise);
     tcase_add_test(tc, gather);
     suite_add_tcase(s, tc);

@@ -33,23 +33,13 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/avx2/attn_sets.h"
 #include "kernels/avx2/simd.h"
-#include "kernels/krn_internal.h"
 
-#define RMAX 16   /* query rows sharing one pass over the keys */
-#define CH 32     /* keys per online-softmax step */
 #define PF_KEYS 16 /* keys ahead that are prefetched, into L2: 128 KiB of an fp32 decode pass */
 
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
-
-typedef struct rowset {
-    size_t n;               /* rows; rows of one kv head are consecutive */
-    const float *q[RMAX];   /* head_dim floats each */
-    float *out[RMAX];
-    size_t lo[RMAX], hi[RMAX]; /* visible keys [lo, hi) */
-    size_t g[RMAX];         /* kv head of each row */
-} rowset;
 
 /* The partner of row r in a 2-row tile: the next row if it shares r's kv head, else r itself. */
 static inline size_t partner(const rowset *rs, size_t r)
@@ -420,18 +410,6 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const bool F16)
  * bits. Decode (S = 1, a handful of rows per kv head) keeps the row-major code
  * above.
  */
-#define LROWS 16 /* rows per lane set */
-
-/* Key or value row jj of the chunk: in the cache, or in the widened copy of an fp16 chunk. */
-typedef struct lane_rows {
-    const float *base; /* row 0 */
-    size_t stride;     /* floats between rows */
-} lane_rows;
-
-static inline const float *lane_row(const lane_rows *lr, size_t jj)
-{
-    return lr->base + jj * lr->stride;
-}
 
 /* sc[jj][row] = scale * q_row . k_jj for the chunk's cn keys, in tiles of four keys. */
 INLINE void lane_scores(const float *qt, const lane_rows *k, size_t cn, size_t hd, float scale,
@@ -500,111 +478,19 @@ INLINE void lane_pv(float *acc, const lane_rows *v, size_t cn, size_t hd, float 
         lane_pv_dims(acc, v, cn, d, p, 1, RV);
 }
 
-/* Widens cn fp16 rows of hd values (row stride ts elements) into dst rows of hd floats. */
-static void widen_rows(const uint16_t *src, size_t ts, size_t cn, size_t hd, float *dst)
-{
-    for (size_t jj = 0; jj < cn; jj++) {
-        const uint16_t *s = src + jj * ts;
-        float *o = dst + jj * hd;
-        size_t d = 0;
-        for (; d + 8 <= hd; d += 8)
-            _mm256_storeu_ps(o + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + d))));
-        for (; d < hd; d++)
-            o[d] = _cvtsh_ss(s[d]);
-    }
-}
-
-/* In-register transpose of an 8 x 8 float block: r[i][j] becomes r[j][i]. */
-INLINE void transpose8(__m256 r[8])
-{
-    __m256 t[8], u[8];
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-    }
-}
-
-/*
- * qt[d][row] = q_row[d] for the set's rows [r0, r0 + n) (absent rows zero),
- * eight rows by eight dims at a time through register transposes.
- */
-static void lanes_load_queries(const rowset *rs, size_t r0, size_t n, size_t hd, float *qt)
-{
-    size_t d8 = hd & ~(size_t)7;
-    for (size_t v = 0; v < LROWS; v += 8) {
-        for (size_t d0 = 0; d0 < d8; d0 += 8) {
-            __m256 b[8];
-            for (size_t i = 0; i < 8; i++)
-                b[i] = v + i < n ? _mm256_loadu_ps(rs->q[r0 + v + i] + d0) : _mm256_setzero_ps();
-            transpose8(b);
-            for (size_t i = 0; i < 8; i++)
-                _mm256_store_ps(qt + (d0 + i) * LROWS + v, b[i]);
-        }
-        for (size_t d = d8; d < hd; d++)
-            for (size_t i = 0; i < 8; i++)
-                qt[d * LROWS + v + i] = v + i < n ? rs->q[r0 + v + i][d] : 0.0f;
-    }
-}
-
-/* out_row[d] = acc[d][row] / den[row] for rows [r0, r0 + n); rows that saw nothing get zeros. */
-static void lanes_store_outputs(const rowset *rs, size_t r0, size_t n, size_t hd, const float *acc,
-                                const float *den)
-{
-    size_t d8 = hd & ~(size_t)7;
-    for (size_t v = 0; v < n; v += 8) {
-        __m256 dv = _mm256_loadu_ps(den + v);
-        __m256 live = _mm256_cmp_ps(dv, _mm256_setzero_ps(), _CMP_GT_OQ);
-        /* Dead rows divide by one and are masked to zero afterwards. */
-        __m256 divisor = _mm256_blendv_ps(_mm256_set1_ps(1.0f), dv, live);
-        for (size_t d0 = 0; d0 < d8; d0 += 8) {
-            __m256 b[8];
-            for (size_t i = 0; i < 8; i++)
-                b[i] = _mm256_and_ps(_mm256_div_ps(_mm256_load_ps(acc + (d0 + i) * LROWS + v), divisor), live);
-            transpose8(b);
-            for (size_t i = 0; i < 8 && v + i < n; i++)
-                _mm256_storeu_ps(rs->out[r0 + v + i] + d0, b[i]);
-        }
-        for (size_t i = 0; i < 8 && v + i < n; i++)
-            for (size_t d = d8; d < hd; d++)
-                rs->out[r0 + v + i][d] = den[v + i] > 0.0f ? acc[d * LROWS + v + i] / den[v + i] : 0.0f;
-    }
-}
-
 /* Rows [r0, r0 + n) of a set, n <= LROWS, all of kv head rs->g[r0]. */
-INLINE void attend_lanes(const krn_gqa_args *a, const rowset *rs, size_t r0, size_t n, const bool F16, const int RV)
+INLINE void attend_lanes(const krn_gqa_args *a, const rowset *rs, size_t r0, size_t n, const int RV)
 {
-    const size_t hd = a->head_dim, ts = a->kv_tok_stride;
+    const size_t hd = a->head_dim;
     const size_t kvo = rs->g[r0] * a->kv_head_stride;
     float qt[KRN_MAX_HEAD_DIM * LROWS] __attribute__((aligned(32)));
     float acc[KRN_MAX_HEAD_DIM * LROWS] __attribute__((aligned(32)));
     float sc[CH][LROWS] __attribute__((aligned(32)));
     static __thread float wide[2][CH * KRN_MAX_HEAD_DIM] __attribute__((aligned(32)));
     int32_t lo[LROWS], hi[LROWS];
-    size_t jlo = SIZE_MAX, jhi = 0;
+    size_t jlo, jhi;
 
-    lanes_load_queries(rs, r0, n, hd, qt);
-    memset(acc, 0, hd * LROWS * sizeof(float));
-    for (size_t r = 0; r < LROWS; r++) {
-        lo[r] = hi[r] = 0; /* absent rows see nothing */
-        if (r >= n)
-            continue;
-        lo[r] = (int32_t)rs->lo[r0 + r];
-        hi[r] = (int32_t)rs->hi[r0 + r];
-        if (rs->lo[r0 + r] < rs->hi[r0 + r]) {
-            jlo = rs->lo[r0 + r] < jlo ? rs->lo[r0 + r] : jlo;
-            jhi = rs->hi[r0 + r] > jhi ? rs->hi[r0 + r] : jhi;
-        }
-    }
+    lanes_begin(rs, r0, n, hd, qt, acc, lo, hi, &jlo, &jhi);
     __m256i vlo[2], vhi[2];
     __m256 mx[2], den[2];
     for (int v = 0; v < 2; v++) {
@@ -615,20 +501,10 @@ INLINE void attend_lanes(const krn_gqa_args *a, const rowset *rs, size_t r0, siz
     }
     const __m256 ninf = _mm256_set1_ps(-INFINITY), one = _mm256_set1_ps(1.0f);
 
-    if (jlo < jhi)
-        jlo -= jlo % CH;
     for (size_t jc = jlo; jc < jhi; jc += CH) {
         size_t cn = jhi - jc < CH ? jhi - jc : CH;
         lane_rows kr, vr;
-        if (F16) {
-            widen_rows((const uint16_t *)a->k_cache + kvo + jc * ts, ts, cn, hd, wide[0]);
-            widen_rows((const uint16_t *)a->v_cache + kvo + jc * ts, ts, cn, hd, wide[1]);
-            kr = (lane_rows){wide[0], hd};
-            vr = (lane_rows){wide[1], hd};
-        } else {
-            kr = (lane_rows){(const float *)a->k_cache + kvo + jc * ts, ts};
-            vr = (lane_rows){(const float *)a->v_cache + kvo + jc * ts, ts};
-        }
+        lanes_chunk_rows(a, kvo, jc, cn, wide, &kr, &vr);
         lane_scores(qt, &kr, cn, hd, a->scale, sc, RV);
         if (a->softcap > 0.0f)
             for (size_t jj = 0; jj < cn; jj++)
@@ -678,31 +554,13 @@ INLINE void attend_lanes(const krn_gqa_args *a, const rowset *rs, size_t r0, siz
 /* A prefill set: runs of rows that share a kv head, LROWS at a time. */
 static void run_set_lanes(const krn_gqa_args *a, const rowset *rs)
 {
-    const bool f16 = a->kv_type == KRN_KV_F16;
     for (size_t r0 = 0, r1; r0 < rs->n; r0 = r1) {
-        r1 = r0 + 1;
-        while (r1 < rs->n && r1 - r0 < LROWS && rs->g[r1] == rs->g[r0])
-            r1++;
-        size_t n = r1 - r0;
-        if (n > 8)
-            f16 ? attend_lanes(a, rs, r0, n, true, 2) : attend_lanes(a, rs, r0, n, false, 2);
+        r1 = lane_run_end(rs, r0);
+        if (r1 - r0 > 8)
+            attend_lanes(a, rs, r0, r1 - r0, 2);
         else
-            f16 ? attend_lanes(a, rs, r0, n, true, 1) : attend_lanes(a, rs, r0, n, false, 1);
+            attend_lanes(a, rs, r0, r1 - r0, 1);
     }
-}
-
-/* Adds row (token s, head h) to a set, with its visible key range. */
-static void add_row(const krn_gqa_args *a, rowset *rs, size_t s, size_t h)
-{
-    size_t len = a->past + s + 1, j0 = 0;
-    if (a->local_window >= 0 && len > (size_t)a->local_window)
-        j0 = len - (size_t)a->local_window;
-    rs->q[rs->n] = a->q + s * a->q_ld + h * a->head_dim;
-    rs->out[rs->n] = a->out + s * a->out_ld + h * a->head_dim;
-    rs->lo[rs->n] = j0;
-    rs->hi[rs->n] = len;
-    rs->g[rs->n] = h / (a->n_heads / a->n_kv_heads);
-    rs->n++;
 }
 
 /* Whether every row of a set reads one kv head over one key range (attend_dec). */
@@ -716,11 +574,10 @@ static bool one_head_one_range(const krn_gqa_args *a, const rowset *rs)
     return true;
 }
 
-static void run_set(const krn_gqa_args *a, const rowset *rs)
+/* The decode arithmetic for a set of one new token's rows (also the avx512 level's). */
+void krn_avx2_gqa_decode_set(const krn_gqa_args *a, const rowset *rs)
 {
-    if (a->seq > 1 || a->prompt)
-        run_set_lanes(a, rs);
-    else if (one_head_one_range(a, rs))
+    if (one_head_one_range(a, rs))
         a->kv_type == KRN_KV_F16 ? attend_dec(a, rs, true) : attend_dec(a, rs, false);
     else if (a->kv_type == KRN_KV_F16)
         attend(a, rs, true);
@@ -728,65 +585,15 @@ static void run_set(const krn_gqa_args *a, const rowset *rs)
         attend(a, rs, false);
 }
 
-/*
- * Heads [h, h + cnt) of token s, RMAX at a time, across kv heads. For a
- * decode step this makes one pass over the keys serve every kv head of the
- * range: a token-major cache keeps a token's kv heads side by side, so the pass
- * reads each token's rows as one contiguous span instead of a 4 KiB-strided
- * stream per head.
- */
-static void run_token_heads(const krn_gqa_args *a, size_t s, size_t h, size_t cnt)
+static void run_set(const krn_gqa_args *a, const rowset *rs)
 {
-    while (cnt) {
-        size_t nh = cnt < RMAX ? cnt : RMAX;
-        rowset rs = {.n = 0};
-        for (size_t r = 0; r < nh; r++)
-            add_row(a, &rs, s, h + r);
-        run_set(a, &rs);
-        h += nh;
-        cnt -= nh;
-    }
+    if (a->seq > 1 || a->prompt)
+        run_set_lanes(a, rs);
+    else
+        krn_avx2_gqa_decode_set(a, rs);
 }
 
-/*
- * Items are ordered (kv head, token, head in group) (krn.h). A decode step's
- * items are just heads: with a token-major cache, sets of RMAX heads across kv
- * heads. Otherwise (each kv head's keys contiguous), within each kv head of
- * the range, whole tokens are done in query blocks of qb tokens times up to
- * RMAX / qb heads, so each pass over the keys serves several tokens; a token
- * cut by the range's ends goes alone.
- */
 void krn_avx2_gqa(const krn_gqa_args *a, size_t i_begin, size_t i_end)
 {
-    const size_t group = a->n_heads / a->n_kv_heads, per_g = a->seq * group;
-    const size_t hpr = group < RMAX ? group : RMAX; /* heads per set */
-    const size_t qb = RMAX / hpr;                    /* tokens per set */
-    /* Token-major caches (a token's kv heads adjacent): decode passes span kv heads. */
-    if (a->seq == 1 && !a->prompt && a->kv_tok_stride >= a->kv_head_stride) {
-        run_token_heads(a, 0, i_begin, i_end - i_begin);
-        return;
-    }
-    for (size_t g = i_begin / per_g; g < a->n_kv_heads && g * per_g < i_end; g++) {
-        size_t lb = i_begin > g * per_g ? i_begin - g * per_g : 0;
-        size_t le = i_end - g * per_g < per_g ? i_end - g * per_g : per_g;
-        size_t s_lo = (lb + group - 1) / group, s_hi = le / group;
-        if (s_lo > s_hi) { /* inside one token */
-            run_token_heads(a, lb / group, g * group + lb % group, le - lb);
-            continue;
-        }
-        /* (run_token_heads only ever sees heads of kv head g here.) */
-        if (lb % group)
-            run_token_heads(a, lb / group, g * group + lb % group, group - lb % group);
-        for (size_t h0 = 0; h0 < group; h0 += hpr)
-            for (size_t s0 = s_lo; s0 < s_hi; s0 += qb) {
-                rowset rs = {.n = 0};
-                size_t s1 = s_hi - s0 < qb ? s_hi : s0 + qb;
-                for (size_t s = s0; s < s1; s++)
-                    for (size_t h = h0; h < h0 + hpr && h < group; h++)
-                        add_row(a, &rs, s, g * group + h);
-                run_set(a, &rs);
-            }
-        if (le % group)
-            run_token_heads(a, s_hi, g * group, le % group);
-    }
+    gqa_drive(a, i_begin, i_end, run_set);
 }

@@ -14,6 +14,8 @@
 #define QD_EMU512_IMMINTRIN_H
 
 #include_next <immintrin.h>
+#include <math.h>
+#include <stdint.h>
 
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
@@ -35,6 +37,23 @@ static inline simde__m512 qd_emu_mm512_cvtepi32_ps(simde__m512i a)
     return simde__m512_from_private(r);
 }
 #define _mm512_cvtepi32_ps(a) qd_emu_mm512_cvtepi32_ps(a)
+
+/*
+ * float lanes to int32, rounded as MXCSR says (to nearest even unless changed)
+ * as VCVTPS2DQ does; NaN and out-of-range lanes give INT32_MIN, the integer
+ * indefinite.
+ */
+static inline simde__m512i qd_emu_mm512_cvtps_epi32(simde__m512 a)
+{
+    simde__m512_private x = simde__m512_to_private(a);
+    simde__m512i_private r;
+    for (int i = 0; i < 16; i++) {
+        float v = nearbyintf(x.f32[i]);
+        r.i32[i] = v >= -2147483648.0f && v < 2147483648.0f ? (int32_t)v : INT32_MIN;
+    }
+    return simde__m512i_from_private(r);
+}
+#define _mm512_cvtps_epi32(a) qd_emu_mm512_cvtps_epi32(a)
 
 /* Sixteen lanes of a narrower vector type widened to int32 lanes, by value. */
 #define QD_EMU_WIDEN16(fn, vec, lane)                  \
