@@ -1,8 +1,9 @@
 /*
  * fuse: plan rewrites that run several graph steps as one, each keeping the
  * unfused steps as the reference it is tested against (`--no-fusion`):
- * an RMSNorm that quantizes its rows for its int8 MatMulNBits readers, and
- * SiLU(gate) * up as one kernel.
+ * an RMSNorm that quantizes its rows for its int8 MatMulNBits readers,
+ * SiLU(gate) * up as one kernel, Add + RMSNorm as the skip norm, and a
+ * MatMulNBits that writes the parts of the Split after it.
  *
  * Threads: called while a plan is built, on the building thread.
  */
@@ -167,5 +168,81 @@ void plan_fuse_silu(eng_plan *p)
             }
         }
     next:;
+    }
+}
+
+/*
+ * The column sizes of Split step SP over N columns, when they are known at
+ * plan time: a constant 'split' input, or equal parts (the last smaller with
+ * num_outputs, as the op says). False otherwise or when they do not cover N.
+ */
+static bool split_cols_const(const eng_plan *p, const step *sp, size_t n, size_t *cols)
+{
+    if (sp->n_in > 1 && sp->in[1] >= 0) {
+        const val_plan *c = &p->vals[sp->in[1]];
+        if (c->kind != PV_CONST || !is_int_dtype(c->cval.dtype) || !c->cval.data ||
+            eng_view_numel(&c->cval) != (uint64_t)sp->n_out)
+            return false;
+        size_t sum = 0;
+        for (int k = 0; k < sp->n_out; k++) {
+            int64_t z = int_at(&c->cval, (uint64_t)k);
+            if (z < 0 || (uint64_t)z > n)
+                return false;
+            cols[k] = (size_t)z;
+            sum += cols[k];
+        }
+        return sum == n;
+    }
+    size_t parts = (size_t)sp->n_out, part = (n + parts - 1) / parts;
+    if (!sp->p.split.num_outputs && n % parts)
+        return false;
+    for (size_t k = 0; k < parts; k++) {
+        size_t rem = n > part * k ? n - part * k : 0;
+        cols[k] = rem < part ? rem : part;
+    }
+    return true;
+}
+
+/*
+ * Plan rewrite: a MatMulNBits whose only reader is a Split of its last axis
+ * (the ORT form's packed QKV projection) writes the Split's outputs itself,
+ * each column range into its own tensor, instead of one packed row per token
+ * that the Split then copies apart (in prefill, a copy of every row). Every
+ * column is computed exactly as before. Only with split sizes known at plan
+ * time whose parts start on a packed tile of columns.
+ */
+void plan_fuse_mmnb_split(eng_plan *p)
+{
+    for (size_t i = 0; i < p->n_steps; i++) {
+        step *sp = &p->steps[i];
+        if (sp->op != &op_split || sp->p.split.axis != -1 || sp->n_out < 1 || sp->n_out > MMNB_MAX_PARTS)
+            continue;
+        int v = sp->in[0], im = plan_producer_step(p, v);
+        if (im < 0 || p->steps[im].op != &op_matmulnbits || p->steps[im].n_out != 1 || readers(p, v) != 1 ||
+            p->vals[v].graph_output)
+            continue;
+        step *ms = &p->steps[im];
+        mmnb_params *m = &ms->p.mmnb;
+        size_t cols[MMNB_MAX_PARTS], off = 0;
+        if (!split_cols_const(p, sp, m->w.n, cols))
+            continue;
+        bool ok = true;
+        for (int k = 0; k < sp->n_out; k++) {
+            ok &= sp->out[k] >= 0 && off % KRN_Q4_PACK_TILE == 0;
+            off += cols[k];
+        }
+        if (!ok)
+            continue;
+        m->n_parts = sp->n_out;
+        ms->n_out = sp->n_out;
+        for (int k = 0; k < sp->n_out; k++) {
+            m->part_cols[k] = cols[k];
+            ms->out[k] = sp->out[k];
+            p->vals[sp->out[k]].def = im;
+        }
+        sp->op = &op_folded;
+        snprintf(sp->kernel, sizeof sp->kernel, "fused into the MatMulNBits before it (writes the parts)");
+        size_t len = strlen(ms->kernel);
+        snprintf(ms->kernel + len, sizeof ms->kernel - len, " (Split fused: %d outputs)", sp->n_out);
     }
 }

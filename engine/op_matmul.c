@@ -41,6 +41,23 @@ static void do_mmnb_argmax(const void *c, size_t b, size_t e)
     }
 }
 
+/* A fused Split (fuse_mmnb_split): part k holds columns [off[k], off[k + 1]) in its own tensor. */
+typedef struct mmnb_parts_call {
+    mmnb_call mm[MMNB_MAX_PARTS];
+    size_t off[MMNB_MAX_PARTS + 1];
+    int n;
+} mmnb_parts_call;
+
+static void do_mmnb_parts(const void *c, size_t b, size_t e)
+{
+    const mmnb_parts_call *p = c;
+    for (int k = 0; k < p->n; k++) {
+        size_t lo = b > p->off[k] ? b : p->off[k], hi = e < p->off[k + 1] ? e : p->off[k + 1];
+        if (lo < hi)
+            do_mmnb(&p->mm[k], lo - p->off[k], hi - p->off[k]);
+    }
+}
+
 static void do_quant(const void *c, size_t b, size_t e)
 {
     const quant_call *q = c;
@@ -135,7 +152,12 @@ static int infer_mmnb(eng_exec *x, const step *s)
     int64_t d[ENG_MAX_RANK];
     memcpy(d, a->v.dims, sizeof d);
     d[a->v.rank - 1] = (int64_t)w->n;
-    if (set_out(x, s, 0, ENG_DT_FLOAT, a->v.rank, d) != 0)
+    for (int k = 0; k < s->p.mmnb.n_parts; k++) {
+        d[a->v.rank - 1] = (int64_t)s->p.mmnb.part_cols[k];
+        if (set_out(x, s, k, ENG_DT_FLOAT, a->v.rank, d) != 0)
+            return -1;
+    }
+    if (!s->p.mmnb.n_parts && set_out(x, s, 0, ENG_DT_FLOAT, a->v.rank, d) != 0)
         return -1;
     if (s->p.mmnb.int8) {
         uint64_t m = eng_view_numel(&a->v) / w->k;
@@ -169,7 +191,17 @@ static int run_mmnb(eng_exec *x, const step *s)
             plan_run_par(x, rows, 1, do_quant, &q);
         c.a.qa = x->scratch;
     }
-    if (x->argmax_step == (int)(s - x->p->steps) && rows <= x->argmax_cap) {
+    if (m->n_parts) {
+        mmnb_parts_call pc = {.n = m->n_parts};
+        for (int k = 0; k < m->n_parts; k++) {
+            pc.mm[k] = c;
+            pc.mm[k].a.w = krn_q4_columns(&m->w, pc.off[k], m->part_cols[k]);
+            pc.mm[k].a.y = OUT(x, s, k)->v.data;
+            pc.mm[k].a.y_ld = m->part_cols[k];
+            pc.off[k + 1] = pc.off[k] + m->part_cols[k];
+        }
+        plan_run_par(x, m->w.n, 16, do_mmnb_parts, &pc);
+    } else if (x->argmax_step == (int)(s - x->p->steps) && rows <= x->argmax_cap) {
         /* One key per row: the last row, or in a batched run each sequence's. */
         mmnb_argmax_call ac = {c, x->argmax_keys};
         for (size_t r = 0; r < rows; r++)

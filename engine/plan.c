@@ -202,6 +202,7 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
         plan_fuse_skip_norm(p);
         plan_fuse_silu(p);
         plan_fuse_norm_quant(p);
+        plan_fuse_mmnb_split(p);
     }
     /* A view keeps the storage it points into alive: extend lifetimes
      * backwards through Reshape and Split (reverse order handles chains). */

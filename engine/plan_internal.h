@@ -55,12 +55,16 @@ typedef struct q4_src {
     const struct eng_tensor *tensors[3]; /* codes, scales, zero points: released once repacked */
 } q4_src;
 
+#define MMNB_MAX_PARTS 4
+
 typedef struct mmnb_params {
     krn_q4_weights w;
     const struct eng_tensor *pack_b, *pack_scales; /* sources of w.packed until pack_all() */
     const q4_src *qdq;    /* lowered DequantizeLinear weights: repacked or copied by pack_all() */
     bool int8;
     bool qa_from_norm;    /* its input's producer also quantizes it (fuse_norm_quant) */
+    int n_parts;          /* > 0: the columns go to n_parts outputs in order, a Split fused (fuse_mmnb_split) */
+    size_t part_cols[MMNB_MAX_PARTS];
 } mmnb_params;
 
 /* MatMul with a constant FLOAT or BFLOAT16 weight read in place (krn mm_f). */
@@ -429,6 +433,7 @@ int plan_producer_step(const eng_plan *p, int v);
 void plan_fuse_norm_quant(eng_plan *p);
 void plan_fuse_skip_norm(eng_plan *p);
 void plan_fuse_silu(eng_plan *p);
+void plan_fuse_mmnb_split(eng_plan *p);
 
 /* The packed or ONNX-layout copy of a lowered DequantizeLinear weight (pack.c). */
 void plan_q4_fill(const q4_src *src, size_t n0, size_t n1, uint8_t *b, float *scales, uint8_t *zp);

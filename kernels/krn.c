@@ -349,6 +349,23 @@ size_t krn_q4_pack_size(const krn_q4_weights *w)
     return (w->n + KRN_Q4P_NR - 1) / KRN_Q4P_NR * krn_q4p_tile_bytes(w->k_blocks, w->packed_bf16);
 }
 
+krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n)
+{
+    krn_q4_weights s = *w;
+    s.n = n;
+    if (w->b_data)
+        s.b_data = w->b_data + off * w->k_blocks * (w->block_size / 2);
+    if (w->scales)
+        s.scales = w->scales + off * w->k_blocks;
+    if (w->zero_pts)
+        s.zero_pts = w->zero_pts + off * ((w->k_blocks + 1) / 2);
+    if (w->bias)
+        s.bias = w->bias + off;
+    if (w->packed) /* tiles of KRN_Q4P_NR columns follow each other */
+        s.packed = (const uint8_t *)w->packed + off / KRN_Q4P_NR * krn_q4p_tile_bytes(w->k_blocks, w->packed_bf16);
+    return s;
+}
+
 bool krn_q4_scales_fit_bf16(const float *scales, size_t count)
 {
     /* One OR over the low halves: a plain loop the compiler vectorizes. */

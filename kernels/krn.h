@@ -149,6 +149,14 @@ size_t krn_q4_pack_size(const krn_q4_weights *w);
 #define KRN_Q4_PACK_TILE 8
 
 /*
+ * Columns [off, off + n) of W as weights of their own, sharing W's storage
+ * (data, scales, zero points, bias and packed copy): a kernel run on them
+ * computes each of those columns exactly as on W. off must be a multiple of
+ * KRN_Q4_PACK_TILE when W has a packed copy, and off + n <= W's n.
+ */
+krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n);
+
+/*
  * Version of the packed form's byte layout. Copies of packed weights kept
  * outside the process (the engine's prepared-weights cache) are keyed by
  * it: raise it with any change to what krn_q4_pack() writes.

@@ -136,8 +136,9 @@ for t in $tables; do
 done
 
 # The fused plan (plan rewrites: SiLU(gate)*up in one step, RMSNorm that
-# quantizes the activations of the int8 projections reading it) must give the
-# same logits as the graph's own steps.
+# quantizes the activations of the int8 projections reading it, the QKV
+# projection writing the Split's three outputs itself) must give the same
+# logits as the graph's own steps.
 for m in tiny w06l4; do
   for f in "" --no-fusion; do
     "$QWEN3D" generate --model "$work/$m" --prompt-ids "$PROMPT" --teacher-ids "$TEACHER" --max-tokens 33 $f \
@@ -160,6 +161,10 @@ done
   ort_fail "inspect shows no projection reading norm-quantized activations on the tiny model"
 "$QWEN3D" inspect --model "$work/tiny" --no-fusion | grep -q "activations quantized by the norm" &&
   ort_fail "inspect --no-fusion still shows norm-quantized activations"
+[ "$("$QWEN3D" inspect --model "$work/tiny" | grep -c "(Split fused: 3 outputs)")" = 2 ] ||
+  ort_fail "inspect does not show both layers' QKV projections writing their Split's outputs on the tiny model"
+"$QWEN3D" inspect --model "$work/tiny" --no-fusion | grep -q "Split fused" &&
+  ort_fail "inspect --no-fusion still shows a fused Split"
 
 # Greedy decoding: the same ids and bit-identical logits at 1 and 2 threads, twice.
 for t in 1 2; do
