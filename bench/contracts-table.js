@@ -1,7 +1,10 @@
 // The table of bench/contracts.sh: per form, the medians over its rounds of
 // `qwen3d bench --json` (decode after a 32-token prompt, TTFT of a 512-token
 // prompt), the prepared weight bytes, the bench process's RSS and the
-// daemon's RSS after one request; then int4-qdq over ort-int4.
+// daemon's RSS after one request; then int4-qdq over ort-int4, as the ratio
+// of the medians and as the median (and range) of each round's own ratio:
+// a round runs the two forms back to back, so its ratio is free of the
+// machine's slower drifts (memory bandwidth moves by tens of percent here).
 //   node bench/contracts-table.js RESULTS.jsonl PRESET THREADS KERNELS
 'use strict';
 const fs = require('fs');
@@ -41,3 +44,18 @@ for (const f of forms) {
 const a = fig['int4-qdq'], b = fig['ort-int4'];
 console.log(`| int4-qdq / ort-int4 | ${(a.decode_ms / b.decode_ms).toFixed(3)} | ${(a.ttft512_ms / b.ttft512_ms).toFixed(3)} | ` +
   `${(a.prepared / b.prepared).toFixed(3)} | ${(a.bench_rss / b.bench_rss).toFixed(3)} | ${(a.serve_rss[0] / b.serve_rss[0]).toFixed(3)} |`);
+const perRound = (key, len) => {
+  const out = [];
+  for (const r of new Set(rows.filter((x) => x.round).map((x) => x.round))) {
+    const pick = (f) => rows.find((x) => x.form === f && x.round === r && x.case === 'prompt' && x.prompt_len === len);
+    const q = pick('int4-qdq'), o = pick('ort-int4');
+    if (q && o) out.push(q[key] / o[key]);
+  }
+  return out;
+};
+const dec = perRound('decode_ms_median', 32), ttft = perRound('ttft_ms', 512);
+const span = (xs) => `${Math.min(...xs).toFixed(3)}-${Math.max(...xs).toFixed(3)}`;
+console.log(`| int4-qdq / ort-int4, median of the ${dec.length} rounds' own ratios | ${median(dec).toFixed(3)} | ` +
+  `${median(ttft).toFixed(3)} | | | |`);
+console.log('');
+console.log(`per-round ratios int4-qdq / ort-int4: decode ${span(dec)}, TTFT-512 ${span(ttft)}`);
