@@ -3,7 +3,8 @@
  *
  * eng_graph_load() parses model.onnx (protobuf-c, schema engine/onnx.proto),
  * maps every external data file read-only with mmap and points each
- * initializer into that mapping (never copying it), validates everything it
+ * initializer into that mapping (never copying it; only tensors of at most
+ * 256 KiB, norm weights and the like, are read into owned memory), validates everything it
  * can about the file (ranges, dtypes, dims, names, opsets, ops, attributes,
  * cycles) and reports all problems into an eng_diag. On success the nodes are
  * in topological order and every node input is resolved to a value.
@@ -79,7 +80,9 @@ typedef struct eng_tensor {
     uint64_t n_elems;
     uint64_t nbytes;
     const void *data;     /* read-only, little-endian; NULL only when nbytes == 0 */
-    bool external;        /* data points into a mapped external data file */
+    bool external;        /* stored in an external data file (location, offset) */
+    bool mapped;          /* external, and data points into that file's mapping (the
+                           * small ones are read into owned memory instead) */
     const char *location; /* external: file name relative to the model folder */
     uint64_t offset;      /* external: byte offset in that file */
 } eng_tensor;

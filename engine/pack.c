@@ -388,7 +388,7 @@ bool plan_pack_all(eng_plan *p)
  */
 void plan_release_mapped(const eng_tensor *t)
 {
-    if (!t || !t->external || !t->data)
+    if (!t || !t->mapped || !t->data)
         return;
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t lo = ((uintptr_t)t->data + page - 1) & ~(page - 1);

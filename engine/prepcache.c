@@ -616,6 +616,12 @@ bool plan_prep_adopt(eng_plan *p)
             mmnb_params *m = &p->steps[i].p.mmnb;
             if (!has_packed(&p->steps[i]))
                 continue;
+            /* The kernels stream the cached copy: what building the plan read of
+             * the mapped originals (scales, zero points) need not stay resident. */
+            plan_release_mapped(m->pack_b);
+            plan_release_mapped(m->pack_scales);
+            for (int t = 0; m->qdq && t < 3; t++)
+                plan_release_mapped(m->qdq->tensors[t]);
             m->pack_b = m->pack_scales = NULL; /* nothing for pack_all() to do */
             m->qdq = NULL;
         }
