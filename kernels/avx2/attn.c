@@ -512,10 +512,7 @@ INLINE void attend_lanes(const krn_gqa_args *a, const rowset *rs, size_t r0, siz
         lane_rows kr, vr;
         lanes_chunk_rows(a, kvo, jc, cn, wide, &kr, &vr);
         lane_scores(qt, &kr, cn, hd, a->scale, sc, RV);
-        if (a->softcap > 0.0f)
-            for (size_t jj = 0; jj < cn; jj++)
-                for (size_t r = 0; r < LROWS; r++)
-                    sc[jj][r] = a->softcap * tanhf(sc[jj][r] / a->softcap);
+        lanes_softcap(sc, cn, a->softcap);
         bool rescale = false;
         __m256 mnew[2], c[2], ok[2];
         for (int v = 0; v < RV; v++) {

@@ -10,6 +10,7 @@
 #define QWEN3D_KERNELS_AVX2_ATTN_SETS_H
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -157,8 +158,8 @@ static inline void lanes_begin(const rowset *rs, size_t r0, size_t n, size_t hd,
  * The key and value rows of the chunk of cn keys at jc of the kv head at
  * element offset kvo: in the cache, or widened from fp16 into wide.
  */
-static inline void lanes_chunk_rows(const krn_gqa_args *a, size_t kvo, size_t jc, size_t cn, float (*wide)[CH * KRN_MAX_HEAD_DIM],
-                                    lane_rows *kr, lane_rows *vr)
+static inline void lanes_chunk_rows(const krn_gqa_args *a, size_t kvo, size_t jc, size_t cn,
+                                    float (*wide)[CH * KRN_MAX_HEAD_DIM], lane_rows *kr, lane_rows *vr)
 {
     const size_t hd = a->head_dim, ts = a->kv_tok_stride;
     if (a->kv_type == KRN_KV_F16) {
@@ -170,6 +171,15 @@ static inline void lanes_chunk_rows(const krn_gqa_args *a, size_t kvo, size_t jc
         *kr = (lane_rows){(const float *)a->k_cache + kvo + jc * ts, ts};
         *vr = (lane_rows){(const float *)a->v_cache + kvo + jc * ts, ts};
     }
+}
+
+/* Soft-capping of a lane chunk's scores, sc[jj][row] for its cn keys (nothing when softcap is 0). */
+static inline void lanes_softcap(float (*sc)[LROWS], size_t cn, float softcap)
+{
+    if (softcap > 0.0f)
+        for (size_t jj = 0; jj < cn; jj++)
+            for (size_t r = 0; r < LROWS; r++)
+                sc[jj][r] = softcap * tanhf(sc[jj][r] / softcap);
 }
 
 /* The end of the run of rows from r0 that share r0's kv head, at most LROWS long: one lane set. */

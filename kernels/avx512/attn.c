@@ -123,10 +123,7 @@ static void attend_lanes16(const krn_gqa_args *a, const rowset *rs, size_t r0, s
         lane_rows kr, vr;
         lanes_chunk_rows(a, kvo, jc, cn, wide, &kr, &vr);
         lane_scores16(qt, &kr, cn, hd, a->scale, sc);
-        if (a->softcap > 0.0f)
-            for (size_t jj = 0; jj < cn; jj++)
-                for (size_t r = 0; r < LROWS; r++)
-                    sc[jj][r] = a->softcap * tanhf(sc[jj][r] / a->softcap);
+        lanes_softcap(sc, cn, a->softcap);
         /* Keys a row may not see score -inf (exp gives 0). */
         __m512 m = mx;
         for (size_t jj = 0; jj < cn; jj++) {
