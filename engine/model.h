@@ -4,10 +4,11 @@
  * eng_graph_load() parses model.onnx (protobuf-c, schema engine/onnx.proto),
  * maps every external data file read-only with mmap and points each
  * initializer into that mapping (never copying it; only tensors of at most
- * 256 KiB, norm weights and the like, are read into owned memory), validates everything it
- * can about the file (ranges, dtypes, dims, names, opsets, ops, attributes,
- * cycles) and reports all problems into an eng_diag. On success the nodes are
- * in topological order and every node input is resolved to a value.
+ * 256 KiB, norm weights and the like, are read into owned memory),
+ * validates everything it can about the file (ranges, dtypes, dims, names,
+ * opsets, ops, attributes, cycles) and reports all problems into an eng_diag.
+ * On success the nodes are in topological order and every node input is
+ * resolved to a value.
  *
  * The graph is immutable after load and may be read from any thread. Strings
  * and tensors point into memory owned by the graph; they live until
