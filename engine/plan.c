@@ -234,6 +234,7 @@ void eng_plan_free(eng_plan *p)
 {
     if (!p)
         return;
+    plan_prep_wait(p); /* a background store reads the arena and the steps */
     for (size_t i = 0; i < p->n_owned; i++)
         free(p->owned[i]);
     free(p->owned);

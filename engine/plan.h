@@ -35,6 +35,8 @@ typedef struct eng_exec eng_exec;
 /* Progress of long work: DONE of TOTAL bytes, on the thread that started the work. */
 typedef void (*eng_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 
+struct eng_prep_info; /* below */
+
 typedef struct eng_plan_opts {
     /* Compute MatMulNBits with fp32 activations even where accuracy_level
      * asks for int8 (the accuracy_level 0 numerics). */
@@ -52,6 +54,13 @@ typedef struct eng_plan_opts {
     /* Told the packed bytes as the weights are repacked (NULL: nothing). */
     eng_progress_fn progress;
     void *progress_ctx;
+    /* Write a new prepared-cache file on a thread of its own, so the plan is
+     * ready before the file is (a daemon's first start); eng_plan_free()
+     * waits for it. stored, when not NULL, is told the final state on that
+     * thread. Without it the file is written before eng_plan_new() returns. */
+    bool store_in_background;
+    void (*stored)(void *ctx, const struct eng_prep_info *info);
+    void *stored_ctx;
 } eng_plan_opts;
 
 int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, eng_diag *diag);
@@ -71,8 +80,9 @@ uint64_t eng_plan_prepared_bytes(const eng_plan *p);
 
 /*
  * What the prepared-weights cache did for a plan: X(id, name, meaning).
- * A plan that runs ends in off, none, hit, written, rebuilt or unstored;
- * a describe_only plan (inspect) only looks: present, absent or stale.
+ * A plan that runs ends in off, none, hit, written, rebuilt or unstored
+ * (writing until then, with store_in_background); a describe_only plan
+ * (inspect) only looks: present, absent or stale.
  */
 #define ENG_PREP_STATES(X)                                                                 \
     X(ENG_PREP_NONE, "none", "nothing to prepare (no packed weights)")                     \
@@ -81,6 +91,7 @@ uint64_t eng_plan_prepared_bytes(const eng_plan *p);
     X(ENG_PREP_WRITTEN, "written", "packed, and stored in a new cache file")              \
     X(ENG_PREP_REBUILT, "rebuilt", "the cache file was unusable: packed, and replaced")   \
     X(ENG_PREP_UNSTORED, "unstored", "packed, but no cache file could be written")        \
+    X(ENG_PREP_WRITING, "writing", "packed; the cache file is being written in the background") \
     X(ENG_PREP_PRESENT, "present", "a cache file whose header suits the model is there")  \
     X(ENG_PREP_ABSENT, "absent", "there is no cache file")                                \
     X(ENG_PREP_STALE, "stale", "the cache file there is unusable")

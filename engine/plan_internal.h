@@ -425,6 +425,8 @@ void plan_prep_drop(eng_plan *p, const char *why);
 bool plan_prep_adopt(eng_plan *p);
 /* After plan_pack_all(): stores the arena when the plan was built without a usable cache. */
 void plan_prep_store(eng_plan *p);
+/* Waits for a background store (eng_plan_opts.store_in_background) to end; before the plan is freed. */
+void plan_prep_wait(eng_plan *p);
 void plan_prep_free(plan_prep *c);
 
 /* ---- fusions (fuse.c) ---- */

@@ -34,9 +34,12 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define PREP_MAGIC "QW3DPREP"
@@ -83,6 +86,14 @@ struct plan_prep {
     size_t n_entries;
     uint8_t *map;            /* the payload's mapping, NULL: none */
     uint64_t map_bytes;
+    /* A store on its own thread (eng_plan_opts.store_in_background): the
+     * thread fills bg_state and bg_note, then sets bg_done; readers take
+     * those once bg_done is set, state and note (left alone) before. */
+    pthread_t writer;
+    bool writer_started;
+    eng_prep_state bg_state;
+    char bg_note[320 + PATH_MAX + 160];
+    atomic_bool bg_done;
 };
 
 /* ---- hashing ---- */
@@ -702,20 +713,20 @@ static bool store(const eng_plan *p, plan_prep *c, prep_entry *e, size_t n, char
     return true;
 }
 
-void plan_prep_store(eng_plan *p)
+/* The plan's packed matrices: the cache file's entries. */
+static size_t n_packed(const eng_plan *p)
 {
-    plan_prep *c = p->prep;
-    if (!c || !c->store)
-        return;
     size_t n = 0;
     for (size_t i = 0; i < p->n_steps; i++)
         n += has_packed(&p->steps[i]);
-    if (!n || !p->pack_base) {
-        set_state(c, ENG_PREP_NONE, NULL);
-        return;
-    }
+    return n;
+}
+
+/* Checksums the arena's matrices and writes the file; false with WHY when it could not. */
+static bool store_all(const eng_plan *p, plan_prep *c, size_t n, char *why, size_t cap)
+{
     prep_entry *e = calloc(n, sizeof *e);
-    char why[PATH_MAX + 128] = "out of memory";
+    snprintf(why, cap, "out of memory");
     bool ok = e != NULL && n <= PREP_MAX_ENTRIES;
     size_t k = 0;
     for (size_t i = 0; ok && i < p->n_steps; i++) {
@@ -724,7 +735,7 @@ void plan_prep_store(eng_plan *p)
         if (!has_packed(s))
             continue;
         if (!arena_slot(p, s, &off, &bytes)) {
-            snprintf(why, sizeof why, "node %zu's packed matrix lies outside the arena", i);
+            snprintf(why, cap, "node %zu's packed matrix lies outside the arena", i);
             ok = false;
             break;
         }
@@ -734,15 +745,77 @@ void plan_prep_store(eng_plan *p)
     }
     /* The payload is the arena up to its last matrix, which the table's last entry names. */
     if (ok && e[k - 1].offset + e[k - 1].bytes != p->pack_total) {
-        snprintf(why, sizeof why, "the arena holds room no packed matrix uses");
+        snprintf(why, cap, "the arena holds room no packed matrix uses");
         ok = false;
     }
-    ok = ok && store(p, c, e, n, why, sizeof why);
+    ok = ok && store(p, c, e, n, why, cap);
     free(e);
+    return ok;
+}
+
+/*
+ * The background store. The packed arena, the steps and the cache's path are
+ * not written again once the plan is built, so this thread reads them
+ * freely; eng_plan_free() joins it first. It runs at a lower priority than
+ * the compute threads: a daemon may already be serving.
+ */
+static void *store_thread(void *arg)
+{
+    eng_plan *p = arg;
+    plan_prep *c = p->prep;
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10); /* a hint: failure leaves it as it was */
+    char why[PATH_MAX + 128];
+    bool ok = store_all(p, c, n_packed(p), why, sizeof why);
+    eng_prep_state before = c->bg_state; /* the state before writing, set by plan_prep_store */
+    c->bg_state = ok ? (before == ENG_PREP_STALE ? ENG_PREP_REBUILT : ENG_PREP_WRITTEN) : ENG_PREP_UNSTORED;
+    if (ok)
+        snprintf(c->bg_note, sizeof c->bg_note, "%s", c->note);
+    else
+        snprintf(c->bg_note, sizeof c->bg_note, "%s%s%s", c->note, c->note[0] ? "; " : "", why);
+    atomic_store_explicit(&c->bg_done, true, memory_order_release);
+    if (p->opts.stored) {
+        eng_prep_info pi;
+        eng_plan_prepared_cache(p, &pi);
+        p->opts.stored(p->opts.stored_ctx, &pi);
+    }
+    return NULL;
+}
+
+void plan_prep_store(eng_plan *p)
+{
+    plan_prep *c = p->prep;
+    if (!c || !c->store)
+        return;
+    size_t n = n_packed(p);
+    if (!n || !p->pack_base) {
+        set_state(c, ENG_PREP_NONE, NULL);
+        return;
+    }
+    if (p->opts.store_in_background) {
+        eng_prep_state before = c->state;
+        c->state = ENG_PREP_WRITING; /* as the thread starts: it reads the state before (stale or not) */
+        c->bg_state = before;
+        if (pthread_create(&c->writer, NULL, store_thread, p) == 0) {
+            c->writer_started = true;
+            return;
+        }
+        c->state = before; /* no thread: write it here */
+    }
+    char why[PATH_MAX + 128];
+    bool ok = store_all(p, c, n, why, sizeof why);
     if (ok)
         set_state(c, c->state == ENG_PREP_STALE ? ENG_PREP_REBUILT : ENG_PREP_WRITTEN, NULL);
     else
         set_state(c, ENG_PREP_UNSTORED, "%s", why);
+}
+
+void plan_prep_wait(eng_plan *p)
+{
+    plan_prep *c = p->prep;
+    if (c && c->writer_started) {
+        pthread_join(c->writer, NULL);
+        c->writer_started = false;
+    }
 }
 
 void plan_prep_free(plan_prep *c)
@@ -755,8 +828,10 @@ void plan_prep_free(plan_prep *c)
 
 void eng_plan_prepared_cache(const eng_plan *p, eng_prep_info *out)
 {
-    const plan_prep *c = p->prep;
+    plan_prep *c = p->prep;
     *out = (eng_prep_info){ENG_PREP_NONE, "", ""};
-    if (c)
+    if (c && atomic_load_explicit(&c->bg_done, memory_order_acquire))
+        *out = (eng_prep_info){c->bg_state, c->path, c->bg_note};
+    else if (c)
         *out = (eng_prep_info){c->state, c->path, c->note};
 }

@@ -47,9 +47,13 @@ typedef struct eng_model_opts {
     int64_t kv_pool_bytes;
     /* The prepared-weights cache's folder; NULL or "off": none (eng_plan_opts). */
     const char *prepared_cache;
-    /* Told, on the opening thread, what that cache did once the plan is built (NULL: nothing). */
+    /* Told, on the opening thread, what that cache did once the plan is built (NULL: nothing);
+     * with prepared_cache_background, told again, on the writing thread, once the file is written. */
     void (*prepared)(void *ctx, const eng_prep_info *info);
     void *prepared_ctx;
+    /* Write a new cache file in the background (eng_plan_opts.store_in_background): the model is
+     * ready without waiting for the disk, and freeing it waits for the write. */
+    bool prepared_cache_background;
     /* Told, on the opening thread, the bytes of weights repacked as the
      * model loads (eng_plan_opts.progress); NULL for nothing. */
     eng_progress_fn progress;

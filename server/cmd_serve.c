@@ -311,7 +311,12 @@ static void fingerprint_done(uv_work_t *w, int status)
     become_ready(sv);
 }
 
-/* What the prepared-weights cache did, on the compute thread as the model loads: a warning when it could not help. */
+/*
+ * What the prepared-weights cache did, on the compute thread as the model
+ * loads (state=writing when a new file goes to disk in the background), and
+ * again on the writing thread once that file is written: a warning when it
+ * could not help.
+ */
 static void log_prepared(void *ctx, const eng_prep_info *pi)
 {
     (void)ctx;
@@ -497,6 +502,7 @@ int cmd_serve(int argc, char **argv)
     srv_http_handlers hh = {srv_routes_on_request, srv_routes_on_done};
     /* Listen first, so /health answers 503 while the model loads. */
     so.engine.prepared = log_prepared;
+    so.engine.prepared_cache_background = true; /* ready before a new cache file is on disk */
     so.engine.prepared_cache = cli_prepared_cache(cfg->engine.prepared_cache);
     int src = srv_sched_new(&sv.loop, &so, sv.metrics, on_loaded, &sv, &sv.sched);
     if (src) {

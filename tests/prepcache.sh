@@ -11,7 +11,9 @@
 #    file and no temporary one;
 #  - `--prepared-cache off` writes nothing; a folder that cannot be made
 #    still loads, warns, and `serve` still serves (log event=prepared_cache
-#    state=unstored), and a daemon's second start logs state=hit.
+#    state=unstored); a daemon's first start is ready while its file is
+#    written (state=writing, then state=written), and its second start logs
+#    state=hit.
 NAME=prepcache
 . "$QD_SRCDIR/tests/serve/common.sh"
 
@@ -161,14 +163,17 @@ same unwritable ref "an unusable folder"
 # ---- serve: logs the state, serves without a usable folder ------------------------------
 serve_model
 serve_start --prepared-cache "$work/plainfile/cache"
-grep -q 'event=prepared_cache state=unstored' "$LOG" || fail "serve: no prepared_cache state=unstored line"
+# serve writes a new file in the background: the final state is logged when the write ends
+wait_until "serve: a prepared_cache state=unstored line" grep -q 'event=prepared_cache state=unstored' "$LOG"
 [ "$(http GET /health/ready)" = 200 ] || fail "serve with an unusable cache folder is not ready"
 code=$(http POST /v1/completions '{"prompt":"Hello","max_tokens":3}')
 [ "$code" = 200 ] || fail "serve with an unusable cache folder: completion answered $code: $(cat "$work/body")"
 serve_stop
 [ "$STATUS" = 0 ] || fail "serve exited $STATUS"
 serve_start --prepared-cache "$work/serve-cache"
-grep -q 'event=prepared_cache state=written' "$LOG" || fail "serve, first start: no state=written line"
+# ready before the file is written: state=writing at load, state=written from the writing thread
+grep -q 'event=prepared_cache state=writing' "$LOG" || fail "serve, first start: no state=writing line"
+wait_until "serve, first start: a state=written line" grep -q 'event=prepared_cache state=written' "$LOG"
 serve_stop
 serve_start --prepared-cache "$work/serve-cache"
 grep -q 'event=prepared_cache state=hit' "$LOG" || fail "serve, second start: no state=hit line"
