@@ -570,6 +570,11 @@ void eng_model_set_kv_pool_budget(eng_model *m, uint64_t bytes)
     kv_pool_set_budget(m->kv_pool, bytes);
 }
 
+uint64_t eng_model_kv_pool_budget(const eng_model *m)
+{
+    return kv_pool_budget(m->kv_pool);
+}
+
 uint64_t eng_model_kv_pool_bytes(const eng_model *m)
 {
     return kv_pool_bytes(m->kv_pool);

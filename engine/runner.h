@@ -96,6 +96,7 @@ uint64_t eng_model_kv_bytes(const eng_model *m, int64_t capacity);
  * freed). Any thread.
  */
 void eng_model_set_kv_pool_budget(eng_model *m, uint64_t bytes);
+uint64_t eng_model_kv_pool_budget(const eng_model *m);
 uint64_t eng_model_kv_pool_bytes(const eng_model *m);
 uint64_t eng_model_kv_pool_shrink(eng_model *m, uint64_t bytes);
 

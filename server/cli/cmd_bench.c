@@ -265,6 +265,33 @@ static int parse_args(int argc, char **argv, bench_opts *o)
 }
 
 /*
+ * Leaves B caches of P + GEN positions, every page touched, in the model's KV
+ * pool, raising (never lowering) its budget to hold them, so the timed runs
+ * start in pages touched before, as a daemon's sessions do once it has served
+ * a while. A fresh page's first-touch fault costs about a prompt token's
+ * compute per row under some hypervisors, and would fall on the first run only.
+ * IDS holds B prompts of P ids (one when B is 1).
+ */
+static int warm_kv_pool(eng_model *m, const int64_t *ids, int64_t P, int64_t gen, size_t B, eng_diag *d)
+{
+    uint64_t need = ck_mul_sat_u64(eng_model_kv_bytes(m, P + gen), B);
+    if (need > eng_model_kv_pool_budget(m))
+        eng_model_set_kv_pool_budget(m, need);
+    eng_gen **g = calloc(B, sizeof *g);
+    int rc = g ? 0 : -1;
+    if (!g)
+        eng_diag_add(d, "out of memory");
+    for (size_t i = 0; g && i < B && rc == 0; i++)
+        if (!(g[i] = bench_gen(m, ids + (size_t)P * i, (size_t)P, gen, P + gen, d)) ||
+            eng_session_fill_synthetic(eng_gen_session(g[i]), P + gen - 1, d) != 0)
+            rc = -1;
+    for (size_t i = 0; g && i < B; i++)
+        eng_gen_free(g[i]);
+    free(g);
+    return rc;
+}
+
+/*
  * B sessions decoding together: every step runs one id of each in one pass
  * of the model (as the daemon's scheduler does with B streams). Each
  * session has its own prompt of --prompt-len's first length, all prefilled
@@ -287,19 +314,8 @@ static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times
     }
     /* distinct prompts: the same pseudo-random stream, one slice per session */
     prompt_ids(ids, P * (int64_t)B, V);
-    /* As in a daemon that has served a while, the sessions start in pages
-     * touched before (the KV pool's), not in fresh ones whose first-touch
-     * page faults belong to a process's first requests only. */
-    uint64_t need = ck_mul_sat_u64(eng_model_kv_bytes(m, P + o->gen), B);
-    eng_model_set_kv_pool_budget(m, need > ENG_KV_POOL_DEFAULT ? need : ENG_KV_POOL_DEFAULT);
-    for (size_t i = 0; i < B; i++)
-        if (!(g[i] = bench_gen(m, ids + (size_t)P * i, (size_t)P, o->gen, P + o->gen, d)) ||
-            eng_session_fill_synthetic(eng_gen_session(g[i]), P + o->gen - 1, d) != 0)
-            goto out;
-    for (size_t i = 0; i < B; i++) {
-        eng_gen_free(g[i]);
-        g[i] = NULL;
-    }
+    if (warm_kv_pool(m, ids, P, o->gen, B, d) != 0)
+        goto out;
     for (size_t i = 0; i < B; i++)
         if (!(g[i] = bench_gen(m, ids + (size_t)P * i, (size_t)P, o->gen, P + o->gen, d)))
             goto out;
@@ -381,15 +397,8 @@ static int prompt_case(bench_run *b, int64_t P, eng_diag *d)
     uint64_t moved = 0, committed = 0;
     row = json_object();
     b->case_no++;
-    /* As in the batch case: every timed run starts in pages touched before
-     * (the KV pool's), as a daemon's sessions do once it has served a while.
-     * A fresh page's first-touch fault costs about a prompt token's compute
-     * per row under some hypervisors, and would fall on the first run only. */
-    g = bench_gen(b->m, b->ids, (size_t)P, o->gen, P + o->gen, d);
-    if (!g || eng_session_fill_synthetic(eng_gen_session(g), P + o->gen - 1, d) != 0)
+    if (warm_kv_pool(b->m, b->ids, P, o->gen, 1, d) != 0)
         goto fail;
-    eng_gen_free(g);
-    g = NULL;
     for (int64_t r = 0; r < o->repeat; r++) {
         snprintf(b->bp.where, sizeof b->bp.where, "prompt %lld (case %d of %d), run %lld of %lld", (long long)P, b->case_no,
                  b->n_cases, (long long)r + 1, (long long)o->repeat);
