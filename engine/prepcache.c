@@ -302,19 +302,41 @@ const char *eng_prep_state_name(eng_prep_state s)
 
 static void set_state(plan_prep *c, eng_prep_state s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Adds FMT's text to NOTE (of SIZE bytes), after "; " when it already says something. */
+static void note_add(char *note, size_t size, const char *fmt, va_list ap)
+{
+    size_t used = strlen(note);
+    if (used && used + 2 < size)
+        memcpy(note + used, "; ", 3), used += 2;
+    vsnprintf(note + used, size - used, fmt, ap);
+}
+
+static void note_addf(char *note, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void note_addf(char *note, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    note_add(note, size, fmt, ap);
+    va_end(ap);
+}
+
 /* Sets the state; FMT (if any) is added to the note, after what an earlier state said. */
 static void set_state(plan_prep *c, eng_prep_state s, const char *fmt, ...)
 {
     c->state = s;
     if (!fmt)
         return;
-    size_t used = strlen(c->note);
-    if (used && used + 2 < sizeof c->note)
-        memcpy(c->note + used, "; ", 3), used += 2;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->note + used, sizeof c->note - used, fmt, ap);
+    note_add(c->note, sizeof c->note, fmt, ap);
     va_end(ap);
+}
+
+/* The state a store ends in: written, or rebuilt when the file it replaced was stale. */
+static eng_prep_state stored_state(bool ok, eng_prep_state before)
+{
+    return !ok ? ENG_PREP_UNSTORED : before == ENG_PREP_STALE ? ENG_PREP_REBUILT : ENG_PREP_WRITTEN;
 }
 
 static void unmap(plan_prep *c)
@@ -767,11 +789,10 @@ static void *store_thread(void *arg)
     char why[PATH_MAX + 128];
     bool ok = store_all(p, c, n_packed(p), why, sizeof why);
     eng_prep_state before = c->bg_state; /* the state before writing, set by plan_prep_store */
-    c->bg_state = ok ? (before == ENG_PREP_STALE ? ENG_PREP_REBUILT : ENG_PREP_WRITTEN) : ENG_PREP_UNSTORED;
-    if (ok)
-        snprintf(c->bg_note, sizeof c->bg_note, "%s", c->note);
-    else
-        snprintf(c->bg_note, sizeof c->bg_note, "%s%s%s", c->note, c->note[0] ? "; " : "", why);
+    c->bg_state = stored_state(ok, before);
+    snprintf(c->bg_note, sizeof c->bg_note, "%s", c->note);
+    if (!ok)
+        note_addf(c->bg_note, sizeof c->bg_note, "%s", why);
     atomic_store_explicit(&c->bg_done, true, memory_order_release);
     if (p->opts.stored) {
         eng_prep_info pi;
@@ -804,7 +825,7 @@ void plan_prep_store(eng_plan *p)
     char why[PATH_MAX + 128];
     bool ok = store_all(p, c, n, why, sizeof why);
     if (ok)
-        set_state(c, c->state == ENG_PREP_STALE ? ENG_PREP_REBUILT : ENG_PREP_WRITTEN, NULL);
+        set_state(c, stored_state(true, c->state), NULL);
     else
         set_state(c, ENG_PREP_UNSTORED, "%s", why);
 }
