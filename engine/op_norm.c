@@ -18,6 +18,18 @@ static void do_norm(const void *c, size_t b, size_t e)
 
 /* ---- SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization ---------- */
 
+/*
+ * Rows of N values per unit of pool work: at least NORM_GRAIN_VALUES values,
+ * so that a small norm (Qwen3's per-head q and k norms in decode: 16 and 8
+ * rows of 128) runs on the calling thread, where it costs less than waking
+ * the pool. The rows are the same either way.
+ */
+#define NORM_GRAIN_VALUES 8192
+static size_t norm_grain(uint64_t n)
+{
+    return n >= NORM_GRAIN_VALUES ? 1 : (size_t)(NORM_GRAIN_VALUES / (n ? n : 1));
+}
+
 static int prep_sln(plan_builder *b, step *s)
 {
     s->p.norm.axis = eng_node_attr_int(s->node, "axis", -1);
@@ -91,7 +103,7 @@ static int run_sln(eng_exec *x, const step *s)
     norm_call c = {&x->p->krn, {.x = a->v.data, .x_ld = n, .gamma = g->v.data, .y = o->v.data, .y_ld = n,
                                 .rows = rows, .n = n, .group = 1, .eps = s->p.norm.eps,
                                 .qa = norm_qa_at(x, s, n, 0), .qa_block = s->p.norm.qa_block}, false};
-    plan_run_par(x, rows, 1, do_norm, &c);
+    plan_run_par(x, rows, norm_grain(n), do_norm, &c);
     norm_qa_done(x, s, o->v.data, rows, n);
     return 0;
 }
@@ -144,7 +156,7 @@ static int run_skip_sln(eng_exec *x, const step *s)
                         .rows = skip_rows, .n = d, .group = 1, .eps = s->p.norm.eps,
                         .qa = norm_qa_at(x, s, d, r0), .qa_block = s->p.norm.qa_block},
                        true};
-        plan_run_par(x, skip_rows, 1, do_norm, &c);
+        plan_run_par(x, skip_rows, norm_grain(d), do_norm, &c);
     }
     norm_qa_done(x, s, o->v.data, rows, d);
     return 0;
