@@ -493,8 +493,17 @@ static int pass(eng_exec *x, bool shape_pass)
     x->shape_used = 0;
     for (size_t i = 0; i < p->n_steps; i++) {
         const step *s = &p->steps[i];
-        if (!s->op->infer || s->silu_head >= 0)
+        if (!s->op->infer || s->silu_head >= 0 || s->sib_head >= 0)
             continue; /* folded constant, or deferred to its fused step */
+        for (int k = 0; k < (s->op == &op_matmulnbits ? s->p.mmnb.n_sibs : 0); k++) {
+            /* the earlier MatMulNBits this one runs: their outputs now, their columns in its pass */
+            const step *sib = &p->steps[s->p.mmnb.sibs[k]];
+            if (sib->op->infer(x, sib) != 0)
+                return -1;
+            int r = place_outputs(x, sib);
+            if (r)
+                return r;
+        }
         if (s->silu_gate >= 0) {
             const rt_val *gv = &x->vals[s->silu_gate], *uv = &x->vals[s->silu_up];
             bool same = gv->v.dtype == ENG_DT_FLOAT && uv->v.dtype == ENG_DT_FLOAT && gv->v.rank == uv->v.rank &&

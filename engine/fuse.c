@@ -246,3 +246,69 @@ void plan_fuse_mmnb_split(eng_plan *p)
         snprintf(ms->kernel + len, sizeof ms->kernel - len, " (Split fused: %d outputs)", sp->n_out);
     }
 }
+
+/* Step S takes part in no fusion that changes when or how it runs. */
+static bool mmnb_alone(const eng_plan *p, const step *s)
+{
+    if (s->op != &op_matmulnbits || s->sib_head >= 0 || s->p.mmnb.n_sibs)
+        return false;
+    for (int k = 0; k < s->n_out; k++)
+        if (s->out[k] >= 0 && p->vals[s->out[k]].graph_output)
+            return false; /* a graph output's step may be asked for its last row only */
+    return true;
+}
+
+/* Steps a run skips: folded constants and steps deferred to a fused one. */
+static bool skipped_step(const step *s)
+{
+    return !s->op || !s->op->infer || s->silu_head >= 0 || s->sib_head >= 0;
+}
+
+/*
+ * Plan rewrite: MatMulNBits steps that read the same A and follow each other
+ * (only skipped steps between them: Qwen3's gate and up projections, the
+ * standard contracts' q, k and v) run as one: the last of them computes the
+ * others' columns too, in one pass over the pool, so decode wakes the pool
+ * once instead of two or three times and no thread waits at a join between
+ * them. The earlier ones are deferred to it; their outputs are placed when
+ * it runs, inside the arena slots that already hold them from their own
+ * step on, and nothing between reads them. Every column is computed exactly
+ * as before (the same kernel, the same quantized A).
+ */
+void plan_fuse_mmnb_siblings(eng_plan *p)
+{
+    for (size_t i = 0; i < p->n_steps; i++) {
+        step *first = &p->steps[i];
+        if (!mmnb_alone(p, first))
+            continue;
+        int members[MMNB_MAX_SIBS + 1], n = 1, parts = first->p.mmnb.n_parts ? first->p.mmnb.n_parts : 1;
+        members[0] = (int)i;
+        for (size_t j = i + 1; j < p->n_steps && n <= MMNB_MAX_SIBS; j++) {
+            const step *s = &p->steps[j];
+            if (skipped_step(s))
+                continue;
+            const mmnb_params *a = &first->p.mmnb, *b = &s->p.mmnb;
+            int sp = b->n_parts ? b->n_parts : 1;
+            if (!mmnb_alone(p, s) || s->in[0] != first->in[0] || a->int8 != b->int8 || a->w.k != b->w.k ||
+                a->w.block_size != b->w.block_size || a->qa_from_norm != b->qa_from_norm ||
+                parts + sp > MMNB_MAX_RUN_PARTS)
+                break;
+            members[n++] = (int)j;
+            parts += sp;
+        }
+        if (n < 2)
+            continue;
+        step *head = &p->steps[members[n - 1]];
+        head->p.mmnb.n_sibs = n - 1;
+        for (int k = 0; k < n - 1; k++) {
+            step *s = &p->steps[members[k]];
+            head->p.mmnb.sibs[k] = members[k];
+            s->sib_head = members[n - 1];
+            size_t len = strlen(s->kernel);
+            snprintf(s->kernel + len, sizeof s->kernel - len, " (runs in a later MatMulNBits' pass)");
+        }
+        size_t len = strlen(head->kernel);
+        snprintf(head->kernel + len, sizeof head->kernel - len, " (with %d before it in one pass)", n - 1);
+        i = (size_t)members[n - 1];
+    }
+}

@@ -41,10 +41,14 @@ static void do_mmnb_argmax(const void *c, size_t b, size_t e)
     }
 }
 
-/* A fused Split (fuse_mmnb_split): part k holds columns [off[k], off[k + 1]) in its own tensor. */
+/*
+ * Outputs written in one pass: a fused Split's parts (fuse_mmnb_split) and
+ * the sibling steps' (fuse_mmnb_siblings). Part k is columns [off[k], off[k +
+ * 1]) of the pass, each with its own weights and tensor.
+ */
 typedef struct mmnb_parts_call {
-    mmnb_call mm[MMNB_MAX_PARTS];
-    size_t off[MMNB_MAX_PARTS + 1];
+    mmnb_call mm[MMNB_MAX_RUN_PARTS];
+    size_t off[MMNB_MAX_RUN_PARTS + 1];
     int n;
 } mmnb_parts_call;
 
@@ -55,6 +59,24 @@ static void do_mmnb_parts(const void *c, size_t b, size_t e)
         size_t lo = b > p->off[k] ? b : p->off[k], hi = e < p->off[k + 1] ? e : p->off[k + 1];
         if (lo < hi)
             do_mmnb(&p->mm[k], lo - p->off[k], hi - p->off[k]);
+    }
+}
+
+/* Adds the outputs of MatMulNBits step S (its Split's parts, or its one output) to PC, as C computes them. */
+static void add_parts(mmnb_parts_call *pc, const mmnb_call *c, eng_exec *x, const step *s)
+{
+    const mmnb_params *m = &s->p.mmnb;
+    size_t col = 0; /* of S's own columns */
+    for (int k = 0; k < (m->n_parts ? m->n_parts : 1); k++) {
+        size_t cols = m->n_parts ? m->part_cols[k] : m->w.n;
+        mmnb_call *mm = &pc->mm[pc->n];
+        *mm = *c;
+        mm->a.w = m->n_parts ? krn_q4_columns(&m->w, col, cols) : m->w;
+        mm->a.y = OUT(x, s, k)->v.data;
+        mm->a.y_ld = cols;
+        pc->off[pc->n + 1] = pc->off[pc->n] + cols;
+        pc->n++;
+        col += cols;
     }
 }
 
@@ -191,16 +213,11 @@ static int run_mmnb(eng_exec *x, const step *s)
             plan_run_par(x, rows, 1, do_quant, &q);
         c.a.qa = x->scratch;
     }
-    if (m->n_parts) {
-        mmnb_parts_call pc = {.n = m->n_parts};
-        for (int k = 0; k < m->n_parts; k++) {
-            pc.mm[k] = c;
-            pc.mm[k].a.w = krn_q4_columns(&m->w, pc.off[k], m->part_cols[k]);
-            pc.mm[k].a.y = OUT(x, s, k)->v.data;
-            pc.mm[k].a.y_ld = m->part_cols[k];
-            pc.off[k + 1] = pc.off[k] + m->part_cols[k];
-        }
-        plan_run_par(x, m->w.n, 16, do_mmnb_parts, &pc);
+    if (m->n_parts || m->n_sibs) {
+        mmnb_parts_call pc = {.n = 0};
+        for (int i = 0; i <= m->n_sibs; i++)
+            add_parts(&pc, &c, x, i < m->n_sibs ? &x->p->steps[m->sibs[i]] : s);
+        plan_run_par(x, pc.off[pc.n], 16, do_mmnb_parts, &pc);
     } else if (x->argmax_step == (int)(s - x->p->steps) && rows <= x->argmax_cap) {
         /* One key per row: the last row, or in a batched run each sequence's. */
         mmnb_argmax_call ac = {c, x->argmax_keys};

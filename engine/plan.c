@@ -196,6 +196,7 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
     }
     for (size_t i = 0; i < g->n_nodes; i++) {
         p->steps[i].silu_head = -1;
+        p->steps[i].sib_head = -1;
         p->steps[i].silu_gate = p->steps[i].silu_up = -1;
     }
     if (!p->opts.no_fusion && diag->n_total == before) {
@@ -203,6 +204,7 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
         plan_fuse_silu(p);
         plan_fuse_norm_quant(p);
         plan_fuse_mmnb_split(p);
+        plan_fuse_mmnb_siblings(p);
     }
     /* A view keeps the storage it points into alive: extend lifetimes
      * backwards through Reshape and Split (reverse order handles chains). */

@@ -56,6 +56,8 @@ typedef struct q4_src {
 } q4_src;
 
 #define MMNB_MAX_PARTS 4
+#define MMNB_MAX_SIBS 3   /* earlier MatMulNBits run with one (fuse_mmnb_siblings) */
+#define MMNB_MAX_RUN_PARTS 8 /* output tensors of one such pass */
 
 typedef struct mmnb_params {
     krn_q4_weights w;
@@ -65,6 +67,9 @@ typedef struct mmnb_params {
     bool qa_from_norm;    /* its input's producer also quantizes it (fuse_norm_quant) */
     int n_parts;          /* > 0: the columns go to n_parts outputs in order, a Split fused (fuse_mmnb_split) */
     size_t part_cols[MMNB_MAX_PARTS];
+    /* > 0: the earlier steps sibs[] (same A) run in this step's pass over the pool (fuse_mmnb_siblings) */
+    int n_sibs;
+    int sibs[MMNB_MAX_SIBS];
 } mmnb_params;
 
 /* MatMul with a constant FLOAT or BFLOAT16 weight read in place (krn mm_f). */
@@ -100,6 +105,7 @@ struct step {
     int silu_head;        /* on Sigmoid and the first Mul: index of the fused step, else -1 */
     int silu_gate, silu_up;   /* on the fused Mul: values, -1 when not fused */
     int silu_steps[2];    /* on the fused Mul: the Sigmoid and first Mul it replaces */
+    int sib_head;         /* on a MatMulNBits run by a later one (mmnb.sibs): that step's index, else -1 */
     int n_in, n_out;
     int in[MAX_IO];       /* value index, -1 absent */
     int out[MAX_IO];
@@ -436,6 +442,7 @@ void plan_fuse_norm_quant(eng_plan *p);
 void plan_fuse_skip_norm(eng_plan *p);
 void plan_fuse_silu(eng_plan *p);
 void plan_fuse_mmnb_split(eng_plan *p);
+void plan_fuse_mmnb_siblings(eng_plan *p);
 
 /* The packed or ONNX-layout copy of a lowered DequantizeLinear weight (pack.c). */
 void plan_q4_fill(const q4_src *src, size_t n0, size_t n1, uint8_t *b, float *scales, uint8_t *zp);
