@@ -194,7 +194,8 @@ static void fill_ref(krn_table *t)
     *t = ref_table;
 }
 
-static void fill_avx2(krn_table *t)
+/* The avx2 table; its int8 matmul uses AVX-VNNI where the CPU has it (the same bits). */
+static void fill_avx2(krn_table *t, bool avxvnni)
 {
     fill_ref(t);
     t->level = KRN_LEVEL_AVX2;
@@ -214,6 +215,10 @@ static void fill_avx2(krn_table *t)
     SET(t, mul, avx2);
     SET(t, add, avx2);
     SET(t, silu_mul, avx2);
+    if (avxvnni) {
+        t->mmnb_i8.fn = krn_avx2_mmnb_i8_avxvnni;
+        t->mmnb_i8.name = "mmnb_i8.avxvnni";
+    }
 }
 
 /*
@@ -223,7 +228,7 @@ static void fill_avx2(krn_table *t)
  */
 void krn_table_avx512(krn_table *t, krn_mmnb_fn mmnb_f32, krn_mmnb_fn mmnb_i8, bool vnni, krn_gqa_fn gqa)
 {
-    fill_avx2(t);
+    fill_avx2(t, false);
     t->level = KRN_LEVEL_AVX512;
     t->level_name = "avx512";
     t->q4_packed = true; /* mmnb_i8 reads the packed copy (else the ONNX layout), as AVX2 does */
@@ -251,7 +256,7 @@ int krn_table_for_level(krn_level level, krn_table *out)
         fill_ref(out);
         break;
     case KRN_LEVEL_AVX2:
-        fill_avx2(out);
+        fill_avx2(out, f.avxvnni);
         break;
     case KRN_LEVEL_AVX512:
         fill_avx512(out, &f);

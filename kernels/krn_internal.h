@@ -350,6 +350,7 @@ void krn_avx2_quant_row(const float *a, size_t k, size_t block_size, void *qa, s
 void krn_avx2_quant_a8(const krn_quant_args *a, size_t b, size_t e);
 void krn_avx2_mmnb_f32(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_avx2_mmnb_i8(const krn_mmnb_args *a, size_t b, size_t e);
+void krn_avx2_mmnb_i8_avxvnni(const krn_mmnb_args *a, size_t b, size_t e); /* the same bits, with AVX-VNNI */
 void krn_avx2_mm_f(const krn_mmf_args *a, size_t b, size_t e);
 void krn_avx2_rmsnorm(const krn_norm_args *a, size_t b, size_t e);
 void krn_avx2_skip_rmsnorm(const krn_norm_args *a, size_t b, size_t e);

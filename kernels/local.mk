@@ -26,6 +26,8 @@ libqwen3d_avx2_a_CFLAGS = $(AM_CFLAGS) $(QD_KERNEL_CFLAGS) -mavx2 -mfma -mf16c -
 libqwen3d_avx2_a_SOURCES = \
 	kernels/avx2/simd.h \
 	kernels/avx2/mmnb.c \
+	kernels/avx2/mmnb_i8.h \
+	kernels/avx2/mmnb_avxvnni.c \
 	kernels/avx2/mmf.c \
 	kernels/avx2/norm.c \
 	kernels/avx2/attn_sets.h \

@@ -74,14 +74,17 @@ tests_test_kernels_LDADD = $(TEST_LDADD)
 TESTS += tests/test_kernels
 
 # The avx512 kernels once more, over SIMDe's portable AVX-512 and renamed, so
-# test_kernels compares their code with the reference on CPUs without AVX-512.
+# test_kernels compares their code with the reference on CPUs without AVX-512;
+# likewise the avx2 level's AVX-VNNI matmul for CPUs without AVX-VNNI.
 # -isystem puts the stand-in <immintrin.h> ahead of the compiler's; KRN_TGT
 # drops the VNNI target attribute, which would let GCC emit real AVX-512.
 EXTRA_DIST += tests/emu512/immintrin.h
 if HAVE_SIMDE_AVX512
 check_LIBRARIES += tests/libemu512.a
-tests_libemu512_a_SOURCES = kernels/avx512/mmnb.c kernels/avx512/mmnb_vnni.c kernels/avx512/attn.c
+tests_libemu512_a_SOURCES = kernels/avx512/mmnb.c kernels/avx512/mmnb_vnni.c kernels/avx512/attn.c \
+	kernels/avx2/mmnb_avxvnni.c
 tests_libemu512_a_CPPFLAGS = -isystem $(srcdir)/tests/emu512 $(AM_CPPFLAGS) -DKRN_TGT= \
+	-DKRN_EMULATED_AVXVNNI -Dkrn_avx2_mmnb_i8_avxvnni=krn_emu_mmnb_i8_avxvnni \
 	-Dkrn_avx512_mmnb_i8=krn_emu512_mmnb_i8 -Dkrn_avx512_mmnb_i8_vnni=krn_emu512_mmnb_i8_vnni \
 	-Dkrn_avx512_mmnb_f32=krn_emu512_mmnb_f32 -Dkrn_avx512_gqa=krn_emu512_gqa
 tests_libemu512_a_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -ffp-contract=off

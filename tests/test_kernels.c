@@ -70,27 +70,48 @@ void krn_emu512_mmnb_i8(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_emu512_mmnb_i8_vnni(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_emu512_mmnb_f32(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_emu512_gqa(const krn_gqa_args *a, size_t b, size_t e);
+/* kernels/avx2/mmnb_avxvnni.c over SIMDe's VPDPBUSD, for CPUs without AVX-VNNI. */
+void krn_emu_mmnb_i8_avxvnni(const krn_mmnb_args *a, size_t b, size_t e);
 #endif
 
 /*
- * The kernel tables krn.c builds: the reference, AVX2, and AVX-512 with the
- * plain int8 matmul and with the VNNI one. The tests run each one on every
+ * The kernel tables krn.c builds: the reference, AVX2 with the plain int8
+ * matmul and with the AVX-VNNI one, and AVX-512 with the plain int8 matmul
+ * and with the VNNI one. The tests run each one on every
  * machine that can: natively where the CPU, as the probe reports it
  * (QWEN3D_CPU_HIDE included), runs it; else the avx512 tables from the
- * SIMDe-emulated objects, when the tests were built with them and the CPU
- * runs AVX2, which those objects are compiled for.
+ * SIMDe-emulated objects (and the AVX-VNNI matmul's), when the tests were
+ * built with them and the CPU runs AVX2, which those objects are compiled for.
  */
-typedef enum tab_id { TAB_REF, TAB_AVX2, TAB_AVX512, TAB_AVX512VNNI, TAB_COUNT } tab_id;
+typedef enum tab_id { TAB_REF, TAB_AVX2, TAB_AVXVNNI, TAB_AVX512, TAB_AVX512VNNI, TAB_COUNT } tab_id;
 typedef enum tab_how { TAB_NONE, TAB_NATIVE, TAB_EMULATED } tab_how;
-static const char *const tab_names[TAB_COUNT] = {"ref", "avx2", "avx512", "avx512vnni"};
+static const char *const tab_names[TAB_COUNT] = {"ref", "avx2", "avxvnni", "avx512", "avx512vnni"};
 static const char *const how_names[] = {"not run", "native", "emulated"};
 
 static tab_how table_get(tab_id id, krn_table *out)
 {
     krn_table t;
-    if (id == TAB_REF || id == TAB_AVX2)
-        return krn_table_for_level(id == TAB_REF ? KRN_LEVEL_REF : KRN_LEVEL_AVX2, out) == KRN_OK ? TAB_NATIVE
-                                                                                                  : TAB_NONE;
+    if (id == TAB_REF)
+        return krn_table_for_level(KRN_LEVEL_REF, out) == KRN_OK ? TAB_NATIVE : TAB_NONE;
+    if (id == TAB_AVX2 || id == TAB_AVXVNNI) {
+        if (krn_table_for_level(KRN_LEVEL_AVX2, &t) != KRN_OK)
+            return TAB_NONE;
+        *out = t; /* krn.c's pick: the AVX-VNNI matmul exactly where the CPU has it */
+        if (id == TAB_AVX2) { /* the plain one, which an AVX-VNNI CPU runs too */
+            out->mmnb_i8.fn = krn_avx2_mmnb_i8;
+            out->mmnb_i8.name = "mmnb_i8.avx2";
+            return TAB_NATIVE;
+        }
+        if (krn_cpu_detect().avxvnni)
+            return TAB_NATIVE;
+#ifdef QD_EMU_AVX512
+        out->mmnb_i8.fn = krn_emu_mmnb_i8_avxvnni;
+        out->mmnb_i8.name = "mmnb_i8.avxvnni (emulated)";
+        return TAB_EMULATED;
+#else
+        return TAB_NONE;
+#endif
+    }
     bool vnni = id == TAB_AVX512VNNI, cpu_vnni = krn_cpu_detect().avx512vnni;
     if (krn_table_for_level(KRN_LEVEL_AVX512, &t) == KRN_OK && (cpu_vnni || !vnni)) {
         if (vnni == cpu_vnni)
@@ -129,6 +150,8 @@ static int simd_tables(krn_table *tabs, bool matmuls)
         tab_how how = table_get((tab_id)id, &tabs[n]);
         if (how == TAB_NATIVE && !matmuls && id == TAB_AVX512 && krn_cpu_detect().avx512vnni)
             continue; /* the level's own table is the VNNI one */
+        if (!matmuls && id == TAB_AVXVNNI)
+            continue; /* AVX2's but for the int8 matmul */
         if (how == TAB_NATIVE || (how == TAB_EMULATED && matmuls))
             n++;
     }
@@ -588,7 +611,7 @@ static void mmnb_case(const krn_table *tabs, int nt, size_t m, size_t n, size_t 
                       bool bias, float amag, float smag, rng *r)
 {
     krn_table ref = ref_tab(), avx2;
-    bool have_avx2 = krn_table_for_level(KRN_LEVEL_AVX2, &avx2) == KRN_OK;
+    bool have_avx2 = table_get(TAB_AVX2, &avx2) == TAB_NATIVE; /* the plain AVX2 int8 matmul */
     qweights q;
     qw_make(&q, n, k, bs, zp, bias, smag, r);
     size_t lda = k + 3, ldy = n + 2, kb = q.w.k_blocks;
@@ -693,7 +716,7 @@ static void mmnb_case(const krn_table *tabs, int nt, size_t m, size_t n, size_t 
                                 "%s%s m=%zu n=%zu k=%zu bs=%zu zp=%d at (%zu,%zu)",
                                 mode ? lv->mmnb_i8.name : lv->mmnb_f32.name, mode == 2 ? " (packed)" : "", m, n,
                                 k, bs, zp, i, j);
-                    if (mode == 2 && have_avx2 && lv->level != KRN_LEVEL_AVX2)
+                    if (mode == 2 && have_avx2 && lv->mmnb_i8.fn != avx2.mmnb_i8.fn)
                         ck_assert_msg(memcmp(&yl[i * ldy + j], &ya[i * ldy + j], sizeof(float)) == 0,
                                       "%s (packed) m=%zu n=%zu k=%zu at (%zu,%zu): %a, %s gives %a",
                                       lv->mmnb_i8.name, m, n, k, i, j, (double)yl[i * ldy + j], avx2.mmnb_i8.name,
@@ -776,14 +799,22 @@ START_TEST(table_selection)
         }
 
         /* Native where the features allow, else emulated where AVX2 runs; never neither. */
-        bool native[TAB_COUNT] = {true, has2, has512, hasvnni};
+        bool hasavxvnni = has2 && cpu.avxvnni && !strstr(hd, "avxvnni");
+        ck_assert_int_eq(krn_table_for_level(KRN_LEVEL_AVX2, &t), has2 ? KRN_OK : KRN_ENOTSUP);
+        if (has2)
+            ck_assert_msg(t.mmnb_i8.fn == (hasavxvnni ? krn_avx2_mmnb_i8_avxvnni : krn_avx2_mmnb_i8),
+                          "hide '%s': krn.c picks %s on the avx2 level", hd, t.mmnb_i8.name);
+        bool native[TAB_COUNT] = {true, has2, hasavxvnni, has512, hasvnni};
         krn_table emu_tabs[TAB_COUNT];
         int n_emu = 0;
         for (int id = 0; id < TAB_COUNT; id++) {
             tab_how how = table_get((tab_id)id, &t);
-            tab_how expect = native[id] ? TAB_NATIVE : (id >= TAB_AVX512 && has2 && emu) ? TAB_EMULATED : TAB_NONE;
+            bool emulable = id == TAB_AVXVNNI || id >= TAB_AVX512;
+            tab_how expect = native[id] ? TAB_NATIVE : (emulable && has2 && emu) ? TAB_EMULATED : TAB_NONE;
             ck_assert_msg(how == expect, "hide '%s': table %s %s, want %s", hd, tab_names[id], how_names[how],
                           how_names[expect]);
+            if (how == TAB_NATIVE && id == TAB_AVXVNNI)
+                ck_assert(t.mmnb_i8.fn == krn_avx2_mmnb_i8_avxvnni);
             if (how == TAB_NATIVE && id >= TAB_AVX512)
                 ck_assert(t.mmnb_i8.fn == (id == TAB_AVX512VNNI ? krn_avx512_mmnb_i8_vnni : krn_avx512_mmnb_i8));
             if (how == TAB_EMULATED) {
