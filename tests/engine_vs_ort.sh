@@ -7,8 +7,9 @@
 # from ONNX Runtime itself (accuracy_level 4 against 0), see compare-logits.js.
 # Greedy output must also be identical for 1 and 2 threads and across runs.
 #
-# Every kernel table runs here: each one this CPU runs natively (ref, avx2,
-# avx512 without VNNI, avx512 with VNNI, as /proc/cpuinfo lists the features,
+# Every kernel table runs here: each one this CPU runs natively (ref, avx2
+# without and with AVX-VNNI, avx512 without VNNI, avx512 with VNNI, as
+# /proc/cpuinfo lists the features,
 # independently of the probe under test), selected with QWEN3D_KERNELS and
 # the QWEN3D_CPU_HIDE hook, and both avx512 tables once more through the
 # build whose avx512 kernels run over SIMDe's emulation
@@ -34,7 +35,9 @@ ours() {
   case $kt in emu-*) bin=$EMU kt=${kt#emu-} ;; esac
   case $kt in
   default) "$bin" "$@" ;;
-  ref | avx2) QWEN3D_KERNELS=$kt "$bin" "$@" ;;
+  ref) QWEN3D_KERNELS=ref "$bin" "$@" ;;
+  avx2) QWEN3D_KERNELS=avx2 QWEN3D_CPU_HIDE=avxvnni "$bin" "$@" ;;
+  avxvnni) QWEN3D_KERNELS=avx2 QWEN3D_CPU_HIDE= "$bin" "$@" ;;
   avx512) QWEN3D_KERNELS=avx512 QWEN3D_CPU_HIDE=avx512vnni "$bin" "$@" ;;
   avx512vnni) QWEN3D_KERNELS=avx512 QWEN3D_CPU_HIDE= "$bin" "$@" ;;
   *) ort_fail "unknown kernel table $kt" ;;
@@ -93,6 +96,7 @@ has() {
 tables=ref
 if has avx2 fma f16c; then
   tables="$tables avx2"
+  if has avx_vnni; then tables="$tables avxvnni"; fi
   if has avx512f avx512bw avx512vl; then
     tables="$tables avx512"
     if has avx512_vnni; then tables="$tables avx512vnni"; fi
