@@ -414,6 +414,14 @@ static bool outputs_are_int(const eng_exec *x, const step *s)
     return true;
 }
 
+/* Infers one step's output shapes and gives its outputs storage. */
+static int infer_and_place(eng_exec *x, const step *s)
+{
+    if (s->op->infer(x, s) != 0)
+        return -1;
+    return place_outputs(x, s);
+}
+
 /* Infers, places and (where this pass runs it) executes one step. */
 static int exec_step(eng_exec *x, const step *s, bool shape_pass)
 {
@@ -462,9 +470,7 @@ static int exec_step(eng_exec *x, const step *s, bool shape_pass)
         *in = saved;
         return r;
     }
-    if (s->op->infer(x, s) != 0)
-        return -1;
-    int r = place_outputs(x, s);
+    int r = infer_and_place(x, s);
     if (r)
         return r;
     /* The shape pass computes integer values only: float data is never
@@ -497,10 +503,7 @@ static int pass(eng_exec *x, bool shape_pass)
             continue; /* folded constant, or deferred to its fused step */
         for (int k = 0; k < (s->op == &op_matmulnbits ? s->p.mmnb.n_sibs : 0); k++) {
             /* the earlier MatMulNBits this one runs: their outputs now, their columns in its pass */
-            const step *sib = &p->steps[s->p.mmnb.sibs[k]];
-            if (sib->op->infer(x, sib) != 0)
-                return -1;
-            int r = place_outputs(x, sib);
+            int r = infer_and_place(x, &p->steps[s->p.mmnb.sibs[k]]);
             if (r)
                 return r;
         }

@@ -9,15 +9,14 @@
 #
 # Every kernel table runs here: each one this CPU runs natively (ref, avx2
 # without and with AVX-VNNI, avx512 without VNNI, avx512 with VNNI, as
-# /proc/cpuinfo lists the features,
-# independently of the probe under test), selected with QWEN3D_KERNELS and
-# the QWEN3D_CPU_HIDE hook, and both avx512 tables once more through the
-# build whose avx512 kernels run over SIMDe's emulation
-# (tests/qwen3d-emu512), which runs wherever AVX2 does. Each run must use the
-# table asked for (the plan names its kernels), agree with ONNX Runtime, and
-# the SIMD tables must give the same logits bit for bit: their packed int8
-# matmuls do the AVX2 kernel's operations per column (test_kernels checks
-# that per kernel) and they share every other kernel.
+# /proc/cpuinfo lists the features, independently of the probe under test),
+# selected with QWEN3D_KERNELS and the QWEN3D_CPU_HIDE hook, and both
+# avx512 tables once more through the build whose avx512 kernels run over
+# SIMDe's emulation (tests/qwen3d-emu512), which runs wherever AVX2 does.
+# Each run must use the table asked for (the plan names its kernels), agree
+# with ONNX Runtime, and the SIMD tables must give the same logits bit for
+# bit: their packed int8 matmuls do the AVX2 kernel's operations per column
+# (test_kernels checks that per kernel) and they share every other kernel.
 . "$QD_SRCDIR/tests/ort/common.sh"
 ort_init engine_vs_ort
 

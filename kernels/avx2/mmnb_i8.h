@@ -268,9 +268,12 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
             _mm_prefetch((const char *)g + PF_DIST + 64, _MM_HINT_T0);
             _mm_prefetch((const char *)g + PF_DIST + 128, _MM_HINT_T0);
         }
-        __m256i s16[MR_TILE]; /* with VNNI: int32 sums of the low nibbles' products, */
+        /* Per row, the block's partial dots: int16 pair sums of all products
+         * without VNNI; with VNNI int32 sums of the low nibbles' products in
+         * dot and of the high nibbles' in dot_hi (two chains, added at the end). */
+        __m256i dot[MR_TILE];
 #if KRN_AVXVNNI
-        __m256i s32h[MR_TILE]; /* and of the high nibbles' (two chains, added at the end) */
+        __m256i dot_hi[MR_TILE];
 #endif
         UNROLL for (int h = 0; h < 4; h++) {
             __m256i lo, hi;
@@ -278,12 +281,12 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
             UNROLL for (int i = 0; i < MR; i++) {
                 const int8_t *qi = q + (size_t)i * rb;
 #if KRN_AVXVNNI
-                s16[i] = dpbusd8(h ? s16[i] : _mm256_setzero_si256(), lo, bcast4(qi + 4 * h));
-                s32h[i] = dpbusd8(h ? s32h[i] : _mm256_setzero_si256(), hi, bcast4(qi + 16 + 4 * h));
+                dot[i] = dpbusd8(h ? dot[i] : _mm256_setzero_si256(), lo, bcast4(qi + 4 * h));
+                dot_hi[i] = dpbusd8(h ? dot_hi[i] : _mm256_setzero_si256(), hi, bcast4(qi + 16 + 4 * h));
 #else
                 __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(qi + 4 * h)),
                                              _mm256_maddubs_epi16(hi, bcast4(qi + 16 + 4 * h)));
-                s16[i] = h ? _mm256_add_epi16(s16[i], p) : p;
+                dot[i] = h ? _mm256_add_epi16(dot[i], p) : p;
 #endif
             }
         }
@@ -294,9 +297,9 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
             const float *sai = (const float *)(const void *)((const char *)sa + ro);
             const float *zsi = (const float *)(const void *)((const char *)zs + ro);
 #if KRN_AVXVNNI
-            __m256 d = _mm256_cvtepi32_ps(_mm256_add_epi32(s16[i], s32h[i]));
+            __m256 d = _mm256_cvtepi32_ps(_mm256_add_epi32(dot[i], dot_hi[i]));
 #else
-            __m256 d = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[i], ones));
+            __m256 d = _mm256_cvtepi32_ps(_mm256_madd_epi16(dot[i], ones));
 #endif
             __m256 t = _mm256_fmsub_ps(d, _mm256_broadcast_ss(sai + b), _mm256_broadcast_ss(zsi + b));
             acc[i] = _mm256_fmadd_ps(t, sb, acc[i]);
