@@ -350,6 +350,41 @@ static void unmap(plan_prep *c)
     c->n_entries = 0;
 }
 
+/*
+ * Maps LEN payload bytes of the file at OFFSET (a multiple of 2 MiB) read-only
+ * on a 2 MiB boundary and reads them in: the mapping and its length (whole
+ * pages) in *SPAN, or NULL with *BAD saying why.
+ *
+ * Huge pages before the first read: the kernel then reads the file into 2 MiB
+ * page-cache folios and maps them whole, where its filesystem supports large
+ * folios. With 4 KiB pages the TLB misses of a decode step's weight stream
+ * cost 10-20%. Both calls are hints; verification reads every byte anyway.
+ */
+static uint8_t *map_payload(int fd, uint64_t offset, size_t len, size_t *span, const char **bad)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    *span = (len + page - 1) / page * page;
+    /* Reserve room to place the mapping on a 2 MiB boundary, as the file's payload is. */
+    uint8_t *r = mmap(NULL, *span + PREP_PAYLOAD_ALIGN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) {
+        *bad = "cannot reserve address space to map it";
+        return NULL;
+    }
+    uint8_t *a = (uint8_t *)(((uintptr_t)r + PREP_PAYLOAD_ALIGN - 1) & ~(uintptr_t)(PREP_PAYLOAD_ALIGN - 1));
+    if (mmap(a, len, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, (off_t)offset) == MAP_FAILED) {
+        munmap(r, *span + PREP_PAYLOAD_ALIGN);
+        *bad = "cannot map it";
+        return NULL;
+    }
+    if (a > r)
+        munmap(r, (size_t)(a - r));
+    if (r + *span + PREP_PAYLOAD_ALIGN > a + *span)
+        munmap(a + *span, (size_t)(r + *span + PREP_PAYLOAD_ALIGN - (a + *span)));
+    madvise(a, *span, MADV_HUGEPAGE);
+    madvise(a, *span, MADV_POPULATE_READ);
+    return a;
+}
+
 /* Why header H does not suit this plan, or NULL. */
 static const char *header_mismatch(const prep_header *h, const prep_header *want)
 {
@@ -415,36 +450,11 @@ static bool open_file(plan_prep *c, bool describe)
     if (!bad)
         c->n_entries = h.n_entries;
     if (!bad && !describe && h.payload_bytes) {
-        /* Reserve room to place the mapping on a 2 MiB boundary, as the file's payload is. */
-        size_t len = (size_t)h.payload_bytes, page = (size_t)sysconf(_SC_PAGESIZE);
-        size_t span = (len + page - 1) / page * page;
-        uint8_t *r = mmap(NULL, span + PREP_PAYLOAD_ALIGN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                          -1, 0);
-        if (r == MAP_FAILED) {
-            bad = "cannot reserve address space to map it";
-        } else {
-            uint8_t *a = (uint8_t *)(((uintptr_t)r + PREP_PAYLOAD_ALIGN - 1) & ~(uintptr_t)(PREP_PAYLOAD_ALIGN - 1));
-            void *m = mmap(a, len, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, (off_t)h.payload_offset);
-            if (m == MAP_FAILED) {
-                munmap(r, span + PREP_PAYLOAD_ALIGN);
-                bad = "cannot map it";
-            } else {
-                if (a > r)
-                    munmap(r, (size_t)(a - r));
-                if (r + span + PREP_PAYLOAD_ALIGN > a + span)
-                    munmap(a + span, (size_t)(r + span + PREP_PAYLOAD_ALIGN - (a + span)));
-                /*
-                 * Huge pages before the first read: the kernel then reads the
-                 * file into 2 MiB page-cache folios and maps them whole, where
-                 * its filesystem supports large folios. With 4 KiB pages the
-                 * TLB misses of a decode step's weight stream cost 10-20%.
-                 * Both calls are hints; verification reads every byte anyway.
-                 */
-                madvise(a, span, MADV_HUGEPAGE);
-                madvise(a, span, MADV_POPULATE_READ);
-                c->map = a;
-                c->map_bytes = span;
-            }
+        size_t span;
+        uint8_t *a = map_payload(fd, h.payload_offset, (size_t)h.payload_bytes, &span, &bad);
+        if (a) {
+            c->map = a;
+            c->map_bytes = span;
         }
     }
     close(fd);
@@ -703,11 +713,19 @@ static bool store(const eng_plan *p, plan_prep *c, prep_entry *e, size_t n, char
     /*
      * The written pages sit in the page cache in whatever folios the writes
      * made, and a later mapping would get those. Dropped now (they are clean
-     * after the sync), the next load reads the file back into huge folios
-     * (open_file). A hint: failure costs only speed.
+     * after the sync) and read back through a huge-page mapping, the file
+     * waits in the page cache in 2 MiB folios, so the next load maps them
+     * without reading the disk (the read is this cold load's, not the first
+     * restart's). Hints: failure costs only speed.
      */
-    if (ok)
+    if (ok) {
         posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        size_t span;
+        const char *unused;
+        uint8_t *m = map_payload(fd, h.payload_offset, (size_t)h.payload_bytes, &span, &unused);
+        if (m)
+            munmap(m, span);
+    }
     if (close(fd) != 0 && ok) {
         ok = false;
         err = errno;
