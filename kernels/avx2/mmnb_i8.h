@@ -37,20 +37,19 @@ INLINE void unpack64(__m256i v, __m256i *lo, __m256i *hi)
 }
 
 /*
- * Int32 lane sums of q * qa over one q64 chunk: lane i covers k in [8i, 8i+8).
- * Each maddubs pair sum is at most 2 * 15 * 127 = 3810 in magnitude, the two
- * added in int16 at most 7620: no saturation, the sums are exact.
+ * The int16 pair sums of q * qa over one q64 chunk. Each maddubs pair sum is
+ * at most 2 * 15 * 127 = 3810 in magnitude, the two added in int16 at most
+ * 7620: no saturation, the sums are exact.
  */
-INLINE __m256i dot64(__m256i lo, __m256i hi, __m256i qe, __m256i qo)
-{
-    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, qe), _mm256_maddubs_epi16(hi, qo));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
-/* The int16 pair sums of dot64 before widening: each at most 7620 in magnitude. */
 INLINE __m256i dot64_16(__m256i lo, __m256i hi, __m256i qe, __m256i qo)
 {
     return _mm256_add_epi16(_mm256_maddubs_epi16(lo, qe), _mm256_maddubs_epi16(hi, qo));
+}
+
+/* dot64_16 widened: int32 lane sums, lane i covering k in [8i, 8i+8). */
+INLINE __m256i dot64(__m256i lo, __m256i hi, __m256i qe, __m256i qo)
+{
+    return _mm256_madd_epi16(dot64_16(lo, hi, qe, qo), _mm256_set1_epi16(1));
 }
 
 /*
