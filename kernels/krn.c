@@ -351,7 +351,7 @@ size_t krn_q4_pack_size(const krn_q4_weights *w)
 {
     if (w->block_size != 32 || w->zero_pts || !w->n || w->k_blocks != (w->k + 31) / 32)
         return 0;
-    return (w->n + KRN_Q4P_NR - 1) / KRN_Q4P_NR * krn_q4p_tile_bytes(w->k_blocks, w->packed_bf16);
+    return (w->n + KRN_Q4_PACK_TILE - 1) / KRN_Q4_PACK_TILE * krn_q4p_tile_bytes(w->k_blocks, w->packed_bf16);
 }
 
 krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n)
@@ -366,8 +366,8 @@ krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n)
         s.zero_pts = w->zero_pts + off * ((w->k_blocks + 1) / 2);
     if (w->bias)
         s.bias = w->bias + off;
-    if (w->packed) /* tiles of KRN_Q4P_NR columns follow each other */
-        s.packed = (const uint8_t *)w->packed + off / KRN_Q4P_NR * krn_q4p_tile_bytes(w->k_blocks, w->packed_bf16);
+    if (w->packed) /* tiles of KRN_Q4_PACK_TILE columns follow each other */
+        s.packed = (const uint8_t *)w->packed + off / KRN_Q4_PACK_TILE * krn_q4p_tile_bytes(w->k_blocks, w->packed_bf16);
     return s;
 }
 
@@ -391,9 +391,11 @@ int krn_q4_pack(const krn_q4_weights *w, void *dst)
     if (w->packed_bf16 && !krn_q4_scales_fit_bf16(w->scales, w->n * w->k_blocks))
         return KRN_EINVAL;
     size_t kb = w->k_blocks, rec = krn_q4p_block_bytes(w->packed_bf16);
-    uint8_t *out = dst;
-    for (size_t n0 = 0; n0 < w->n; n0 += KRN_Q4P_NR)
-        for (size_t b = 0; b < kb; b++, out += rec) {
+    size_t padded = (w->n + KRN_Q4_PACK_TILE - 1) / KRN_Q4_PACK_TILE * KRN_Q4_PACK_TILE;
+    /* Every record of every tile, the padding half of a last one included. */
+    for (size_t n0 = 0; n0 < padded; n0 += KRN_Q4P_NR)
+        for (size_t b = 0; b < kb; b++) {
+            uint8_t *out = (uint8_t *)dst + (n0 / KRN_Q4_PACK_TILE * kb + b) * 2 * rec + (n0 / KRN_Q4P_NR % 2) * rec;
             uint32_t sc[KRN_Q4P_NR];
             for (size_t c = 0; c < KRN_Q4P_NR; c++) {
                 size_t n = n0 + c;
@@ -424,9 +426,9 @@ void krn_q4_dequant_row(const krn_q4_weights *w, size_t n, float *out)
     if (w->packed && !w->zero_pts) {
         /* record (tile, block): four 32-byte vectors whose lane c holds 4 weight bytes of column c, then scales */
         size_t rec = krn_q4p_block_bytes(w->packed_bf16), c = n % KRN_Q4P_NR;
-        const uint8_t *tile = (const uint8_t *)w->packed + (n / KRN_Q4P_NR) * krn_q4p_tile_bytes(kb, w->packed_bf16);
+        const uint8_t *half = krn_q4p_half(w->packed, n - c, kb, w->packed_bf16);
         for (size_t b = 0; b < kb; b++) {
-            const uint8_t *r = tile + b * rec;
+            const uint8_t *r = half + 2 * b * rec;
             float sc;
             if (w->packed_bf16) {
                 uint16_t h;

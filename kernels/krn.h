@@ -127,10 +127,11 @@ void krn_q4_weights_set_blocks(krn_q4_weights *w);
 
 /*
  * Optional repacking of the weights, once at plan time, into the order in
- * which the int8-mode kernels read them: columns in tiles of eight and, per
- * tile and block, the eight columns' weight bytes interleaved four at a time
- * (one column per 32-bit vector lane) followed by their eight scales, so a
- * tile is one sequential stream and the GEMM needs no horizontal reduction.
+ * which the int8-mode kernels read them: columns in tiles of sixteen and, per
+ * tile and block, two records of eight columns, each the columns' weight
+ * bytes interleaved four at a time (one column per 32-bit vector lane)
+ * followed by their eight scales, so a tile is one sequential stream and the
+ * GEMM needs no horizontal reduction.
  * The packed copy has the same size as b_data plus scales (up to the padding
  * of a last partial tile). It only exists for
  * block_size 32 without zero points (the form of the exported Qwen3 graphs):
@@ -146,7 +147,7 @@ size_t krn_q4_pack_size(const krn_q4_weights *w);
  * is byte for byte tile t of the whole matrix's pack (which lets a caller
  * pack a matrix it has to gather column by column, one tile at a time).
  */
-#define KRN_Q4_PACK_TILE 8
+#define KRN_Q4_PACK_TILE 16
 
 /*
  * Columns [off, off + n) of W as weights of their own, sharing W's storage
@@ -161,7 +162,7 @@ krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n);
  * outside the process (the engine's prepared-weights cache) are keyed by
  * it: raise it with any change to what krn_q4_pack() writes.
  */
-#define KRN_Q4_PACK_LAYOUT 1
+#define KRN_Q4_PACK_LAYOUT 2
 
 /*
  * With packed_bf16 set, the packed copy keeps each scale as its upper 16

@@ -567,7 +567,7 @@ static void mmnb_bf16_case(const krn_table *lv, const qweights *q, size_t m, con
     for (int v = 0; v < 2; v++) {
         w.packed_bf16 = v == 1;
         size_t sz = krn_q4_pack_size(&w);
-        ck_assert_uint_eq(sz, (n + 7) / 8 * w.k_blocks * (v ? 144 : 160));
+        ck_assert_uint_eq(sz, (n + 15) / 16 * 2 * w.k_blocks * (v ? 144 : 160));
         void *pk = aligned_alloc(64, (sz + 63) & ~(size_t)63);
         ck_assert_ptr_nonnull(pk);
         ck_assert_int_eq(krn_q4_pack(&w, pk), KRN_OK);
@@ -1027,8 +1027,9 @@ END_TEST
 
 /*
  * Repacking: only block 32 without zero points; the size covers whole
- * 8-column tiles; every weight byte and scale (fp32 or bfloat16 record)
- * lands where krn_internal.h says, padding columns are zero.
+ * 16-column tiles of two 8-column records per block; every weight byte and
+ * scale (fp32 or bfloat16 record) lands where krn_internal.h says, padding
+ * columns (a whole padding record included) are zero.
  */
 START_TEST(q4_pack_layout)
 {
@@ -1041,12 +1042,12 @@ START_TEST(q4_pack_layout)
     ck_assert_uint_eq(krn_q4_pack_size(&q.w), 0); /* block 16 */
     qw_free(&q);
 
-    static const size_t ns[] = {1, 4, 8, 9, 21}, ks[] = {32, 96, 100, 1024};
+    static const size_t ns[] = {1, 4, 8, 9, 16, 21, 33}, ks[] = {32, 96, 100, 1024};
     for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++)
         for (size_t ik = 0; ik < sizeof ks / sizeof ks[0]; ik++) {
             size_t n = ns[in], k = ks[ik];
             qw_make(&q, n, k, 32, false, false, 0.1f, &r);
-            size_t kb = q.w.k_blocks, tiles = (n + 7) / 8;
+            size_t kb = q.w.k_blocks, tiles = (n + 15) / 16;
             size_t sz = krn_q4_pack_size(&q.w);
             uint8_t *pk = aligned_alloc(64, (sz + 63) & ~(size_t)63);
             ck_assert_ptr_nonnull(pk);
@@ -1062,12 +1063,12 @@ START_TEST(q4_pack_layout)
                     q.w.packed_bf16 = true;
                 }
                 size_t rec = v ? 144 : 160;
-                ck_assert_uint_eq(krn_q4_pack_size(&q.w), tiles * kb * rec);
+                ck_assert_uint_eq(krn_q4_pack_size(&q.w), tiles * 2 * kb * rec);
                 memset(pk, 0xEE, sz);
                 ck_assert_int_eq(krn_q4_pack(&q.w, pk), KRN_OK);
-                for (size_t t = 0; t < tiles; t++)
+                for (size_t t = 0; t < 2 * tiles; t++) /* eight-column halves */
                     for (size_t b = 0; b < kb; b++) {
-                        const uint8_t *g = pk + (t * kb + b) * rec;
+                        const uint8_t *g = pk + ((t / 2) * 2 * kb + 2 * b + t % 2) * rec;
                         for (size_t c = 0; c < 8; c++) {
                             size_t col = 8 * t + c;
                             bool have = col < n;
@@ -1089,7 +1090,7 @@ START_TEST(q4_pack_layout)
                         }
                     }
             }
-            ck_assert(pk[tiles * kb * 144] == 0xEE); /* nothing written past the smaller copy */
+            ck_assert(pk[tiles * 2 * kb * 144] == 0xEE); /* nothing written past the smaller copy */
             free(pk);
             qw_free(&q);
         }
@@ -1697,27 +1698,20 @@ START_TEST(gqa)
 END_TEST
 
 /*
- * Prompt rows (S > 1, or the prompt flag) take the lane arithmetic, which the
- * avx512 core does lane for lane as the AVX2 core does: the same bits on both
- * levels, so a prompt's attention does not depend on the CPU's level. Shapes
- * with fewer rows than a vector, head sizes with tails, windows, soft-capping,
- * fp16 caches and both cache layouts, cut into odd item ranges.
+ * Every level's attention gives the AVX2 core's bits: prompt rows (S > 1, or
+ * the prompt flag) take the lane arithmetic, which the avx512 core does lane
+ * for lane as the AVX2 core does, and decode rows take the AVX2 core's
+ * row-major pass on every level. So a request's attention does not depend on
+ * the CPU's level. Each case is cut into odd item ranges.
  */
-START_TEST(gqa_prompt_levels_agree)
+static void gqa_levels_agree(const gqa_case *cases, size_t n_cases, bool prompt, const char *what)
 {
-    static const gqa_case cases[] = {
-        {0, 40, 4, 2, 64, -1, 0, true, false},  {9, 23, 8, 1, 24, -1, 0, false, false},
-        {0, 5, 32, 1, 16, -1, 0, false, false}, {17, 33, 4, 2, 128, 20, 0, true, false},
-        {3, 17, 3, 3, 20, -1, 0, false, true},  {30, 4, 4, 2, 64, -1, 5.0f, false, false},
-        {0, 37, 16, 8, 128, -1, 0, false, true}, {64, 1, 16, 8, 128, -1, 0, false, false},
-        {100, 2, 6, 2, 36, 50, 0, true, true},  {0, 70, 2, 1, 8, -1, 0, false, false},
-    };
     krn_table tabs[MAX_TABS], avx2;
     int nl = simd_tables(tabs, true);
     if (krn_table_for_level(KRN_LEVEL_AVX2, &avx2) != KRN_OK)
         return; /* no SIMD level runs here */
     rng r = {777};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (size_t i = 0; i < n_cases; i++) {
         const gqa_case *c = &cases[i];
         size_t T = c->past + c->seq, cap = T + 2, hd = c->hd, esz = c->f16 ? 2 : 4;
         size_t q_ld = c->nq * hd + 3, out_ld = c->nq * hd, cache_sz = c->nkv * cap * hd;
@@ -1739,7 +1733,7 @@ START_TEST(gqa_prompt_levels_agree)
                           .kv_tok_stride = c->token_major ? c->nkv * hd : hd, .out = want, .out_ld = out_ld,
                           .seq = c->seq, .past = c->past, .n_heads = c->nq, .n_kv_heads = c->nkv,
                           .head_dim = hd, .scale = 4.0f / sqrtf((float)hd), .local_window = c->window,
-                          .softcap = c->softcap, .kv_type = c->f16 ? KRN_KV_F16 : KRN_KV_F32, .prompt = true};
+                          .softcap = c->softcap, .kv_type = c->f16 ? KRN_KV_F16 : KRN_KV_F32, .prompt = prompt};
         avx2.gqa.fn(&a, 0, items);
         for (int l = 0; l < nl; l++) {
             memset(got, 0xff, out_n * sizeof(float));
@@ -1748,7 +1742,7 @@ START_TEST(gqa_prompt_levels_agree)
             tabs[l].gqa.fn(&a, 0, cut);
             tabs[l].gqa.fn(&a, cut, items);
             ck_assert_msg(memcmp(got, want, out_n * sizeof(float)) == 0,
-                          "%s differs from gqa.avx2 on prompt rows: P=%zu S=%zu nq=%zu nkv=%zu hd=%zu", tabs[l].gqa.name,
+                          "%s differs from gqa.avx2 on %s rows: P=%zu S=%zu nq=%zu nkv=%zu hd=%zu", tabs[l].gqa.name, what,
                           c->past, c->seq, c->nq, c->nkv, hd);
             a.out = want;
         }
@@ -1762,6 +1756,43 @@ START_TEST(gqa_prompt_levels_agree)
         free(want);
         free(got);
     }
+}
+
+/*
+ * Prompt rows: shapes with fewer rows than a vector, head sizes with tails,
+ * windows, soft-capping, fp16 caches and both cache layouts.
+ */
+START_TEST(gqa_prompt_levels_agree)
+{
+    static const gqa_case cases[] = {
+        {0, 40, 4, 2, 64, -1, 0, true, false},  {9, 23, 8, 1, 24, -1, 0, false, false},
+        {0, 5, 32, 1, 16, -1, 0, false, false}, {17, 33, 4, 2, 128, 20, 0, true, false},
+        {3, 17, 3, 3, 20, -1, 0, false, true},  {30, 4, 4, 2, 64, -1, 5.0f, false, false},
+        {0, 37, 16, 8, 128, -1, 0, false, true}, {64, 1, 16, 8, 128, -1, 0, false, false},
+        {100, 2, 6, 2, 36, 50, 0, true, true},  {0, 70, 2, 1, 8, -1, 0, false, false},
+    };
+    gqa_levels_agree(cases, sizeof cases / sizeof cases[0], true, "prompt");
+}
+END_TEST
+
+/*
+ * Decode rows (one new token): kv groups of 1 to 8 heads (odd ones leave a
+ * row without a partner), head sizes from 8 to 128, pasts that end inside, at
+ * and past chunk boundaries, windows, soft-capping, fp16 caches, and
+ * token-major caches (whose sets span kv heads).
+ */
+START_TEST(gqa_decode_levels_agree)
+{
+    static const gqa_case cases[] = {
+        {0, 1, 2, 1, 8, -1, 0, false, false},      {30, 1, 16, 8, 128, -1, 0, false, false},
+        {31, 1, 4, 2, 64, -1, 0, false, true},     {32, 1, 6, 2, 24, -1, 0, false, false},
+        {63, 1, 3, 1, 40, -1, 0, false, false},    {100, 1, 32, 8, 128, -1, 0, false, true},
+        {137, 1, 8, 1, 80, 50, 0, false, false},   {45, 1, 12, 4, 120, -1, 4.0f, false, false},
+        {300, 1, 16, 8, 128, 33, 0, false, true},  {9, 1, 5, 5, 16, -1, 0, false, false},
+        {70, 1, 16, 8, 128, -1, 0, true, false},   {50, 1, 4, 4, 64, -1, 0, true, true},
+        {20, 1, 12, 4, 24, 7, 0, true, false},     {257, 1, 14, 2, 96, -1, 0, false, false},
+    };
+    gqa_levels_agree(cases, sizeof cases / sizeof cases[0], false, "decode");
 }
 END_TEST
 
@@ -2040,6 +2071,7 @@ int main(void)
     tcase_add_test(tc, kv_store);
     tcase_add_test(tc, gqa);
     tcase_add_test(tc, gqa_prompt_levels_agree);
+    tcase_add_test(tc, gqa_decode_levels_agree);
     tcase_add_test(tc, elementwise);
     tcase_add_test(tc, gather);
     suite_add_tcase(s, tc);

@@ -4,7 +4,8 @@
  *
  * int8 mode (ONNX Runtime's accuracy_level 4 numerics). Weights repacked at
  * load (krn_q4_pack, block_size 32 without zero points: the exported Qwen3
- * graphs) are read in tiles of eight columns, one column per 32-bit lane:
+ * graphs) are read eight columns (one record of a sixteen-column tile) at a
+ * time, one column per 32-bit lane:
  * per block, four 32-byte vectors whose low and high nibbles meet broadcasts
  * of the quantizer's even and odd activations in _mm256_maddubs_epi16 (the
  * unsigned 4-bit q times the int8 activations), the products summed in int16
@@ -18,7 +19,9 @@
  * transfer from a general register. Register tiles are MR rows x 8
  * columns: each block's weights are unpacked once for all MR rows, so prefill
  * (M > 1) amortizes the unpacking, and rows are blocked so their activations
- * stay in L2. Decode (M = 1) streams each tile once, prefetched 2 KiB ahead.
+ * stay in L2. Decode (M <= 2) takes both records of a block in one pass, so
+ * each tile is one stream, prefetched 2 KiB ahead; reading one record of
+ * each block per pass made a single-thread decode step 25% slower.
  *
  * Weights in the ONNX layout (zero points, or not repacked) are read in
  * place: 64 consecutive k of a column are its 32 weight bytes, split into

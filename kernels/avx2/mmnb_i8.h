@@ -240,107 +240,121 @@ INLINE __m256i bcast4(const int8_t *p)
  * block are unpacked once for all MR rows. PF prefetches the stream ahead
  * (the first row tile of a row block is the one that reads it from memory).
  */
-INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *out, const int MR, const bool BF16,
-                          bool pf)
+INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *out, const int MR, const int NH,
+                          const bool BF16, bool pf)
 {
     const krn_q4_weights *w = &a->w;
     const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, 32), rec = krn_q4p_block_bytes(BF16);
-    const uint8_t *g = (const uint8_t *)w->packed + (n0 / KRN_Q4P_NR) * krn_q4p_tile_bytes(kb, BF16);
+    const uint8_t *g = krn_q4p_half(w->packed, n0, kb, BF16);
     const int8_t *q = krn_qa_q((void *)a->qa, m0, kb, 32);
     const float *sa = krn_qa_scale((void *)a->qa, m0, kb, 32);
     const float *zs = krn_qa_zp8_sum((void *)a->qa, m0, kb, 32);
 #if !KRN_AVXVNNI
     const __m256i ones = _mm256_set1_epi16(1);
 #endif
-    __m256 acc[MR_TILE];
+    __m256 acc[2][MR_TILE];
 
-    UNROLL for (int i = 0; i < MR; i++)
-        acc[i] = _mm256_setzero_ps();
-    for (size_t b = 0; b < kb; b++, g += rec, q += 32) {
+    UNROLL for (int e = 0; e < NH; e++)
+        UNROLL for (int i = 0; i < MR; i++)
+            acc[e][i] = _mm256_setzero_ps();
+    for (size_t b = 0; b < kb; b++, g += 2 * rec, q += 32) {
         /*
          * The hardware prefetcher alone leaves the stream at ~13 GB/s on the
          * machines measured; asking for the lines 2 KiB ahead (prefetches
-         * never fault, also past the end) brings it to ~16-19 GB/s.
+         * never fault, also past the end) brings it to ~16-19 GB/s. A block's
+         * two records are asked for together: with NH = 1 the pass over the
+         * tile's other eight columns then reads them from cache.
          */
-        if (pf) {
-            _mm_prefetch((const char *)g + PF_DIST, _MM_HINT_T0);
-            _mm_prefetch((const char *)g + PF_DIST + 64, _MM_HINT_T0);
-            _mm_prefetch((const char *)g + PF_DIST + 128, _MM_HINT_T0);
-        }
-        /* Per row, the block's partial dots: int16 pair sums of all products
-         * without VNNI; with VNNI int32 sums of the low nibbles' products in
-         * dot and of the high nibbles' in dot_hi (two chains, added at the end). */
-        __m256i dot[MR_TILE];
+        if (pf)
+            UNROLL for (int l = 0; l < 5; l++)
+                _mm_prefetch((const char *)g + PF_DIST + 64 * l, _MM_HINT_T0);
+        /* The block's record of these eight columns, then with NH = 2 the tile's other eight. */
+        UNROLL for (int e = 0; e < NH; e++) {
+            const uint8_t *ge = g + (size_t)e * rec;
+            /* Per row, the block's partial dots: int16 pair sums of all products
+             * without VNNI; with VNNI int32 sums of the low nibbles' products in
+             * dot and of the high nibbles' in dot_hi (two chains, added at the end). */
+            __m256i dot[MR_TILE];
 #if KRN_AVXVNNI
-        __m256i dot_hi[MR_TILE];
+            __m256i dot_hi[MR_TILE];
 #endif
-        UNROLL for (int h = 0; h < 4; h++) {
-            __m256i lo, hi;
-            unpack64(_mm256_loadu_si256((const __m256i *)(const void *)(g + 32 * h)), &lo, &hi);
-            UNROLL for (int i = 0; i < MR; i++) {
-                const int8_t *qi = q + (size_t)i * rb;
+            UNROLL for (int h = 0; h < 4; h++) {
+                __m256i lo, hi;
+                unpack64(_mm256_loadu_si256((const __m256i *)(const void *)(ge + 32 * h)), &lo, &hi);
+                UNROLL for (int i = 0; i < MR; i++) {
+                    const int8_t *qi = q + (size_t)i * rb;
 #if KRN_AVXVNNI
-                dot[i] = dpbusd8(h ? dot[i] : _mm256_setzero_si256(), lo, bcast4(qi + 4 * h));
-                dot_hi[i] = dpbusd8(h ? dot_hi[i] : _mm256_setzero_si256(), hi, bcast4(qi + 16 + 4 * h));
+                    dot[i] = dpbusd8(h ? dot[i] : _mm256_setzero_si256(), lo, bcast4(qi + 4 * h));
+                    dot_hi[i] = dpbusd8(h ? dot_hi[i] : _mm256_setzero_si256(), hi, bcast4(qi + 16 + 4 * h));
 #else
-                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(qi + 4 * h)),
-                                             _mm256_maddubs_epi16(hi, bcast4(qi + 16 + 4 * h)));
-                dot[i] = h ? _mm256_add_epi16(dot[i], p) : p;
+                    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(qi + 4 * h)),
+                                                 _mm256_maddubs_epi16(hi, bcast4(qi + 16 + 4 * h)));
+                    dot[i] = h ? _mm256_add_epi16(dot[i], p) : p;
 #endif
+                }
             }
-        }
-        const __m256 sb = BF16 ? bf16x8(g + KRN_Q4P_WEIGHT_BYTES)
-                               : _mm256_loadu_ps((const float *)(const void *)(g + KRN_Q4P_WEIGHT_BYTES));
-        UNROLL for (int i = 0; i < MR; i++) {
-            const size_t ro = (size_t)i * rb; /* the next row's statistics, in bytes */
-            const float *sai = (const float *)(const void *)((const char *)sa + ro);
-            const float *zsi = (const float *)(const void *)((const char *)zs + ro);
+            const __m256 sb = BF16 ? bf16x8(ge + KRN_Q4P_WEIGHT_BYTES)
+                                   : _mm256_loadu_ps((const float *)(const void *)(ge + KRN_Q4P_WEIGHT_BYTES));
+            UNROLL for (int i = 0; i < MR; i++) {
+                const size_t ro = (size_t)i * rb; /* the next row's statistics, in bytes */
+                const float *sai = (const float *)(const void *)((const char *)sa + ro);
+                const float *zsi = (const float *)(const void *)((const char *)zs + ro);
 #if KRN_AVXVNNI
-            __m256 d = _mm256_cvtepi32_ps(_mm256_add_epi32(dot[i], dot_hi[i]));
+                __m256 d = _mm256_cvtepi32_ps(_mm256_add_epi32(dot[i], dot_hi[i]));
 #else
-            __m256 d = _mm256_cvtepi32_ps(_mm256_madd_epi16(dot[i], ones));
+                __m256 d = _mm256_cvtepi32_ps(_mm256_madd_epi16(dot[i], ones));
 #endif
-            __m256 t = _mm256_fmsub_ps(d, _mm256_broadcast_ss(sai + b), _mm256_broadcast_ss(zsi + b));
-            acc[i] = _mm256_fmadd_ps(t, sb, acc[i]);
+                __m256 t = _mm256_fmsub_ps(d, _mm256_broadcast_ss(sai + b), _mm256_broadcast_ss(zsi + b));
+                acc[e][i] = _mm256_fmadd_ps(t, sb, acc[e][i]);
+            }
         }
     }
     UNROLL for (int i = 0; i < MR; i++)
-        _mm256_storeu_ps(out + 8 * i, acc[i]);
+        UNROLL for (int e = 0; e < NH; e++)
+            _mm256_storeu_ps(out + 8 * (NH * i + e), acc[e][i]);
 }
 
 /*
  * Rows [m0, m0 + mr) of one tile, mr in 1..4, with the row count as a
- * constant: the lane kernel on packed weights, else the in-place one.
+ * constant: the lane kernel on packed weights (NH records of eight columns
+ * per block: 2 only for mr <= 2, which the registers hold), else the in-place
+ * one.
  */
 INLINE void i8_tile_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, float *out, const bool PACKED,
-                         const bool ZP, const bool BF16, bool pf)
+                         const int NH, const bool ZP, const bool BF16, bool pf)
 {
     switch (mr) {
-    case 4: PACKED ? i8_lanes_tile(a, m0, n0, out, 4, BF16, pf) : i8_tile32(a, m0, n0, out, 4, ZP); break;
-    case 3: PACKED ? i8_lanes_tile(a, m0, n0, out, 3, BF16, pf) : i8_tile32(a, m0, n0, out, 3, ZP); break;
-    case 2: PACKED ? i8_lanes_tile(a, m0, n0, out, 2, BF16, pf) : i8_tile32(a, m0, n0, out, 2, ZP); break;
-    default: PACKED ? i8_lanes_tile(a, m0, n0, out, 1, BF16, pf) : i8_tile32(a, m0, n0, out, 1, ZP); break;
+    case 4: PACKED ? i8_lanes_tile(a, m0, n0, out, 4, 1, BF16, pf) : i8_tile32(a, m0, n0, out, 4, ZP); break;
+    case 3: PACKED ? i8_lanes_tile(a, m0, n0, out, 3, 1, BF16, pf) : i8_tile32(a, m0, n0, out, 3, ZP); break;
+    case 2: PACKED ? i8_lanes_tile(a, m0, n0, out, 2, NH, BF16, pf) : i8_tile32(a, m0, n0, out, 2, ZP); break;
+    default: PACKED ? i8_lanes_tile(a, m0, n0, out, 1, NH, BF16, pf) : i8_tile32(a, m0, n0, out, 1, ZP); break;
     }
 }
 
 /*
  * Columns [n_begin, n_end) of every row, block_size 32: row blocks, column
- * tiles (packed: eight columns from a multiple of 8, so a range cut inside a
- * tile computes it whole; in place: four from wherever the range starts),
- * register tiles of MR_TILE rows. PACKED and ZP are constants at every call.
+ * tiles (packed: eight columns from a multiple of 8, or with at most two
+ * rows the whole sixteen-column tile, one stream, from a multiple of 16; a
+ * range cut inside a tile computes it whole; in place: four from wherever
+ * the range starts), register tiles of MR_TILE rows. PACKED and ZP are
+ * constants at every call.
  */
 INLINE void i8_cols32(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool PACKED, const bool ZP,
                       const bool BF16)
 {
-    const size_t nt = PACKED ? KRN_Q4P_NR : 4;
-    float out[MR_TILE * KRN_Q4P_NR] __attribute__((aligned(32)));
+    const int nh = PACKED && a->m <= 2 ? 2 : 1;
+    const size_t nt = PACKED ? KRN_Q4P_NR * (size_t)nh : 4;
+    float out[MR_TILE * KRN_Q4_PACK_TILE] __attribute__((aligned(32)));
     size_t first = PACKED ? n_begin / nt * nt : n_begin;
     for (size_t mb = 0; mb < a->m; mb += ROW_BLOCK) {
         size_t me = a->m - mb < ROW_BLOCK ? a->m : mb + ROW_BLOCK;
         for (size_t n0 = first; n0 < n_end; n0 += nt)
             for (size_t m0 = mb; m0 < me; m0 += MR_TILE) {
                 size_t mr = me - m0 < MR_TILE ? me - m0 : MR_TILE;
-                i8_tile_rows(a, m0, mr, n0, out, PACKED, ZP, BF16, m0 == mb);
+                if (nh == 2)
+                    i8_tile_rows(a, m0, mr, n0, out, PACKED, 2, ZP, BF16, m0 == mb);
+                else
+                    i8_tile_rows(a, m0, mr, n0, out, PACKED, 1, ZP, BF16, m0 == mb);
                 store_tile(a, m0, mr, n0, n_begin, n_end, out, nt);
             }
     }

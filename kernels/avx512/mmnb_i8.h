@@ -211,12 +211,12 @@ static KRN_TGT void i8_bs16(const krn_mmnb_args *a, size_t m, size_t n)
 /* Packed weights (krn_q4_pack, krn_internal.h)                                */
 
 /*
- * Two adjacent packed tiles side by side: sixteen columns, one per 32-bit
- * lane, the first tile's eight in the low half. Per block and row this is the
- * AVX2 lane kernel (avx2/mmnb.c, i8_lanes_tile) twice as wide: vector h holds
- * each column's weight bytes 4h..4h+3, whose low nibbles meet the broadcast
- * activations 4h..4h+3 of the block's even k and whose high nibbles those of
- * the odd k. The block's dot per column is an exact int32 either way (VPDPBUSD
+ * A packed tile's two records per block side by side: sixteen columns, one
+ * per 32-bit lane, the first record's eight in the low half. Per block and
+ * row this is the AVX2 lane kernel (avx2/mmnb.c, i8_lanes_tile) twice as
+ * wide: vector h holds each column's weight bytes 4h..4h+3, whose low
+ * nibbles meet the broadcast activations 4h..4h+3 of the block's even k and
+ * whose high nibbles those of the odd k. The block's dot per column is an exact int32 either way (VPDPBUSD
  * adds the four products of a lane directly; without VNNI the int16 pair sums
  * stay below 30480 as in AVX2), and the float steps are the AVX2 kernel's, in
  * its order: t = sA * dot - zp8_sum, acc += t * sB. So every column comes out
@@ -228,7 +228,7 @@ static KRN_TGT void i8_bs16(const krn_mmnb_args *a, size_t m, size_t n)
  */
 #define MR_PK 8 /* rows per register tile: acc[8], the 8 unpacked vectors and one row's temporaries */
 #define ROW_BLOCK_PK 64 /* rows whose activations stay in L2 while the range's tiles pass */
-#define PF_DIST_PK 2048 /* bytes ahead in each tile's stream */
+#define PF_DIST_PK 4096 /* bytes ahead in each tile's stream */
 
 /* The 4 int8 activations at p in all sixteen 32-bit lanes. */
 INLINE __m512i bcast4_512(const int8_t *p)
@@ -270,18 +270,17 @@ INLINE __m512 scales_pair(const uint8_t *p0, const uint8_t *p1, const bool BF16)
 }
 
 /*
- * Rows [m0, m0 + MR) times the sixteen columns of tiles t and t + 1 (t =
- * n0 / 8) into out[row][col]; when t is the last tile, its copy stands in for
- * the second one and those lanes are not stored. PF prefetches both streams.
+ * Rows [m0, m0 + MR) times the sixteen columns of the tile at n0 (a multiple
+ * of 16) into out[row][col]: per block its two records, the first eight
+ * columns in the low half of the vectors. The tile is one stream, which PF
+ * prefetches.
  */
-INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, bool pair, float *out, const int MR,
-                    const bool BF16, bool pf)
+INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *out, const int MR, const bool BF16, bool pf)
 {
     const krn_q4_weights *w = &a->w;
     const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, 32), rec = krn_q4p_block_bytes(BF16);
-    const size_t tb = krn_q4p_tile_bytes(kb, BF16);
-    const uint8_t *g0 = (const uint8_t *)w->packed + (n0 / KRN_Q4P_NR) * tb;
-    const uint8_t *g1 = pair ? g0 + tb : g0;
+    const uint8_t *g0 = krn_q4p_half(w->packed, n0, kb, BF16);
+    const uint8_t *g1 = g0 + rec;
     const int8_t *q = krn_qa_q((void *)a->qa, m0, kb, 32);
     const float *sa = krn_qa_scale((void *)a->qa, m0, kb, 32);
     const float *zs = krn_qa_zp8_sum((void *)a->qa, m0, kb, 32);
@@ -290,17 +289,11 @@ INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, bool pair, flo
 
     UNROLL for (int i = 0; i < MR; i++)
         acc[i] = _mm512_setzero_ps();
-    for (size_t b = 0; b < kb; b++, g0 += rec, g1 += rec, q += 32) {
-        if (pf) {
-            /* Past its tile's end a stream's next bytes are those of the next
-             * pair's tile, tb further on (the other tile of this pair lies
-             * between), so the next pair starts with its first lines on the way. */
-            const size_t ahead = PF_DIST_PK + (b * rec + PF_DIST_PK >= tb ? tb : 0);
-            UNROLL for (int l = 0; l < 3; l++) {
-                _mm_prefetch((const char *)g0 + ahead + 64 * l, _MM_HINT_T0);
-                _mm_prefetch((const char *)g1 + ahead + 64 * l, _MM_HINT_T0);
-            }
-        }
+    for (size_t b = 0; b < kb; b++, g0 += 2 * rec, g1 += 2 * rec, q += 32) {
+        /* Past the tile's end the stream goes on into the next tile's first lines. */
+        if (pf)
+            UNROLL for (int l = 0; l < 5; l++)
+                _mm_prefetch((const char *)g0 + PF_DIST_PK + 64 * l, _MM_HINT_T0);
         /* The block's 128 weight bytes, unpacked once for all MR rows. */
         __m512i lo[4], hi[4];
         UNROLL for (int h = 0; h < 4; h++) {
@@ -353,48 +346,41 @@ INLINE void pk_store(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, si
     }
 }
 
-INLINE void pk_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, bool pair, float *out, const bool BF16,
-                    bool pf)
+INLINE void pk_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, float *out, const bool BF16, bool pf)
 {
     switch (mr) {
-    case 8: pk_tile(a, m0, n0, pair, out, 8, BF16, pf); break;
-    case 7: pk_tile(a, m0, n0, pair, out, 7, BF16, pf); break;
-    case 6: pk_tile(a, m0, n0, pair, out, 6, BF16, pf); break;
-    case 5: pk_tile(a, m0, n0, pair, out, 5, BF16, pf); break;
-    case 4: pk_tile(a, m0, n0, pair, out, 4, BF16, pf); break;
-    case 3: pk_tile(a, m0, n0, pair, out, 3, BF16, pf); break;
-    case 2: pk_tile(a, m0, n0, pair, out, 2, BF16, pf); break;
-    default: pk_tile(a, m0, n0, pair, out, 1, BF16, pf); break;
+    case 8: pk_tile(a, m0, n0, out, 8, BF16, pf); break;
+    case 7: pk_tile(a, m0, n0, out, 7, BF16, pf); break;
+    case 6: pk_tile(a, m0, n0, out, 6, BF16, pf); break;
+    case 5: pk_tile(a, m0, n0, out, 5, BF16, pf); break;
+    case 4: pk_tile(a, m0, n0, out, 4, BF16, pf); break;
+    case 3: pk_tile(a, m0, n0, out, 3, BF16, pf); break;
+    case 2: pk_tile(a, m0, n0, out, 2, BF16, pf); break;
+    default: pk_tile(a, m0, n0, out, 1, BF16, pf); break;
     }
 }
 
 /*
- * Columns [n_begin, n_end) of every row: row blocks, then pairs of tiles from
- * the tile holding n_begin (a range cut inside a tile computes it whole and
- * stores its own columns), then register tiles of MR_PK rows.
+ * Columns [n_begin, n_end) of every row: row blocks, then tiles from the
+ * one holding n_begin (a range cut inside a tile computes it whole and stores
+ * its own columns), then register tiles of MR_PK rows.
  */
 INLINE void pk_cols(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool BF16)
 {
-    const size_t tiles = (a->w.n + KRN_Q4P_NR - 1) / KRN_Q4P_NR;
     float out[MR_PK * 16] __attribute__((aligned(64)));
-    size_t first = n_begin / KRN_Q4P_NR * KRN_Q4P_NR;
-    /* The tiles prefetch PF_DIST_PK bytes ahead: the first pair's opening lines are asked for here. */
-    const size_t tb = krn_q4p_tile_bytes(a->w.k_blocks, BF16);
-    const char *g = (const char *)a->w.packed + first / KRN_Q4P_NR * tb;
-    for (size_t o = 0; o < PF_DIST_PK && o < tb; o += 64) {
-        _mm_prefetch(g + o, _MM_HINT_T0);
-        _mm_prefetch(g + tb + o, _MM_HINT_T0); /* past the last tile: a prefetch never faults */
-    }
+    size_t first = n_begin / KRN_Q4_PACK_TILE * KRN_Q4_PACK_TILE;
+    /* The tiles prefetch PF_DIST_PK bytes ahead: the first tile's opening lines are asked for here. */
+    const char *g = (const char *)krn_q4p_half(a->w.packed, first, a->w.k_blocks, BF16);
+    for (size_t o = 0; o < PF_DIST_PK; o += 64)
+        _mm_prefetch(g + o, _MM_HINT_T0); /* past the last tile: a prefetch never faults */
     for (size_t mb = 0; mb < a->m; mb += ROW_BLOCK_PK) {
         size_t me = a->m - mb < ROW_BLOCK_PK ? a->m : mb + ROW_BLOCK_PK;
-        for (size_t n0 = first; n0 < n_end; n0 += 16) {
-            bool pair = n0 / KRN_Q4P_NR + 1 < tiles;
+        for (size_t n0 = first; n0 < n_end; n0 += KRN_Q4_PACK_TILE)
             for (size_t m0 = mb; m0 < me; m0 += MR_PK) {
                 size_t mr = me - m0 < MR_PK ? me - m0 : MR_PK;
-                pk_rows(a, m0, mr, n0, pair, out, BF16, m0 == mb);
+                pk_rows(a, m0, mr, n0, out, BF16, m0 == mb);
                 pk_store(a, m0, mr, n0, n_begin, n_end, out);
             }
-        }
     }
 }
 
