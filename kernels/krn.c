@@ -367,7 +367,7 @@ krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n)
     if (w->bias)
         s.bias = w->bias + off;
     if (w->packed) /* tiles of KRN_Q4_PACK_TILE columns follow each other */
-        s.packed = (const uint8_t *)w->packed + off / KRN_Q4_PACK_TILE * krn_q4p_tile_bytes(w->k_blocks, w->packed_bf16);
+        s.packed = krn_q4p_half(w->packed, off, w->k_blocks, w->packed_bf16);
     return s;
 }
 
@@ -395,7 +395,7 @@ int krn_q4_pack(const krn_q4_weights *w, void *dst)
     /* Every record of every tile, the padding half of a last one included. */
     for (size_t n0 = 0; n0 < padded; n0 += KRN_Q4P_NR)
         for (size_t b = 0; b < kb; b++) {
-            uint8_t *out = (uint8_t *)dst + (n0 / KRN_Q4_PACK_TILE * kb + b) * 2 * rec + (n0 / KRN_Q4P_NR % 2) * rec;
+            uint8_t *out = (uint8_t *)krn_q4p_half(dst, n0, kb, w->packed_bf16) + 2 * b * rec;
             uint32_t sc[KRN_Q4P_NR];
             for (size_t c = 0; c < KRN_Q4P_NR; c++) {
                 size_t n = n0 + c;

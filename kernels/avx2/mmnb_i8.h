@@ -351,7 +351,7 @@ INLINE void i8_cols32(const krn_mmnb_args *a, size_t n_begin, size_t n_end, cons
         for (size_t n0 = first; n0 < n_end; n0 += nt)
             for (size_t m0 = mb; m0 < me; m0 += MR_TILE) {
                 size_t mr = me - m0 < MR_TILE ? me - m0 : MR_TILE;
-                if (nh == 2)
+                if (nh == 2) /* NH a constant in each call: it sizes the register tile */
                     i8_tile_rows(a, m0, mr, n0, out, PACKED, 2, ZP, BF16, m0 == mb);
                 else
                     i8_tile_rows(a, m0, mr, n0, out, PACKED, 1, ZP, BF16, m0 == mb);

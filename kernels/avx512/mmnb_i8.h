@@ -216,10 +216,11 @@ static KRN_TGT void i8_bs16(const krn_mmnb_args *a, size_t m, size_t n)
  * row this is the AVX2 lane kernel (avx2/mmnb.c, i8_lanes_tile) twice as
  * wide: vector h holds each column's weight bytes 4h..4h+3, whose low
  * nibbles meet the broadcast activations 4h..4h+3 of the block's even k and
- * whose high nibbles those of the odd k. The block's dot per column is an exact int32 either way (VPDPBUSD
- * adds the four products of a lane directly; without VNNI the int16 pair sums
- * stay below 30480 as in AVX2), and the float steps are the AVX2 kernel's, in
- * its order: t = sA * dot - zp8_sum, acc += t * sB. So every column comes out
+ * whose high nibbles those of the odd k. The block's dot per column is an
+ * exact int32 either way (VPDPBUSD adds the four products of a lane
+ * directly; without VNNI the int16 pair sums stay below 30480 as in AVX2),
+ * and the float steps are the AVX2 kernel's, in its order: t = sA * dot -
+ * zp8_sum, acc += t * sB. So every column comes out
  * bit for bit as the AVX2 kernel computes it, whichever level runs. Rows of a
  * register tile share only the unpacked weight vectors: each row's operations
  * are the same at every tile size, so its output does not depend on the rows
