@@ -1683,6 +1683,8 @@ START_TEST(gqa)
         {33, 1, 12, 4, 64, -1, 3.0f, false, false}, {0, 1, 4, 2, 24, -1, 0, false, false},
         {64, 1, 3, 1, 40, -1, 0, false, false},   {95, 1, 32, 8, 128, -1, 0, false, true},
         {160, 1, 8, 2, 128, 33, 0, false, true},
+        /* ... and longer: 256-dim heads over 601 keys, 72 dims (blocks of 32, 32 and 8) with a 150-key window. */
+        {600, 1, 4, 2, 256, -1, 0, false, false}, {300, 1, 8, 2, 72, 150, 0, false, false},
         /* fp16 caches, decode and prefill. */
         {70, 1, 16, 8, 128, -1, 0, true, true}, {300, 1, 4, 1, 128, -1, 0, false, true},
         {0, 37, 4, 2, 128, -1, 0, true, true},  {12, 9, 6, 3, 36, 5, 0, true, true},

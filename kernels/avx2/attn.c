@@ -19,7 +19,8 @@
  * independent FMA chains, one horizontal reduction per eight scores); the
  * weighted sum of values in
  * 2-row x 32-dim tiles kept in registers across the chunk, so each V vector
- * is read once per row pair and the accumulators touch memory once per chunk.
+ * is read once per row pair and the accumulators touch memory once per chunk
+ * (fp32 decode: one row's dims in registers, each V row read whole).
  * Causality (and a local window) are per-row masks over the shared key range;
  * a decode set whose rows share one kv head and one key range, the usual
  * case, takes attend_dec(), the same arithmetic without the per-row work.
@@ -40,6 +41,7 @@
 
 #define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
+#define UNROLL16 _Pragma("GCC unroll 16")
 
 /* The partner of row r in a 2-row tile: the next row if it shares r's kv head, else r itself. */
 static inline size_t partner(const rowset *rs, size_t r)
@@ -336,6 +338,40 @@ INLINE void attend(const krn_gqa_args *a, const rowset *rs, const bool F16)
 }
 
 /*
+ * acc[0, NV * 8) += sum_jj p[jj] * v(jc + jj)[0, NV * 8) for one row, keys
+ * outer: each value row is read whole and in order, a stream the hardware
+ * prefetchers follow, while the row's NV accumulators stay in registers. Per
+ * dim it is the FMA chain of chunk_pv() in the same key order, so the bits
+ * are those of chunk_pv().
+ */
+INLINE void row_pv(const float *v, size_t ts, size_t cn, const float *p, float *acc, const int NV)
+{
+    __m256 x[16];
+    UNROLL16 for (int i = 0; i < NV; i++)
+        x[i] = _mm256_load_ps(acc + 8 * i);
+    for (size_t jj = 0; jj < cn; jj++) {
+        __m256 pj = _mm256_broadcast_ss(&p[jj]);
+        const float *vr = v + jj * ts;
+        UNROLL16 for (int i = 0; i < NV; i++)
+            x[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * i), x[i]);
+    }
+    UNROLL16 for (int i = 0; i < NV; i++)
+        _mm256_store_ps(acc + 8 * i, x[i]);
+}
+
+/* row_pv over all hd dims (a multiple of 8), in register blocks of at most 128 dims. */
+static inline void row_pv_all(const float *v, size_t ts, size_t hd, size_t cn, const float *p, float *acc)
+{
+    size_t d = 0;
+    for (; d + 128 <= hd; d += 128)
+        row_pv(v + d, ts, cn, p, acc + d, 16);
+    for (; d + 32 <= hd; d += 32)
+        row_pv(v + d, ts, cn, p, acc + d, 4);
+    for (; d < hd; d += 8)
+        row_pv(v + d, ts, cn, p, acc + d, 1);
+}
+
+/*
  * Decode: rows that share one kv head and one visible key range (the heads of
  * a kv group for the one new token). Same arithmetic as attend(), operation
  * for operation, so a row's bits do not depend on which path ran it; what
@@ -350,6 +386,15 @@ INLINE void attend(const krn_gqa_args *a, const rowset *rs, const bool F16)
  * sum reads them. Asking for rows PF_KEYS ahead into L2 instead (attend()
  * keeps that distance for its strided sets) streamed 16-18 GB/s against 19-25
  * on one thread (bench/attn_bench, contexts 128-4096, fp32 and fp16 caches).
+ *
+ * With an fp32 cache the weighted sum takes one row at a time with all its
+ * dims in registers (row_pv), reading each V row whole and in key order,
+ * where chunk_pv() crosses the chunk's rows once per 32-dim slice: at
+ * context 4096, 2 threads, on a Zen 4 EPYC, a 0.6b token took 54-60 ms
+ * against 66-70 (qwen3d bench --contexts 4096, alternated). fp16 keeps
+ * chunk_pv(), whose row pairs share each widening. The bits are the same.
+ * (Scoring a span of chunks before their weighted sums, so that K and V are
+ * read one stream at a time, was no faster in the model on Zen 4 or Zen 5.)
  */
 INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const bool F16)
 {
@@ -393,9 +438,13 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const bool F16)
                 for (size_t jj = 0; jj < cn8; jj++)
                     if (jj < vis || jj >= cn)
                         sc[r][jj] = -INFINITY;
-        for (size_t r = 0; r < n; r++)
+        for (size_t r = 0; r < n; r++) {
             softmax_step(sc[r], cn8, &mx[r], &den[r], acc[r], hd);
-        chunk_pv(a, rs, jc, cn, sc, acc, F16);
+            if (!F16)
+                row_pv_all((const float *)a->v_cache + kb + jc * ts, ts, hd, cn, sc[r], acc[r]);
+        }
+        if (F16) /* row pairs share each widening */
+            chunk_pv(a, rs, jc, cn, sc, acc, F16);
     }
     finish_rows(rs, acc, den, hd);
 }
