@@ -4,7 +4,7 @@
  *
  * Usage: bench/attn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all]
  *                         [--contexts 1024,4096] [--prefill 512] [--min-ms T] [--hot]
- *                         [--token-major]
+ *                         [--token-major] [--huge-pages]
  *
  * Decode: one new token over a context of C cached tokens, the cache laid
  * out as the session cache and the tensor contract ([kv_head, token,
@@ -14,7 +14,10 @@
  * read (2 * C * kv_heads * head_dim elements of the cache type). Every call
  * uses the next of several caches that together exceed the last-level cache,
  * as a decode step sees 28-36 layers' caches in turn (--hot reuses one, the
- * compute ceiling when it fits in cache). Prefill: S new tokens
+ * compute ceiling when it fits in cache). The caches sit on 4 KiB pages, as
+ * the session cache does (kvcache/kv.c turns transparent huge pages off for
+ * it); --huge-pages maps them on 2 MiB pages instead, to show what page
+ * boundaries cost the stream. Prefill: S new tokens
  * attending causally to themselves, ms per layer. Never run by `make check`.
  */
 #include <stdio.h>
@@ -38,16 +41,42 @@ static const shape shapes[] = {{"0.6b", 16, 8, 128}, {"4b", 32, 8, 128}};
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static bool hot;        /* one cache copy: the compute ceiling when it fits in cache */
 static bool token_major; /* [token, kv_head, head_dim] instead of [kv_head, token, head_dim] */
+static bool huge_pages;  /* caches on transparent huge pages instead of 4 KiB pages */
 
 static float rnd(void)
 {
     return (float)(bench_xorshift(&rng_state) >> 40) / 16777216.0f - 0.5f;
 }
 
+/* BYTES of zeroed memory on 4 KiB pages, or on huge pages with --huge-pages. */
+static void *cache_alloc(size_t bytes)
+{
+    size_t huge = (size_t)2 << 20, len = (bytes + huge - 1) / huge * huge;
+    uint8_t *r = mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED) {
+        fprintf(stderr, "attn_bench: cannot map %zu bytes\n", bytes);
+        exit(1);
+    }
+    /* Start on a 2 MiB boundary, so that huge pages cover the whole cache; unmap the rest. */
+    uint8_t *p = (uint8_t *)(((uintptr_t)r + huge - 1) & ~(uintptr_t)(huge - 1));
+    if (p > r)
+        munmap(r, (size_t)(p - r));
+    if (r + len + huge > p + len)
+        munmap(p + len, (size_t)(r + len + huge - (p + len)));
+    madvise(p, len, huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE); /* hints */
+    return p;
+}
+
+static void cache_free(void *p, size_t bytes)
+{
+    size_t huge = (size_t)2 << 20;
+    munmap(p, (bytes + huge - 1) / huge * huge);
+}
+
 /* A cache of `tokens` rows of fp32 or fp16 values in [-0.5, 0.5). */
 static void *make_cache(size_t elems, krn_kv_type t)
 {
-    void *c = bench_alloc("attn_bench", elems * (t == KRN_KV_F16 ? 2 : 4));
+    void *c = cache_alloc(elems * (t == KRN_KV_F16 ? 2 : 4));
     for (size_t i = 0; i < elems; i++) {
         float v = rnd();
         if (t == KRN_KV_F16)
@@ -91,8 +120,8 @@ static double run(const krn_table *tab, const shape *sh, size_t ctx, size_t seq,
     }
     qsort(times, (size_t)reps, sizeof times[0], bench_cmp_double);
     for (size_t c = 0; c < copies; c++) {
-        free(k[c]);
-        free(v[c]);
+        cache_free(k[c], elems * esz);
+        cache_free(v[c], elems * esz);
     }
     free(k);
     free(v);
@@ -105,7 +134,7 @@ static double run(const krn_table *tab, const shape *sh, size_t ctx, size_t seq,
 static void usage(void)
 {
     fprintf(stderr, "usage: attn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all] "
-                    "[--contexts 1024,4096] [--prefill S] [--min-ms T] [--hot] [--token-major]\n");
+                    "[--contexts 1024,4096] [--prefill S] [--min-ms T] [--hot] [--token-major] [--huge-pages]\n");
     exit(2);
 }
 
@@ -121,6 +150,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(argv[i], "--token-major")) {
             token_major = true;
+            continue;
+        }
+        if (!strcmp(argv[i], "--huge-pages")) {
+            huge_pages = true;
             continue;
         }
         if (i + 1 >= argc)
