@@ -81,6 +81,15 @@ INLINE void prefetch_row(const void *base, size_t off, size_t hd, const bool F16
         _mm_prefetch(p + b, _MM_HINT_T0);
 }
 
+/* prefetch_row() into L2 only. */
+INLINE void prefetch_row_l2(const void *base, size_t off, size_t hd, const bool F16)
+{
+    const char *p = (const char *)base + off * (F16 ? 2 : 4);
+    size_t bytes = hd * (F16 ? 2 : 4);
+    for (size_t b = 0; b < bytes; b += 64)
+        _mm_prefetch(p + b, _MM_HINT_T1);
+}
+
 /*
  * Scaled dots of rows r0, r1 with keys j[0..3] (element offsets of the key
  * rows), as [r0.k0 .. r0.k3 | r1.k0 .. r1.k3].
@@ -380,12 +389,18 @@ static inline void row_pv_all(const float *v, size_t ts, size_t hd, size_t cn, c
  * and a row without a partner in its tile pairs with itself. head_dim must be
  * a multiple of 8.
  *
- * Prefetch: a head's K and V rows are two contiguous streams, which the
- * hardware prefetchers follow; what helps is asking for all lines of a score
- * tile's four K rows at once, and for their V rows a chunk before the weighted
- * sum reads them. Asking for rows PF_KEYS ahead into L2 instead (attend()
- * keeps that distance for its strided sets) streamed 16-18 GB/s against 19-25
- * on one thread (bench/attn_bench, contexts 128-4096, fp32 and fp16 caches).
+ * Prefetch: a head's K and V rows are two contiguous streams, but on the
+ * session cache's 4 KiB pages the hardware prefetchers stop at every page
+ * (8 fp32 keys). Each score tile asks for all lines of its four K rows at
+ * once, for their V rows (read by the weighted sum after the chunk's scores),
+ * and for the K and V rows a chunk (CH keys) further on into L2. The last is
+ * an addition, not a replacement: asking for rows ahead into L2 instead of
+ * the tile's own rows streamed 16-18 GB/s against 19-25 (bench/attn_bench,
+ * one thread). With both, on a Zen 4 EPYC, attn_bench's fp16 passes at
+ * context 4096 took 1.13-1.16 ms per 0.6b layer against 1.39-1.50, and a
+ * 0.6b token at context 4096 took 33-36 ms against 39-47 (fp16 cache, 2
+ * threads), alternated in one sitting; batch-8 steps of short contexts did
+ * not change.
  *
  * With an fp32 cache the weighted sum takes one row at a time with all its
  * dims in registers (row_pv), reading each V row whole and in key order,
@@ -419,6 +434,8 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const bool F16)
                 size_t nj = kb + (jc + jj + i) * ts;
                 prefetch_row(a->k_cache, nj, hd, F16);
                 prefetch_row(a->v_cache, nj, hd, F16);
+                prefetch_row_l2(a->k_cache, nj + CH * ts, hd, F16);
+                prefetch_row_l2(a->v_cache, nj + CH * ts, hd, F16);
             }
             for (size_t r = 0; r < n; r += 2) {
                 size_t r1 = r + 1 < n ? r + 1 : r;
