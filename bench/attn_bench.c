@@ -48,10 +48,18 @@ static float rnd(void)
     return (float)(bench_xorshift(&rng_state) >> 40) / 16777216.0f - 0.5f;
 }
 
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* The length mapped for a cache of BYTES: whole huge pages. */
+static size_t cache_span(size_t bytes)
+{
+    return (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+}
+
 /* BYTES of zeroed memory on 4 KiB pages, or on huge pages with --huge-pages. */
 static void *cache_alloc(size_t bytes)
 {
-    size_t huge = (size_t)2 << 20, len = (bytes + huge - 1) / huge * huge;
+    size_t huge = HUGE_PAGE, len = cache_span(bytes);
     uint8_t *r = mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (r == MAP_FAILED) {
         fprintf(stderr, "attn_bench: cannot map %zu bytes\n", bytes);
@@ -69,8 +77,7 @@ static void *cache_alloc(size_t bytes)
 
 static void cache_free(void *p, size_t bytes)
 {
-    size_t huge = (size_t)2 << 20;
-    munmap(p, (bytes + huge - 1) / huge * huge);
+    munmap(p, cache_span(bytes));
 }
 
 /* A cache of `tokens` rows of fp32 or fp16 values in [-0.5, 0.5). */

@@ -71,23 +71,19 @@ INLINE float kv_load1(const void *base, size_t off, const bool F16)
  * starts a new page, where hardware prefetchers stop, and without this a
  * decode step waits on DRAM latency key by key; in a head-major one it
  * keeps the stream ahead across page boundaries. Prefetches never fault, so
- * rows past the end of the cache are harmless.
+ * rows past the end of the cache are harmless. L2 asks for the lines into L2
+ * only (each branch names its hint: _mm_prefetch needs a constant).
  */
-INLINE void prefetch_row(const void *base, size_t off, size_t hd, const bool F16)
+INLINE void prefetch_row(const void *base, size_t off, size_t hd, const bool F16, const bool L2)
 {
     const char *p = (const char *)base + off * (F16 ? 2 : 4);
     size_t bytes = hd * (F16 ? 2 : 4);
-    for (size_t b = 0; b < bytes; b += 64)
-        _mm_prefetch(p + b, _MM_HINT_T0);
-}
-
-/* prefetch_row() into L2 only. */
-INLINE void prefetch_row_l2(const void *base, size_t off, size_t hd, const bool F16)
-{
-    const char *p = (const char *)base + off * (F16 ? 2 : 4);
-    size_t bytes = hd * (F16 ? 2 : 4);
-    for (size_t b = 0; b < bytes; b += 64)
-        _mm_prefetch(p + b, _MM_HINT_T1);
+    for (size_t b = 0; b < bytes; b += 64) {
+        if (L2)
+            _mm_prefetch(p + b, _MM_HINT_T1);
+        else
+            _mm_prefetch(p + b, _MM_HINT_T0);
+    }
 }
 
 /*
@@ -146,8 +142,8 @@ INLINE void chunk_scores(const krn_gqa_args *a, const rowset *rs, size_t jc, siz
             if (r == 0 || rs->g[r] != rs->g[r - 1])
                 for (int i = 0; i < 4; i++) { /* the same keys of the next chunk, K and V */
                     size_t nj = (jc + PF_KEYS + jj + (size_t)i) * ts + kb;
-                    prefetch_row(a->k_cache, nj, a->head_dim, F16);
-                    prefetch_row(a->v_cache, nj, a->head_dim, F16);
+                    prefetch_row(a->k_cache, nj, a->head_dim, F16, false);
+                    prefetch_row(a->v_cache, nj, a->head_dim, F16, false);
                 }
             size_t koff[4] = {kb + rel[0], kb + rel[1], kb + rel[2], kb + rel[3]};
             __m256 v = score2x4(a, rs->q[r], rs->q[r1], koff, F16);
@@ -432,10 +428,10 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const bool F16)
                 koff[i] = kb + (jc + (jj + (size_t)i < cn ? jj + (size_t)i : cn - 1)) * ts;
             for (size_t i = 0; i < 4; i++) {
                 size_t nj = kb + (jc + jj + i) * ts;
-                prefetch_row(a->k_cache, nj, hd, F16);
-                prefetch_row(a->v_cache, nj, hd, F16);
-                prefetch_row_l2(a->k_cache, nj + CH * ts, hd, F16);
-                prefetch_row_l2(a->v_cache, nj + CH * ts, hd, F16);
+                prefetch_row(a->k_cache, nj, hd, F16, false);
+                prefetch_row(a->v_cache, nj, hd, F16, false);
+                prefetch_row(a->k_cache, nj + CH * ts, hd, F16, true);
+                prefetch_row(a->v_cache, nj + CH * ts, hd, F16, true);
             }
             for (size_t r = 0; r < n; r += 2) {
                 size_t r1 = r + 1 < n ? r + 1 : r;
