@@ -709,6 +709,12 @@ static void mmnb_case(const krn_table *tabs, int nt, size_t m, size_t n, size_t 
             /* Split the columns unevenly, as a thread pool would. */
             size_t cut = n / 3 + (n > 1);
             fn(&args, 0, cut);
+            for (size_t i = 0; i < m; i++) /* a range cut inside a tile stores only its own columns */
+                for (size_t j = cut; j < ldy; j++)
+                    ck_assert_msg(yl[i * ldy + j] == -12345.0f,
+                                  "%s%s m=%zu n=%zu k=%zu: column %zu past the range %zu written",
+                                  mode ? lv->mmnb_i8.name : lv->mmnb_f32.name, mode == 2 ? " (packed)" : "", m, n, k,
+                                  j, cut);
             fn(&args, cut, n);
             for (size_t i = 0; i < m; i++) {
                 for (size_t j = 0; j < n; j++) {

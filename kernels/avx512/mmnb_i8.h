@@ -272,11 +272,15 @@ INLINE __m512 scales_pair(const uint8_t *p0, const uint8_t *p1, const bool BF16)
 
 /*
  * Rows [m0, m0 + MR) times the sixteen columns of the tile at n0 (a multiple
- * of 16) into out[row][col]: per block its two records, the first eight
- * columns in the low half of the vectors. The tile is one stream, which PF
- * prefetches.
+ * of 16): per block its two records, the first eight columns in the low half
+ * of the vectors. The tile is one stream, which PF prefetches. Each row's
+ * sums, plus the bias, go straight to y in the columns of COLS: a range cut
+ * inside a tile computes it whole and stores its own columns. (Through a
+ * buffer and a scalar loop the stores cost 4-9% of an 8-row product on a
+ * Zen 4 EPYC, and 5% of a one-row decode.)
  */
-INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *out, const int MR, const bool BF16, bool pf)
+INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, __mmask16 cols, const int MR, const bool BF16,
+                    bool pf)
 {
     const krn_q4_weights *w = &a->w;
     const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, 32), rec = krn_q4p_block_bytes(BF16);
@@ -330,34 +334,23 @@ INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *out, co
             acc[i] = _mm512_fmadd_ps(t, sb, acc[i]);
         }
     }
+    /* Adding zeros without a bias keeps the bits of y = sum + 0.0f (-0 becomes +0). */
+    const __m512 bias = w->bias ? _mm512_maskz_loadu_ps(cols, w->bias + n0) : _mm512_setzero_ps();
     UNROLL for (int i = 0; i < MR; i++)
-        _mm512_storeu_ps(out + 16 * i, acc[i]);
+        _mm512_mask_storeu_ps(a->y + (m0 + i) * a->y_ld + n0, cols, _mm512_add_ps(acc[i], bias));
 }
 
-/* Columns [n0, n0 + 16) of an mr-row tile that fall in [n_begin, n_end), plus bias. */
-INLINE void pk_store(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, size_t n_begin, size_t n_end,
-                     const float *out)
-{
-    const float *bias = a->w.bias;
-    size_t j0 = n0 < n_begin ? n_begin - n0 : 0, j1 = n_end - n0 < 16 ? n_end - n0 : 16;
-    for (size_t i = 0; i < mr; i++) {
-        float *y = a->y + (m0 + i) * a->y_ld + n0;
-        for (size_t j = j0; j < j1; j++)
-            y[j] = out[16 * i + j] + (bias ? bias[n0 + j] : 0.0f);
-    }
-}
-
-INLINE void pk_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, float *out, const bool BF16, bool pf)
+INLINE void pk_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, __mmask16 cols, const bool BF16, bool pf)
 {
     switch (mr) {
-    case 8: pk_tile(a, m0, n0, out, 8, BF16, pf); break;
-    case 7: pk_tile(a, m0, n0, out, 7, BF16, pf); break;
-    case 6: pk_tile(a, m0, n0, out, 6, BF16, pf); break;
-    case 5: pk_tile(a, m0, n0, out, 5, BF16, pf); break;
-    case 4: pk_tile(a, m0, n0, out, 4, BF16, pf); break;
-    case 3: pk_tile(a, m0, n0, out, 3, BF16, pf); break;
-    case 2: pk_tile(a, m0, n0, out, 2, BF16, pf); break;
-    default: pk_tile(a, m0, n0, out, 1, BF16, pf); break;
+    case 8: pk_tile(a, m0, n0, cols, 8, BF16, pf); break;
+    case 7: pk_tile(a, m0, n0, cols, 7, BF16, pf); break;
+    case 6: pk_tile(a, m0, n0, cols, 6, BF16, pf); break;
+    case 5: pk_tile(a, m0, n0, cols, 5, BF16, pf); break;
+    case 4: pk_tile(a, m0, n0, cols, 4, BF16, pf); break;
+    case 3: pk_tile(a, m0, n0, cols, 3, BF16, pf); break;
+    case 2: pk_tile(a, m0, n0, cols, 2, BF16, pf); break;
+    default: pk_tile(a, m0, n0, cols, 1, BF16, pf); break;
     }
 }
 
@@ -368,7 +361,6 @@ INLINE void pk_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, flo
  */
 INLINE void pk_cols(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool BF16)
 {
-    float out[MR_PK * 16] __attribute__((aligned(64)));
     size_t first = n_begin / KRN_Q4_PACK_TILE * KRN_Q4_PACK_TILE;
     /* The tiles prefetch PF_DIST_PK bytes ahead: the first tile's opening lines are asked for here. */
     const char *g = (const char *)krn_q4p_half(a->w.packed, first, a->w.k_blocks, BF16);
@@ -376,12 +368,14 @@ INLINE void pk_cols(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const 
         _mm_prefetch(g + o, _MM_HINT_T0); /* past the last tile: a prefetch never faults */
     for (size_t mb = 0; mb < a->m; mb += ROW_BLOCK_PK) {
         size_t me = a->m - mb < ROW_BLOCK_PK ? a->m : mb + ROW_BLOCK_PK;
-        for (size_t n0 = first; n0 < n_end; n0 += KRN_Q4_PACK_TILE)
+        for (size_t n0 = first; n0 < n_end; n0 += KRN_Q4_PACK_TILE) {
+            size_t j0 = n0 < n_begin ? n_begin - n0 : 0, j1 = n_end - n0 < 16 ? n_end - n0 : 16;
+            __mmask16 cols = (__mmask16)(((1u << j1) - 1) & ~((1u << j0) - 1));
             for (size_t m0 = mb; m0 < me; m0 += MR_PK) {
                 size_t mr = me - m0 < MR_PK ? me - m0 : MR_PK;
-                pk_rows(a, m0, mr, n0, out, BF16, m0 == mb);
-                pk_store(a, m0, mr, n0, n_begin, n_end, out);
+                pk_rows(a, m0, mr, n0, cols, BF16, m0 == mb);
             }
+        }
     }
 }
 

@@ -16,6 +16,7 @@
 #include_next <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
@@ -26,6 +27,32 @@
 
 /* Lanes of k take a >> imm (16-bit lanes), the others keep src. */
 #define _mm512_mask_srli_epi16(src, k, a, imm) simde_mm512_mask_mov_epi16(src, k, simde_mm512_srli_epi16(a, imm))
+
+/*
+ * Masked float loads and stores as VMOVUPS does them: only the lanes of k
+ * are read or written, so memory outside them is never touched (the
+ * hardware suppresses faults there).
+ */
+static inline simde__m512 qd_emu_mm512_maskz_loadu_ps(simde__mmask16 k, const void *p)
+{
+    simde__m512_private r;
+    for (int i = 0; i < 16; i++) {
+        r.f32[i] = 0.0f;
+        if (k >> i & 1)
+            memcpy(&r.f32[i], (const char *)p + 4 * i, 4);
+    }
+    return simde__m512_from_private(r);
+}
+#define _mm512_maskz_loadu_ps(k, p) qd_emu_mm512_maskz_loadu_ps(k, p)
+
+static inline void qd_emu_mm512_mask_storeu_ps(void *p, simde__mmask16 k, simde__m512 a)
+{
+    simde__m512_private x = simde__m512_to_private(a);
+    for (int i = 0; i < 16; i++)
+        if (k >> i & 1)
+            memcpy((char *)p + 4 * i, &x.f32[i], 4);
+}
+#define _mm512_mask_storeu_ps(p, k, a) qd_emu_mm512_mask_storeu_ps(p, k, a)
 
 /* int32 lanes to float, rounded to nearest as VCVTDQ2PS does. */
 static inline simde__m512 qd_emu_mm512_cvtepi32_ps(simde__m512i a)
