@@ -80,16 +80,16 @@ static void cache_free(void *p, size_t bytes)
     munmap(p, cache_span(bytes));
 }
 
-/* A cache of `tokens` rows of fp32 or fp16 values in [-0.5, 0.5). */
-static void *make_cache(size_t elems, krn_kv_type t)
+/* ROWS cache rows of HD values in [-0.5, 0.5), as type T. */
+static void *make_cache(size_t rows, size_t hd, krn_kv_type t)
 {
-    void *c = cache_alloc(elems * (t == KRN_KV_F16 ? 2 : 4));
-    for (size_t i = 0; i < elems; i++) {
-        float v = rnd();
-        if (t == KRN_KV_F16)
-            ((uint16_t *)c)[i] = krn_f16_from_f32(v);
-        else
-            ((float *)c)[i] = v;
+    size_t row = krn_kv_row_elems(t, hd) * krn_kv_elem_bytes(t);
+    uint8_t *c = cache_alloc(rows * row);
+    float x[KRN_MAX_HEAD_DIM];
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t d = 0; d < hd; d++)
+            x[d] = rnd();
+        krn_kv_row_from_f32(t, x, hd, c + r * row);
     }
     return c;
 }
@@ -97,21 +97,21 @@ static void *make_cache(size_t elems, krn_kv_type t)
 static double run(const krn_table *tab, const shape *sh, size_t ctx, size_t seq, krn_kv_type kt, double min_ms,
                   size_t *bytes_per_call)
 {
-    size_t T = ctx + seq, elems = T * sh->nkv * sh->hd, esz = kt == KRN_KV_F16 ? 2 : 4;
+    size_t T = ctx + seq, rl = krn_kv_row_elems(kt, sh->hd), elems = T * sh->nkv * rl, esz = krn_kv_elem_bytes(kt);
     size_t copies = seq > 1 || hot ? 1 : COLD_BYTES / (2 * elems * esz) + 1;
     if (copies > 1024) /* still past the last-level cache at the smallest contexts */
         copies = 1024;
     void **k = calloc(copies, sizeof *k), **v = calloc(copies, sizeof *v);
     for (size_t c = 0; c < copies; c++) {
-        k[c] = make_cache(elems, kt);
-        v[c] = make_cache(elems, kt);
+        k[c] = make_cache(T * sh->nkv, sh->hd, kt);
+        v[c] = make_cache(T * sh->nkv, sh->hd, kt);
     }
     size_t qn = seq * sh->nq * sh->hd;
     float *q = bench_alloc("attn_bench", qn * sizeof(float)), *out = bench_alloc("attn_bench", qn * sizeof(float));
     for (size_t i = 0; i < qn; i++)
         q[i] = rnd();
-    krn_gqa_args a = {.q = q, .q_ld = sh->nq * sh->hd, .kv_head_stride = token_major ? sh->hd : T * sh->hd,
-                      .kv_tok_stride = token_major ? sh->nkv * sh->hd : sh->hd,
+    krn_gqa_args a = {.q = q, .q_ld = sh->nq * sh->hd, .kv_head_stride = token_major ? rl : T * rl,
+                      .kv_tok_stride = token_major ? sh->nkv * rl : rl,
                       .out = out, .out_ld = sh->nq * sh->hd, .seq = seq, .past = ctx, .n_heads = sh->nq,
                       .n_kv_heads = sh->nkv, .head_dim = sh->hd, .scale = 0.0883883476f, .local_window = -1,
                       .kv_type = kt};
@@ -134,7 +134,7 @@ static double run(const krn_table *tab, const shape *sh, size_t ctx, size_t seq,
     free(v);
     free(q);
     free(out);
-    *bytes_per_call = 2 * (ctx + seq) * sh->nkv * sh->hd * esz;
+    *bytes_per_call = 2 * elems * esz;
     return times[reps / 2];
 }
 
@@ -195,9 +195,10 @@ int main(int argc, char **argv)
             const shape *sh = &shapes[s];
             if (strcmp(which, "all") && strcmp(which, sh->model))
                 continue;
-            for (int t = 0; t < 2; t++) {
-                krn_kv_type kt = t ? KRN_KV_F16 : KRN_KV_F32;
-                const char *tn = t ? "f16" : "f32";
+            for (int t = 0; t < 3; t++) {
+                static const char *const names[] = {"f32", "f16", "q8"};
+                krn_kv_type kt = t == 2 ? KRN_KV_Q8 : t ? KRN_KV_F16 : KRN_KV_F32;
+                const char *tn = names[t];
                 for (const char *c = ctxs; *c;) {
                     size_t ctx = (size_t)strtoul(c, NULL, 10), bytes;
                     double ms = run(&tab, sh, ctx, 1, kt, min_ms, &bytes);

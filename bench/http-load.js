@@ -57,7 +57,7 @@
 //   node bench/http-load.js --qwen3d ./qwen3d --model DIR --sweep 1,2,4,8 [--qwen3d-before BIN]
 //        [--requests R] [--rounds K] [--threads T] [--svg FILE] [--json]
 // load options: --concurrency N (4) --prompt-len P (32) --gen G (64) --requests R (16) --json
-// --kv-type f32|f16 starts the daemons (and --compare's bench) with that KV cache type.
+// --kv-type f32|f16|q8 starts the daemons (and --compare's bench) with that KV cache type.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -69,7 +69,7 @@ const chart = require('./sweep-chart');
 const usage = hc.makeUsage('http-load',
   'usage: node http-load.js (--url URL | --qwen3d BIN --model DIR) [--threads T] [--parallel N]\n' +
   '         [--concurrency N] [--prompt-len P] [--gen G] [--requests R] [--json]\n' +
-  '         [--kv-type f32|f16] [--compare [--rounds K]]\n' +
+  '         [--kv-type f32|f16|q8] [--compare [--rounds K]]\n' +
   '         [--sweep 1,2,4,8 [--qwen3d-before BIN] [--rounds K] [--svg FILE]]');
 
 function parseArgs(argv) {

@@ -241,7 +241,7 @@ typedef struct gqa_seq {
 
 /*
  * Fills the kernel calls of one sequence's rows: values stored (or rounded
- * into an fp16 cache), keys rotated on the way in (or stored as they are),
+ * into an fp16 or q8 cache), keys rotated on the way in (or stored as they are),
  * queries rotated, attention over the cache.
  */
 static void seq_calls(eng_exec *x, const step *s, const gqa_dims *d, const gqa_seq *q, rows_call *vs, rows_call *ks,
@@ -251,7 +251,7 @@ static void seq_calls(eng_exec *x, const step *s, const gqa_dims *d, const gqa_s
     const krn_table *kt = &x->p->krn;
     const rt_val *cos = IN(x, s, 7), *sin = IN(x, s, 8);
     int64_t H = d->H, Nq = g->heads, Nkv = g->kv_heads;
-    size_t tok_stride = (size_t)H, esz = q->kvt == KRN_KV_F16 ? sizeof(uint16_t) : sizeof(float);
+    size_t tok_stride = krn_kv_row_elems(q->kvt, (size_t)H), esz = krn_kv_elem_bytes(q->kvt);
     int64_t kv_ld = g->packed ? d->W : Nkv * H;
     /* Element offset of the first new row in the cache; the kernels take typed bases. */
     size_t new_off = (size_t)q->past * tok_stride;
@@ -284,7 +284,7 @@ static void seq_calls(eng_exec *x, const step *s, const gqa_dims *d, const gqa_s
                           .n_heads = (size_t)Nq, .n_kv_heads = (size_t)Nkv, .head_dim = (size_t)H,
                           .scale = g->scale != 0.0f ? g->scale : 1.0f / sqrtf((float)H),
                           .local_window = -1, .softcap = 0.0f, .kv_type = q->kvt, .prompt = q->prompt}};
-    x->kv_bytes_moved += 2 * (uint64_t)(q->S * Nkv) * (uint64_t)H * esz;
+    x->kv_bytes_moved += 2 * (uint64_t)(q->S * Nkv) * (uint64_t)tok_stride * esz;
 }
 
 /* A decode row (one token of a generated id) is done in one pool run per sequence, or per batch. */
@@ -336,10 +336,10 @@ static int check_binding(eng_exec *x, const step *s, const eng_kv_binding *kvb, 
     if (past + S > kvb->capacity)
         STEP_FAIL(x, s, "%lld cached + %lld new tokens exceed the KV cache of %lld", (long long)past, (long long)S,
                   (long long)kvb->capacity);
-    int64_t cap_elems;
-    if (!ck_mul_i64(kvb->capacity, H, &cap_elems) || kvb->head_stride < cap_elems)
-        STEP_FAIL(x, s, "KV cache head stride %lld is below %lld tokens x head size %lld", (long long)kvb->head_stride,
-                  (long long)kvb->capacity, (long long)H);
+    int64_t cap_elems, row = (int64_t)krn_kv_row_elems(kvb->type, (size_t)H);
+    if (!ck_mul_i64(kvb->capacity, row, &cap_elems) || kvb->head_stride < cap_elems)
+        STEP_FAIL(x, s, "KV cache head stride %lld is below %lld tokens x row of %lld", (long long)kvb->head_stride,
+                  (long long)kvb->capacity, (long long)row);
     return 0;
 }
 
@@ -406,7 +406,7 @@ static int run_gqa_batch(eng_exec *x, const step *s, const gqa_dims *d)
         if (check_binding(x, s, kvb, bs->past, bs->n, H) != 0 || check_rotary(x, s, H, bs->past + bs->n - 1) != 0)
             return -1;
         gqa_seq sq = {.kc = kvb->k, .vc = kvb->v, .head_stride = (size_t)kvb->head_stride,
-                      .kvt = kvb->dtype == ENG_DT_FLOAT16 ? KRN_KV_F16 : KRN_KV_F32, .past = bs->past, .S = bs->n,
+                      .kvt = kvb->type, .past = bs->past, .S = bs->n,
                       .qd = qd + r0 * d->W, .kd = kd + r0 * kv_ld, .vd = vd + r0 * kv_ld,
                       .out = (float *)out->v.data + r0 * Nq * H, .qrot = qrot + r0 * Nq * H, .pos = pos + r0,
                       .prompt = bs->prompt};
@@ -450,8 +450,8 @@ static int run_gqa(eng_exec *x, const step *s)
         return -1;
     if (kvb->k && check_binding(x, s, kvb, past, S, H) != 0)
         return -1;
-    /* A session cache may hold fp16 (the tensor contract's present is always FLOAT). */
-    bool f16 = kvb->k && kvb->dtype == ENG_DT_FLOAT16;
+    /* A session cache may hold fp16 or q8 (the tensor contract's present is always FLOAT). */
+    krn_kv_type kvt = kvb->k ? kvb->type : KRN_KV_F32;
     uint64_t row = (uint64_t)H * sizeof(float);
     /* Session cache or present tensor, both [kv_head, token, head]: a kv
      * head's rows are contiguous, only the distance between heads differs. */
@@ -475,7 +475,7 @@ static int run_gqa(eng_exec *x, const step *s)
     const float *qd = q->v.data;
     float *qrot = (float *)x->scratch;
     int64_t *pos = (int64_t *)(x->scratch + aligned((uint64_t)(S * Nq * H) * sizeof(float)));
-    gqa_seq sq = {.kc = kc, .vc = vc, .head_stride = head_stride, .kvt = f16 ? KRN_KV_F16 : KRN_KV_F32,
+    gqa_seq sq = {.kc = kc, .vc = vc, .head_stride = head_stride, .kvt = kvt,
                   .past = past, .S = S, .qd = qd, .kd = g->packed ? qd + Nq * H : kin->v.data,
                   .vd = g->packed ? qd + (Nq + Nkv) * H : vin->v.data, .out = out->v.data, .qrot = qrot,
                   .pos = pos, .prompt = x->prompt_rows};

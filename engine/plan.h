@@ -28,6 +28,7 @@
 #include "engine/diag.h"
 #include "engine/model.h"
 #include "engine/pool.h"
+#include "kernels/krn.h"
 
 typedef struct eng_plan eng_plan;
 typedef struct eng_exec eng_exec;
@@ -140,13 +141,13 @@ int eng_exec_bind_output(eng_exec *x, const char *name, void *buf, uint64_t cap,
  * node appends the new tokens' rotated keys and values to it and attends in
  * place; its past inputs must then be empty ([1, kv_heads, 0, head]) and its
  * present outputs are empty too. Element (t, h, d) of keys or values is at
- * base + h * head_stride + t * head_dim + d (kvcache/kv.h).
+ * base + h * head_stride + t * krn_kv_row_elems(type, head_dim) + d (kvcache/kv.h).
  */
 typedef struct eng_kv_binding {
     void *k, *v;
-    int32_t dtype;         /* ENG_DT_FLOAT or ENG_DT_FLOAT16 */
+    krn_kv_type type;      /* fp32, fp16 or q8 rows (kernels/krn.h) */
     int64_t capacity;      /* tokens the storage holds */
-    int64_t head_stride;   /* elements between two kv heads' first rows, >= capacity * head_dim */
+    int64_t head_stride;   /* elements between two kv heads' first rows, >= capacity rows */
 } eng_kv_binding;
 
 /* Binds (or with b == NULL unbinds) the cache of the GroupQueryAttention

@@ -206,6 +206,9 @@ int eng_model_open(const char *dir, const eng_model_opts *opts, eng_model **out,
         eng_diag_add(diag, "%s: the KV state of the model's context of %lld tokens (%lld layers, %lld kv heads of "
                      "%lld) overflows", m->g->dir, (long long)ctx, (long long)L, (long long)m->geo.kv_heads,
                      (long long)m->geo.head_size);
+    if (o.kv_mode == ENG_KV_TENSOR && o.kv_type != KV_F32)
+        eng_diag_add(diag, "KV type %s needs the persistent KV mode: the tensor contract's past and present are FLOAT",
+                     kv_type_name(o.kv_type));
     if (diag->n_total > before)
         goto fail;
     m->pool = eng_pool_new(o.threads > 0 ? o.threads : eng_pool_physical_cores(), 1);
@@ -378,10 +381,9 @@ eng_session *eng_session_new(eng_model *m, int64_t max_ctx, eng_diag *diag)
         s->bind = calloc(eng_plan_attention_count(m->plan) + 1, sizeof *s->bind);
         if (!s->kv || !s->bind)
             goto oom;
-        int32_t dt = m->opts.kv_type == KV_F16 ? ENG_DT_FLOAT16 : ENG_DT_FLOAT;
         for (int64_t l = 0; l < L; l++)
-            s->bind[m->attn_index[l]] = (eng_kv_binding){kv_keys(s->kv, l), kv_values(s->kv, l), dt, max_ctx,
-                                                         kv_head_stride(s->kv)};
+            s->bind[m->attn_index[l]] = (eng_kv_binding){kv_keys(s->kv, l), kv_values(s->kv, l), m->opts.kv_type,
+                                                         max_ctx, kv_head_stride(s->kv)};
         return s;
     }
     if (!tensor_kv_bytes(m, max_ctx, &s->kv_bytes))
@@ -516,16 +518,15 @@ static void fill_random(float *dst, uint64_t n, uint64_t *state)
         dst[i] = next_random(state);
 }
 
-/* The same values as fill_random, stored as the cache's ELEM-byte elements (fp32 or fp16). */
-static void fill_random_kv(void *dst, size_t elem, uint64_t n, uint64_t *state)
+/* The same values as fill_random, ROWS rows of H, stored as rows of the cache's type. */
+static void fill_random_kv(void *dst, kv_type t, int64_t rows, int64_t H, uint64_t *state)
 {
-    if (elem == sizeof(float)) {
-        fill_random(dst, n, state);
-        return;
+    float x[KRN_MAX_HEAD_DIM]; /* the attention nodes accept no larger head */
+    size_t row_bytes = (size_t)kv_row_elems(t, H) * kv_elem_size(t);
+    for (int64_t r = 0; r < rows; r++) {
+        fill_random(x, (uint64_t)H, state);
+        krn_kv_row_from_f32(t, x, (size_t)H, (uint8_t *)dst + (size_t)r * row_bytes);
     }
-    uint16_t *h = dst;
-    for (uint64_t i = 0; i < n; i++)
-        h[i] = krn_f16_from_f32(next_random(state));
 }
 
 int eng_session_fill_synthetic(eng_session *s, int64_t length, eng_diag *diag)
@@ -544,12 +545,17 @@ int eng_session_fill_synthetic(eng_session *s, int64_t length, eng_diag *diag)
             eng_diag_add(diag, "cannot commit KV cache memory for %lld tokens", (long long)length);
             return -1;
         }
-        uint64_t per_head = (uint64_t)(length * m->geo.head_size);
+        kv_type t = kv_geo(s->kv)->type;
+        int64_t H = m->geo.head_size;
+        if (H > KRN_MAX_HEAD_DIM) {
+            eng_diag_add(diag, "head size %lld is above the attention kernels' %d", (long long)H, KRN_MAX_HEAD_DIM);
+            return -1;
+        }
         for (int64_t l = 0; l < m->geo.layers; l++)
             for (int64_t h = 0; h < m->geo.kv_heads; h++) {
                 size_t off = (size_t)(h * kv_head_stride(s->kv)) * elem;
-                fill_random_kv((char *)kv_keys(s->kv, l) + off, elem, per_head, &state);
-                fill_random_kv((char *)kv_values(s->kv, l) + off, elem, per_head, &state);
+                fill_random_kv((char *)kv_keys(s->kv, l) + off, t, length, H, &state);
+                fill_random_kv((char *)kv_values(s->kv, l) + off, t, length, H, &state);
             }
         kv_set_length(s->kv, length);
     } else {

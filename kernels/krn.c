@@ -482,11 +482,34 @@ int krn_gqa_check(const krn_gqa_args *a)
     if (!a->q || !a->k_cache || !a->v_cache || !a->out)
         return KRN_EINVAL;
     size_t width = a->n_heads * a->head_dim;
-    if ((a->seq > 1 && (a->q_ld < width || a->out_ld < width)) || a->kv_tok_stride < a->head_dim)
+    size_t row = krn_kv_row_elems(a->kv_type, a->head_dim);
+    if (a->kv_type != KRN_KV_F32 && a->kv_type != KRN_KV_F16 && a->kv_type != KRN_KV_Q8)
         return KRN_EINVAL;
-    if (a->n_kv_heads > 1 && a->kv_head_stride < a->head_dim)
+    if ((a->seq > 1 && (a->q_ld < width || a->out_ld < width)) || a->kv_tok_stride < row)
+        return KRN_EINVAL;
+    if (a->n_kv_heads > 1 && a->kv_head_stride < row)
         return KRN_EINVAL;
     return KRN_OK;
+}
+
+void krn_kv_row_from_f32(krn_kv_type t, const float *x, size_t n, void *row)
+{
+    if (t == KRN_KV_Q8)
+        krn_q8_row(x, n, row);
+    else if (t == KRN_KV_F16)
+        for (size_t d = 0; d < n; d++)
+            ((uint16_t *)row)[d] = krn_f32_to_f16(x[d]);
+    else
+        memcpy(row, x, n * sizeof(float));
+}
+
+float krn_kv_row_value(krn_kv_type t, const void *row, size_t n, size_t d)
+{
+    if (t == KRN_KV_Q8)
+        return (float)((const int8_t *)row)[d] * krn_q8_scale(row, n);
+    if (t == KRN_KV_F16)
+        return krn_f16_to_f32(((const uint16_t *)row)[d]);
+    return ((const float *)row)[d];
 }
 
 uint16_t krn_f16_from_f32(float f)

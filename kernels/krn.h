@@ -277,12 +277,43 @@ typedef void (*krn_norm_fn)(const krn_norm_args *args, size_t r_begin, size_t r_
 /* KV cache element types                                                      */
 
 /*
- * What a KV cache stores: fp32, or IEEE binary16 (uint16_t bit patterns).
- * Rows are written from fp32 with round-to-nearest-even (overflow to inf,
- * NaN stays NaN) and widened exactly when read; every level produces the
- * same bits (the avx2 level through F16C, the reference in portable C).
+ * What a KV cache stores: fp32, IEEE binary16 (uint16_t bit patterns), or
+ * int8 rows with a scale (q8).
+ *
+ * fp16 rows are written from fp32 with round-to-nearest-even (overflow to
+ * inf, NaN stays NaN) and widened exactly when read; every level produces
+ * the same bits (the avx2 level through F16C, the reference in portable C).
+ *
+ * A q8 row of n values is n int8 codes followed by their fp32 scale s (4
+ * bytes, unaligned): n + 4 one-byte elements, so strides count bytes. Value
+ * d reads as (float)code[d] * s, one rounded product. Written from fp32 x:
+ * with a = max |x_d|, s = a / 127 and code[d] = x_d / s rounded to nearest
+ * even (within [-127, 127]); a row of zeros, or one whose s underflows to
+ * 0, stores codes 0 and s = 0; a row holding inf or NaN stores codes 0 and
+ * s = NaN, so whatever attends to it reads NaN as it would from an fp32
+ * cache. Every level writes the same bytes (krn_kv_row_from_f32). The
+ * error is at most s / 2 per value: about 0.4% of the row's largest
+ * magnitude, against 0.05% of each value for fp16, for a quarter of fp32's
+ * bytes.
  */
-typedef enum krn_kv_type { KRN_KV_F32 = 0, KRN_KV_F16 = 1 } krn_kv_type;
+typedef enum krn_kv_type { KRN_KV_F32 = 0, KRN_KV_F16 = 1, KRN_KV_Q8 = 2 } krn_kv_type;
+
+/* Bytes of one element of a cache of type T (a q8 code, its scale counting as four). */
+static inline size_t krn_kv_elem_bytes(krn_kv_type t)
+{
+    return t == KRN_KV_F32 ? 4 : t == KRN_KV_F16 ? 2 : 1;
+}
+
+/* Elements of one row of N values: N, and 4 more for a q8 row's scale. */
+static inline size_t krn_kv_row_elems(krn_kv_type t, size_t n)
+{
+    return t == KRN_KV_Q8 ? n + 4 : n;
+}
+
+/* Writes the N values of X as one row of type T at ROW (the bytes every level writes). */
+void krn_kv_row_from_f32(krn_kv_type t, const float *x, size_t n, void *row);
+/* Value D of a row of N values of type T. */
+float krn_kv_row_value(krn_kv_type t, const void *row, size_t n, size_t d);
 
 /*
  * Stores rows into a KV cache: for token t and head h the n floats at
@@ -308,7 +339,7 @@ typedef void (*krn_rows_fn)(const krn_rows_args *args, size_t i_begin, size_t i_
  * For token t and head h, the head vector at x + t*x_tok_stride + h*x_head_stride
  * is rotated by the cache row p = pos[t] and written to the same place under y
  * (y may equal x with equal strides, or point into a KV cache, whose element
- * type y_type may be fp16: the rotated fp32 values are then rounded as
+ * type y_type may be fp16 or q8: the rotated fp32 values are then rounded as
  * krn_kv_type describes; y strides count elements of that type). With R = rot_dim,
  * c_i = cos_cache[p * cache_ld + i], s_i = sin_cache[...], i < R/2:
  *   half split:  y[i] = x[i] c_i - x[i+R/2] s_i,  y[i+R/2] = x[i+R/2] c_i + x[i] s_i
@@ -318,7 +349,7 @@ typedef void (*krn_rows_fn)(const krn_rows_args *args, size_t i_begin, size_t i_
  */
 typedef struct krn_rotary_args {
     const float *x;
-    void *y;                             /* float, or uint16_t when y_type is KRN_KV_F16 */
+    void *y;                             /* float, or a KV cache row of y_type */
     size_t x_tok_stride, x_head_stride;  /* floats */
     size_t y_tok_stride, y_head_stride;  /* elements of y_type */
     size_t n_tok, n_heads, head_dim, rot_dim;
@@ -326,7 +357,7 @@ typedef struct krn_rotary_args {
     size_t cache_ld;
     const int64_t *pos;                  /* [n_tok] */
     bool interleaved;
-    krn_kv_type y_type;                  /* KRN_KV_F32 (0) unless writing an fp16 cache */
+    krn_kv_type y_type;                  /* KRN_KV_F32 (0) unless writing an fp16 or q8 cache */
 } krn_rotary_args;
 
 typedef void (*krn_rotary_fn)(const krn_rotary_args *args, size_t i_begin, size_t i_end);
@@ -344,7 +375,8 @@ typedef void (*krn_rotary_fn)(const krn_rotary_args *args, size_t i_begin, size_
  * head is h / (n_heads / n_kv_heads).
  *   score_j = scale * dot(q, k_j); if softcap > 0: softcap * tanh(score_j / softcap)
  *   out = sum_j softmax(score)_j v_j   (fp32, max-subtracted)
- * The cache holds fp32 or fp16 per kv_type (strides count its elements).
+ * The cache holds fp32, fp16 or q8 per kv_type (strides count its elements,
+ * bytes for q8, whose rows are head_dim + 4 long).
  * Work items are (s, h) pairs ordered by kv head first: with G = n_heads /
  * n_kv_heads, item = (g * S + s) * G + (h - g * G) for kv head g = h / G (for
  * S = 1 simply item = h). An even split of the items thus gives each worker
@@ -356,7 +388,7 @@ typedef void (*krn_rotary_fn)(const krn_rotary_args *args, size_t i_begin, size_
  */
 typedef struct krn_gqa_args {
     const float *q;       size_t q_ld;   /* [S, q_ld], head h at column h*head_dim */
-    const void *k_cache, *v_cache;       /* float, or uint16_t when kv_type is KRN_KV_F16 */
+    const void *k_cache, *v_cache;       /* rows of kv_type */
     size_t kv_head_stride, kv_tok_stride; /* elements */
     float *out;           size_t out_ld; /* [S, out_ld] */
     size_t seq;                          /* S */
@@ -365,7 +397,7 @@ typedef struct krn_gqa_args {
     float scale;                         /* 1/sqrt(head_dim) when the graph says 0 */
     int64_t local_window;                /* -1: off */
     float softcap;                       /* 0: off */
-    krn_kv_type kv_type;                 /* KRN_KV_F32 (0) or KRN_KV_F16 */
+    krn_kv_type kv_type;                 /* KRN_KV_F32 (0), KRN_KV_F16 or KRN_KV_Q8 */
     /*
      * The rows are prompt tokens: they take the arithmetic of a prompt's
      * rows (the prefill path) whatever S is, also S = 1, so a prompt's

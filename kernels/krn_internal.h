@@ -10,6 +10,7 @@
 #ifndef QWEN3D_KERNELS_KRN_INTERNAL_H
 #define QWEN3D_KERNELS_KRN_INTERNAL_H
 
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -320,6 +321,58 @@ static inline uint16_t krn_f32_to_f16(float f)
     if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
         h++;
     return (uint16_t)(sign | h);
+}
+
+/* A q8 row's scale: the 4 bytes after its N codes. */
+static inline float krn_q8_scale(const void *row, size_t n)
+{
+    float s;
+    memcpy(&s, (const uint8_t *)row + n, sizeof s);
+    return s;
+}
+
+/*
+ * One q8 row from the N floats of X (krn_kv_type): portable C that every
+ * level calls, so every level writes the same bytes. A division per value
+ * rather than a product by 127 / a, which overflows for tiny a; the clamp
+ * only acts when s is subnormal (rounded far from a / 127).
+ */
+static inline void krn_q8_row(const float *x, size_t n, void *row)
+{
+    int8_t *code = row;
+    float a = 0.0f;
+    bool finite = true;
+    for (size_t d = 0; d < n; d++) {
+        float m = fabsf(x[d]);
+        finite &= m <= FLT_MAX;
+        a = m > a ? m : a;
+    }
+    float s = finite ? a / 127.0f : NAN;
+    for (size_t d = 0; d < n; d++) {
+        long c = finite && s > 0.0f ? lrintf(x[d] / s) : 0;
+        code[d] = (int8_t)(c > 127 ? 127 : c < -127 ? -127 : c);
+    }
+    memcpy(code + n, &s, sizeof s);
+}
+
+/*
+ * A rotary kernel's q8 output: each head rotated by ROTATE (the level's own
+ * fp32 rotation, bit-identical on every level) into a row on the stack, then
+ * quantized by krn_q8_row().
+ */
+static inline void krn_rotary_into_q8(krn_rotary_fn rotate, const krn_rotary_args *args, size_t i_begin,
+                                      size_t i_end)
+{
+    float tmp[KRN_MAX_HEAD_DIM];
+    krn_rotary_args one = *args;
+    one.y = tmp;
+    one.y_type = KRN_KV_F32;
+    one.y_tok_stride = one.y_head_stride = 0;
+    for (size_t i = i_begin; i < i_end; i++) {
+        size_t t = i / args->n_heads, h = i % args->n_heads;
+        rotate(&one, i, i + 1);
+        krn_q8_row(tmp, args->head_dim, (int8_t *)args->y + t * args->y_tok_stride + h * args->y_head_stride);
+    }
 }
 
 static inline float krn_f16_to_f32(uint16_t h)

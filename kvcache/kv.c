@@ -38,12 +38,12 @@ struct kv_cache {
 
 size_t kv_elem_size(kv_type t)
 {
-    return t == KV_F16 ? 2 : 4;
+    return krn_kv_elem_bytes(t);
 }
 
 const char *kv_type_name(kv_type t)
 {
-    return t == KV_F16 ? "f16" : "f32";
+    return t == KV_Q8 ? "q8" : t == KV_F16 ? "f16" : "f32";
 }
 
 int kv_type_parse(const char *s, kv_type *out)
@@ -52,6 +52,8 @@ int kv_type_parse(const char *s, kv_type *out)
         *out = KV_F32;
     else if (!strcmp(s, "f16"))
         *out = KV_F16;
+    else if (!strcmp(s, "q8"))
+        *out = KV_Q8;
     else
         return -1;
     return 0;
@@ -65,7 +67,7 @@ static uint64_t round_up(uint64_t v, uint64_t a)
 /* Bytes of one token's row in one kv head's run. */
 static uint64_t row_bytes(const kv_geometry *geo)
 {
-    return (uint64_t)geo->head_dim * kv_elem_size(geo->type);
+    return (uint64_t)krn_kv_row_elems(geo->type, (size_t)geo->head_dim) * kv_elem_size(geo->type);
 }
 
 /* Runs in the reserved range: one per kv head, for keys and values of every layer. */
@@ -83,10 +85,11 @@ static uint64_t n_runs(const kv_geometry *geo)
  */
 static bool geo_bytes(const kv_geometry *geo, int64_t tokens, uint64_t page, uint64_t *head_bytes, uint64_t *total)
 {
-    uint64_t row, run, runs;
+    uint64_t run, runs;
+    /* A head size below 2^31 keeps a row (at most 4 bytes per value, 4 more for a q8 scale) well inside 64 bits. */
     if (geo->layers <= 0 || geo->kv_heads <= 0 || geo->head_dim <= 0 || geo->capacity <= 0 || tokens <= 0 ||
-        !ck_mul_u64((uint64_t)geo->head_dim, kv_elem_size(geo->type), &row) ||
-        !ck_mul_u64(row, (uint64_t)tokens, &run) || !ck_add_u64(run, page - 1, &run) ||
+        geo->head_dim > INT32_MAX || !ck_mul_u64(row_bytes(geo), (uint64_t)tokens, &run) ||
+        !ck_add_u64(run, page - 1, &run) ||
         !ck_mul_u64((uint64_t)geo->kv_heads, 2, &runs) || !ck_mul_u64(runs, (uint64_t)geo->layers, &runs))
         return false;
     *head_bytes = run / page * page;

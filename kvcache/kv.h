@@ -13,7 +13,8 @@
  * once written); "committed" is the account of the rows a session may
  * touch, raised in steps as the cached length grows and checked against its
  * capacity, and bytes reserved and committed are reported for the server's
- * metrics. Elements are fp32 or fp16.
+ * metrics. Elements are fp32, fp16 or q8 (int8 codes with a scale per row,
+ * krn_kv_type; a row is then head_dim + 4 bytes).
  *
  * Threads: a cache belongs to one session; the scheduler is its only writer
  * (the compute pool writes rows into it during that session's step).
@@ -30,6 +31,7 @@
 typedef krn_kv_type kv_type;
 #define KV_F32 KRN_KV_F32
 #define KV_F16 KRN_KV_F16
+#define KV_Q8 KRN_KV_Q8
 
 typedef struct kv_cache kv_cache;
 
@@ -83,16 +85,21 @@ uint64_t kv_pool_budget(const kv_pool *p);
 void kv_pool_set_budget(kv_pool *p, uint64_t bytes);
 
 const kv_geometry *kv_geo(const kv_cache *kv);
+/* Bytes per element (1 for q8, whose row of head_dim values is kv_row_elems() = head_dim + 4 long). */
 size_t kv_elem_size(kv_type t);
+static inline int64_t kv_row_elems(kv_type t, int64_t head_dim)
+{
+    return (int64_t)krn_kv_row_elems(t, (size_t)head_dim);
+}
 const char *kv_type_name(kv_type t);
-/* Parses "f32" / "f16"; 0 or -1. */
+/* Parses "f32" / "f16" / "q8"; 0 or -1. */
 int kv_type_parse(const char *s, kv_type *out);
 
 /* Base of layer L's keys / values. Element (t, h, d) is at
- * base + h * kv_head_stride(kv) + t * head_dim + d. */
+ * base + h * kv_head_stride(kv) + t * kv_row_elems(type, head_dim) + d. */
 void *kv_keys(kv_cache *kv, int64_t layer);
 void *kv_values(kv_cache *kv, int64_t layer);
-/* Elements from one kv head's first row to the next one's (at least capacity * head_dim). */
+/* Elements from one kv head's first row to the next one's (at least capacity rows). */
 int64_t kv_head_stride(const kv_cache *kv);
 
 /* Cached tokens. */

@@ -7,18 +7,13 @@
 . "$QD_SRCDIR/tests/ort/common.sh"
 ort_init kv_modes
 
-ids() { # COUNT SEED: deterministic ids below the special tokens
-  "$NODE" -e 'let [n,x]=process.argv.slice(1).map(Number);const a=[];for(let i=0;i<n;i++){x=(x*1103515245+12345)%2147483648;a.push(x%151643);}console.log(a.join(","))' "$1" "$2"
-}
-
 ort_synth_tiny "$work/tiny"
-"$QWEN3D" synth --preset 0.6b --layers 4 --out "$work/w06l4" >"$work/synth.log" 2>&1 ||
-  ort_fail "qwen3d synth --preset 0.6b --layers 4: $(tail -n 3 "$work/synth.log")"
-TEACHER=$(ids 64 99)
+ort_synth_w06l4 "$work/w06l4"
+TEACHER=$(ort_ids 64 99)
 
 for m in tiny w06l4; do
   for p in 1 7 300; do
-    prompt=$(ids "$p" "$p")
+    prompt=$(ort_ids "$p" "$p")
     for mode in tensor persistent; do
       "$QWEN3D" generate --model "$work/$m" --prompt-ids "$prompt" --teacher-ids "$TEACHER" --max-tokens 65 \
         --kv-mode "$mode" --kv-type f32 --dump-logits "$work/$m.$p.$mode.bin" >/dev/null ||

@@ -243,10 +243,10 @@ tests_test_session_CFLAGS = $(TEST_CFLAGS)
 tests_test_session_LDADD = $(TEST_LDADD)
 TESTS += tests/test_session
 
-# fp16 session KV cache against ONNX Runtime (teacher-forced logits), and
-# bit-identical across thread counts.
-TESTS += tests/kv_f16.sh
-EXTRA_DIST += tests/kv_f16.sh
+# fp16 and q8 session KV caches against ONNX Runtime (teacher-forced
+# logits), and bit-identical across thread counts.
+TESTS += tests/kv_f16.sh tests/kv_q8.sh
+EXTRA_DIST += tests/kv_f16.sh tests/kv_q8.sh tests/ort/kv-type.sh
 
 # Fuzzing (tests/fuzz/): six libFuzzer targets (request parser, chat
 # template, tokenizer, ONNX loader and plan, SSE stream, JSON Schema

@@ -20,6 +20,7 @@
 
 #include "engine/gen.h"
 #include "kernels/krn.h"
+#include "kvcache/kv.h"
 #include "tests/check_main.h"
 
 /* The tiny model in each contract: synth arguments and folder. */
@@ -49,6 +50,9 @@ static void setup_model(void)
     model_dir = model_dirs[0];
 }
 
+/* The session caches' element type open_level() gives the model. */
+static kv_type model_kv_type = KV_F32;
+
 /* Opens the model with the kernels of LEVEL; false when this CPU lacks it. */
 static bool open_level(krn_level level)
 {
@@ -60,7 +64,7 @@ static bool open_level(krn_level level)
     ck_assert_int_eq(krn_active()->level, level);
     eng_diag d;
     eng_diag_init(&d);
-    eng_model_opts mo = {.threads = 2};
+    eng_model_opts mo = {.threads = 2, .kv_type = model_kv_type};
     ck_assert_msg(eng_model_open(model_dir, &mo, &model, &d) == 0, "%s", d.n_kept ? d.lines[0] : "");
     eng_diag_clear(&d);
     V = eng_model_geometry(model)->vocab;
@@ -237,6 +241,15 @@ START_TEST(greedy_ids)
 }
 END_TEST
 
+/* With q8 session caches (their rows quantized as they are stored) too. */
+START_TEST(q8_cache_teacher_forced_logits)
+{
+    model_kv_type = KV_Q8;
+    check_level((krn_level)_i, false);
+    model_kv_type = KV_F32;
+}
+END_TEST
+
 /* The standard contracts: the lowered steps (attention included) keep every row's arithmetic. */
 START_TEST(standard_contracts)
 {
@@ -254,6 +267,7 @@ int main(void)
     tcase_set_timeout(tc, 900);
     tcase_add_loop_test(tc, teacher_forced_logits, 0, KRN_LEVEL_COUNT);
     tcase_add_loop_test(tc, greedy_ids, 0, KRN_LEVEL_COUNT);
+    tcase_add_loop_test(tc, q8_cache_teacher_forced_logits, 0, KRN_LEVEL_COUNT);
     tcase_add_loop_test(tc, standard_contracts, 1, (int)N_CONTRACTS);
     suite_add_tcase(su, tc);
     return qd_run_suite(su);

@@ -1366,27 +1366,42 @@ START_TEST(rotary)
      * rounded to nearest even: bit-identical too.
      */
     for (int l = 1; l < nl; l++)
-        for (int f16 = 0; f16 < 2; f16++)
+        for (int ty = 0; ty < 3; ty++)
             for (size_t ih = 0; ih < 4; ih++) {
+                krn_kv_type kt = ty == 2 ? KRN_KV_Q8 : ty ? KRN_KV_F16 : KRN_KV_F32;
+                bool f16 = kt == KRN_KV_F16;
                 size_t hd = hds[ih], rot = ih == 3 ? 96 : hd, nt = 5, nh = 3, n = nt * nh * hd;
+                size_t row = krn_kv_row_elems(kt, hd), ny = nt * nh * row;
                 int64_t pos[5] = {3, 0, 49, 17, 1};
                 float *x = frand(n, &r, -300, 300);
                 x[1] = 70000.0f; /* rounds to inf in fp16 */
                 x[2] = 1e-6f;    /* fp16 subnormal */
-                size_t esz = f16 ? 2 : 4;
-                uint8_t *yr = xmalloc(n * esz), *yl = xmalloc(n * esz);
-                memset(yr, 0x11, n * esz);
-                memset(yl, 0x11, n * esz);
+                size_t esz = krn_kv_elem_bytes(kt);
+                uint8_t *yr = xmalloc(ny * esz), *yl = xmalloc(ny * esz);
+                memset(yr, 0x11, ny * esz);
+                memset(yl, 0x11, ny * esz);
                 krn_rotary_args a = {.x = x, .y = yr, .x_tok_stride = nh * hd, .x_head_stride = hd,
-                                     .y_tok_stride = hd, .y_head_stride = nt * hd, .n_tok = nt, .n_heads = nh,
+                                     .y_tok_stride = row, .y_head_stride = nt * row, .n_tok = nt, .n_heads = nh,
                                      .head_dim = hd, .rot_dim = rot, .cos_cache = cs, .sin_cache = sn,
-                                     .cache_ld = cache_ld, .pos = pos,
-                                     .y_type = f16 ? KRN_KV_F16 : KRN_KV_F32};
+                                     .cache_ld = cache_ld, .pos = pos, .y_type = kt};
                 tabs[0].rotary.fn(&a, 0, nt * nh);
                 a.y = yl;
                 tabs[l].rotary.fn(&a, 0, 7);
                 tabs[l].rotary.fn(&a, 7, nt * nh);
-                ck_assert_msg(memcmp(yr, yl, n * esz) == 0, "%s f16=%d hd=%zu", tabs[l].rotary.name, f16, hd);
+                ck_assert_msg(memcmp(yr, yl, ny * esz) == 0, "%s type=%d hd=%zu", tabs[l].rotary.name, ty, hd);
+                if (kt == KRN_KV_Q8) /* and the reference's rows are the fp32 rotation quantized */
+                    for (size_t t = 0; t < nt; t++)
+                        for (size_t h = 0; h < nh; h++) {
+                            float f[KRN_MAX_HEAD_DIM];
+                            int8_t want[KRN_MAX_HEAD_DIM + 4];
+                            krn_rotary_args one = a;
+                            one.y = f;
+                            one.y_type = KRN_KV_F32;
+                            one.y_tok_stride = one.y_head_stride = 0;
+                            tabs[0].rotary.fn(&one, t * nh + h, t * nh + h + 1);
+                            krn_kv_row_from_f32(KRN_KV_Q8, f, hd, want);
+                            ck_assert(memcmp(yr + t * row + h * nt * row, want, row) == 0);
+                        }
                 if (f16) /* and the reference's halves are the rounded fp32 rotation */
                     for (size_t t = 0; t < nt; t++)
                         for (size_t h = 0; h < nh; h++) {
@@ -1493,7 +1508,69 @@ START_TEST(f16_conversions)
 }
 END_TEST
 
-/* Row stores into a strided cache: fp32 copies, fp16 as the portable conversion, every level. */
+/*
+ * q8 rows (krn_kv_type): the scale is the largest magnitude over 127, codes
+ * round to nearest even within [-127, 127] and read back within half a
+ * step; zero rows, subnormal rows, and rows holding inf or NaN.
+ */
+START_TEST(kv_q8_rows)
+{
+    rng r = {33};
+    int8_t row[KRN_MAX_HEAD_DIM + 4];
+    for (size_t n = 1; n <= 131; n += 13) {
+        float *x = frand(n, &r, -5, 5);
+        x[n / 2] = n % 2 ? -7.5f : 7.5f; /* the largest magnitude, either sign */
+        krn_kv_row_from_f32(KRN_KV_Q8, x, n, row);
+        float s = krn_q8_scale(row, n);
+        ck_assert(s == 7.5f / 127.0f);
+        ck_assert_int_eq(row[n / 2], n % 2 ? -127 : 127);
+        for (size_t d = 0; d < n; d++) {
+            ck_assert(row[d] >= -127 && row[d] <= 127);
+            ck_assert(row[d] == (int8_t)lrintf(x[d] / s));
+            ck_assert(fabsf(krn_kv_row_value(KRN_KV_Q8, row, n, d) - x[d]) <= s * 0.5f * (1 + 1e-6f));
+        }
+        free(x);
+    }
+    /* ties go to even codes: with a = 127 the scale is 1 */
+    float ties[6] = {127.0f, 0.5f, 1.5f, -2.5f, -0.5f, 126.5f};
+    krn_kv_row_from_f32(KRN_KV_Q8, ties, 6, row);
+    ck_assert(krn_q8_scale(row, 6) == 1.0f);
+    ck_assert_int_eq(row[1], 0);
+    ck_assert_int_eq(row[2], 2);
+    ck_assert_int_eq(row[3], -2);
+    ck_assert_int_eq(row[4], 0);
+    ck_assert_int_eq(row[5], 126);
+    /* zeros, and a row whose scale underflows to 0: codes 0, scale 0 */
+    float z[5] = {0.0f, -0.0f, 0.0f, 0.0f, 0.0f};
+    krn_kv_row_from_f32(KRN_KV_Q8, z, 5, row);
+    ck_assert(krn_q8_scale(row, 5) == 0.0f);
+    for (int d = 0; d < 5; d++)
+        ck_assert_int_eq(row[d], 0);
+    z[3] = 1e-44f; /* a / 127 rounds to 0 */
+    krn_kv_row_from_f32(KRN_KV_Q8, z, 5, row);
+    ck_assert(krn_q8_scale(row, 5) == 0.0f && row[3] == 0);
+    /* a subnormal scale rounded far below a / 127: codes clamp */
+    z[3] = 2.5e-43f;
+    z[1] = -2.5e-43f;
+    krn_kv_row_from_f32(KRN_KV_Q8, z, 5, row);
+    ck_assert(krn_q8_scale(row, 5) > 0.0f);
+    ck_assert_int_eq(row[3], 127);
+    ck_assert_int_eq(row[1], -127);
+    /* inf or NaN anywhere: codes 0 and a NaN scale, so every value reads NaN */
+    float bad[4] = {1.0f, INFINITY, 2.0f, 3.0f};
+    for (int k = 0; k < 2; k++) {
+        bad[1] = k ? NAN : -INFINITY;
+        krn_kv_row_from_f32(KRN_KV_Q8, bad, 4, row);
+        ck_assert(isnan(krn_q8_scale(row, 4)));
+        for (int d = 0; d < 4; d++) {
+            ck_assert_int_eq(row[d], 0);
+            ck_assert(isnan(krn_kv_row_value(KRN_KV_Q8, row, 4, (size_t)d)));
+        }
+    }
+}
+END_TEST
+
+/* Row stores into a strided cache: fp32 copies, fp16 as the portable conversion, q8 rows, every level. */
 START_TEST(kv_store)
 {
     krn_table tabs[MAX_TABS + 1];
@@ -1503,15 +1580,28 @@ START_TEST(kv_store)
     const size_t nt = 3, nh = 4, n = 37, xt = nh * 40, yt = 2 * nh * 40;
     float *x = frand(nt * xt, &r, -70000, 70000);
     for (int l = 0; l < nl; l++)
-        for (int f16 = 0; f16 < 2; f16++) {
-            size_t esz = f16 ? 2 : 4, ny = nt * yt;
+        for (int f16 = 0; f16 < 3; f16++) {
+            size_t esz = f16 == 2 ? 1 : f16 ? 2 : 4, ny = nt * yt;
             uint8_t *y = xmalloc(ny * esz);
             memset(y, 0x5C, ny * esz);
             krn_rows_args a = {.x = x, .x_tok_stride = xt, .x_head_stride = 40, .y = y, .y_tok_stride = yt,
                                .y_head_stride = 80, .n_tok = nt, .n_heads = nh, .n = n,
-                               .y_type = f16 ? KRN_KV_F16 : KRN_KV_F32};
+                               .y_type = f16 == 2 ? KRN_KV_Q8 : f16 ? KRN_KV_F16 : KRN_KV_F32};
             tabs[l].kv_store.fn(&a, 0, 5);
             tabs[l].kv_store.fn(&a, 5, nt * nh);
+            if (f16 == 2) { /* q8: each row is krn_kv_row_from_f32's n + 4 bytes, the rest untouched */
+                for (size_t t = 0; t < nt; t++)
+                    for (size_t h = 0; h < nh; h++) {
+                        uint8_t want[41];
+                        const uint8_t *got = y + t * yt + h * 80;
+                        krn_kv_row_from_f32(KRN_KV_Q8, x + t * xt + h * 40, n, want);
+                        ck_assert(memcmp(got, want, n + 4) == 0);
+                        for (size_t j = n + 4; j < 80; j++)
+                            ck_assert_int_eq(got[j], 0x5C);
+                    }
+                free(y);
+                continue;
+            }
             for (size_t t = 0; t < nt; t++)
                 for (size_t h = 0; h < nh; h++)
                     for (size_t j = 0; j < 80; j++) {
@@ -1541,7 +1631,33 @@ typedef struct gqa_case {
     float softcap;
     bool token_major; /* cache as [T, Nkv, H] instead of [Nkv, T, H] */
     bool f16;         /* fp16 cache */
+    bool q8;          /* q8 cache (f16 false) */
 } gqa_case;
+
+/*
+ * A q8 copy of an fp32 cache of NKV x CAP rows of HD (element (g, t, e) at
+ * f[g * hs + t * ts + e]) in the same layout with q8 rows (strides scaled to
+ * rows of hd + 4 bytes), and f's rows replaced by the values the copy holds,
+ * so fp32 arithmetic on f is what the q8 kernels must approximate. Sets the
+ * copy's strides.
+ */
+static int8_t *q8_cache(float *f, size_t nkv, size_t cap, size_t hd, size_t hs, size_t ts, size_t *hs8,
+                        size_t *ts8)
+{
+    size_t row = krn_kv_row_elems(KRN_KV_Q8, hd);
+    *hs8 = hs / hd * row;
+    *ts8 = ts / hd * row;
+    int8_t *c = xmalloc(nkv * cap * row);
+    for (size_t g = 0; g < nkv; g++)
+        for (size_t t = 0; t < cap; t++) {
+            float *x = f + g * hs + t * ts;
+            int8_t *y = c + g * *hs8 + t * *ts8;
+            krn_kv_row_from_f32(KRN_KV_Q8, x, hd, y);
+            for (size_t e = 0; e < hd; e++)
+                x[e] = krn_kv_row_value(KRN_KV_Q8, y, hd, e);
+        }
+    return c;
+}
 
 /*
  * Tolerance, shared by ref-vs-double and level-vs-ref. A score's fp32 dot has
@@ -1552,6 +1668,33 @@ typedef struct gqa_case {
  * So |err| <= max|v| (2 delta_max + 2 (L + H + 8) u + 4u softcap), and twice
  * that between two implementations.
  */
+/*
+ * The reference on the narrow cache K, V (of type T, strides HS, TS) gives
+ * bit for bit what it gave on A's fp32 cache holding the values they read
+ * as (in A's output); returns A on the narrow cache.
+ */
+static krn_gqa_args narrow_ref_agrees(const krn_table *ref, const krn_gqa_args *a, const void *k, const void *v,
+                                      krn_kv_type t, size_t hs, size_t ts, size_t items)
+{
+    size_t n = a->seq * a->out_ld;
+    float *o = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        o[i] = 3.0f;
+    krn_gqa_args an = *a;
+    an.k_cache = k;
+    an.v_cache = v;
+    an.kv_head_stride = hs;
+    an.kv_tok_stride = ts;
+    an.kv_type = t;
+    an.out = o;
+    ck_assert_int_eq(krn_gqa_check(&an), KRN_OK);
+    ref->gqa.fn(&an, 0, items);
+    ck_assert_msg(memcmp(o, a->out, n * sizeof(float)) == 0, "ref gqa on a type %d cache != fp32 on its values", t);
+    free(o);
+    an.out = a->out;
+    return an;
+}
+
 static void gqa_run(const krn_table *lv, const gqa_case *c, rng *r)
 {
     krn_table ref = ref_tab();
@@ -1589,21 +1732,16 @@ static void gqa_run(const krn_table *lv, const gqa_case *c, rng *r)
     ck_assert_int_eq(krn_gqa_check(&a), KRN_OK);
     size_t items = c->seq * c->nq;
     ref.gqa.fn(&a, 0, items);
-    if (c->f16) {
-        float *o16 = xmalloc(c->seq * out_ld * sizeof(float));
-        for (size_t i = 0; i < c->seq * out_ld; i++)
-            o16[i] = 3.0f;
-        krn_gqa_args a16 = a;
-        a16.k_cache = k16;
-        a16.v_cache = v16;
-        a16.kv_type = KRN_KV_F16;
-        a16.out = o16;
-        ref.gqa.fn(&a16, 0, items);
-        ck_assert_msg(memcmp(o16, o_ref, c->seq * out_ld * sizeof(float)) == 0, "ref gqa fp16 != fp32 on widened");
-        free(o16);
-        a.k_cache = k16;
-        a.v_cache = v16;
-        a.kv_type = KRN_KV_F16;
+    if (c->f16)
+        a = narrow_ref_agrees(&ref, &a, k16, v16, KRN_KV_F16, head_stride, tok_stride, items);
+    int8_t *k8 = NULL, *v8 = NULL;
+    if (c->q8) {
+        /* The reference on q8 rows reads each value as code * scale: the fp32 values kc / vc now hold. */
+        size_t hs8, ts8;
+        k8 = q8_cache(kc, c->nkv, cap, hd, head_stride, tok_stride, &hs8, &ts8);
+        v8 = q8_cache(vc, c->nkv, cap, hd, head_stride, tok_stride, &hs8, &ts8);
+        ref.gqa.fn(&a, 0, items); /* on the values kc / vc now hold */
+        a = narrow_ref_agrees(&ref, &a, k8, v8, KRN_KV_Q8, hs8, ts8, items);
     }
     a.out = o_l;
     /* Odd cuts split kv groups across calls. */
@@ -1664,6 +1802,8 @@ static void gqa_run(const krn_table *lv, const gqa_case *c, rng *r)
     free(vc);
     free(k16);
     free(v16);
+    free(k8);
+    free(v8);
     free(o_ref);
     free(o_l);
 }
@@ -1671,29 +1811,33 @@ static void gqa_run(const krn_table *lv, const gqa_case *c, rng *r)
 START_TEST(gqa)
 {
     static const gqa_case cases[] = {
-        {0, 1, 2, 1, 8, -1, 0, false, false},     {0, 7, 4, 2, 64, -1, 0, false, false},
-        {5, 1, 16, 8, 128, -1, 0, false, false},  {70, 3, 4, 2, 128, -1, 0, true, false},
-        {200, 1, 6, 2, 36, -1, 0, false, false},  {3, 17, 3, 3, 20, -1, 0, false, false},
-        {40, 5, 4, 1, 64, 4, 0, false, false},    {10, 3, 2, 2, 32, 0, 0, false, false},
-        {100, 2, 4, 2, 128, 50, 0, true, false},  {30, 4, 4, 2, 64, -1, 5.0f, false, false},
-        {130, 1, 16, 2, 128, -1, 0, false, false}, /* group of 8 heads, chunk boundaries */
+        {0, 1, 2, 1, 8, -1, 0, false, false, false},     {0, 7, 4, 2, 64, -1, 0, false, false, false},
+        {5, 1, 16, 8, 128, -1, 0, false, false, false},  {70, 3, 4, 2, 128, -1, 0, true, false, false},
+        {200, 1, 6, 2, 36, -1, 0, false, false, false},  {3, 17, 3, 3, 20, -1, 0, false, false, false},
+        {40, 5, 4, 1, 64, 4, 0, false, false, false},    {10, 3, 2, 2, 32, 0, 0, false, false, false},
+        {100, 2, 4, 2, 128, 50, 0, true, false, false},  {30, 4, 4, 2, 64, -1, 5.0f, false, false, false},
+        {130, 1, 16, 2, 128, -1, 0, false, false, false}, /* group of 8 heads, chunk boundaries */
         /* Query blocks (prefill): groups of 2, 8, and 32 heads (more than one pass's rows). */
-        {0, 40, 4, 2, 64, -1, 0, true, false},    {9, 23, 8, 1, 24, -1, 0, false, false},
-        {0, 5, 32, 1, 16, -1, 0, false, false},   {17, 33, 4, 2, 128, 20, 0, true, false},
+        {0, 40, 4, 2, 64, -1, 0, true, false, false},    {9, 23, 8, 1, 24, -1, 0, false, false, false},
+        {0, 5, 32, 1, 16, -1, 0, false, false, false},   {17, 33, 4, 2, 128, 20, 0, true, false, false},
         /* Decode over a token-major cache: passes span kv heads (odd groups, 1:1, > 16 heads). */
-        {33, 1, 6, 2, 40, -1, 0, true, false},  {50, 1, 4, 4, 64, -1, 0, true, true},
-        {9, 1, 32, 2, 128, -1, 0, true, false}, {20, 1, 12, 4, 24, 7, 0, true, false},
+        {33, 1, 6, 2, 40, -1, 0, true, false, false},  {50, 1, 4, 4, 64, -1, 0, true, true, false},
+        {9, 1, 32, 2, 128, -1, 0, true, false, false}, {20, 1, 12, 4, 24, 7, 0, true, false, false},
         /* Decode over a head-major cache: groups of 3 and 4, a window starting inside a chunk,
          * soft-capping, head sizes with an 8-dim tail, an empty past, fp16 at the 4B geometry. */
-        {77, 1, 8, 2, 64, -1, 0, false, false},   {45, 1, 6, 2, 128, 10, 0, false, false},
-        {33, 1, 12, 4, 64, -1, 3.0f, false, false}, {0, 1, 4, 2, 24, -1, 0, false, false},
-        {64, 1, 3, 1, 40, -1, 0, false, false},   {95, 1, 32, 8, 128, -1, 0, false, true},
-        {160, 1, 8, 2, 128, 33, 0, false, true},
+        {77, 1, 8, 2, 64, -1, 0, false, false, false},   {45, 1, 6, 2, 128, 10, 0, false, false, false},
+        {33, 1, 12, 4, 64, -1, 3.0f, false, false, false}, {0, 1, 4, 2, 24, -1, 0, false, false, false},
+        {64, 1, 3, 1, 40, -1, 0, false, false, false},   {95, 1, 32, 8, 128, -1, 0, false, true, false},
+        {160, 1, 8, 2, 128, 33, 0, false, true, false},
         /* ... and longer: 256-dim heads over 601 keys, 72 dims (blocks of 32, 32 and 8) with a 150-key window. */
-        {600, 1, 4, 2, 256, -1, 0, false, false}, {300, 1, 8, 2, 72, 150, 0, false, false},
+        {600, 1, 4, 2, 256, -1, 0, false, false, false}, {300, 1, 8, 2, 72, 150, 0, false, false, false},
         /* fp16 caches, decode and prefill. */
-        {70, 1, 16, 8, 128, -1, 0, true, true}, {300, 1, 4, 1, 128, -1, 0, false, true},
-        {0, 37, 4, 2, 128, -1, 0, true, true},  {12, 9, 6, 3, 36, 5, 0, true, true},
+        {70, 1, 16, 8, 128, -1, 0, true, true, false}, {300, 1, 4, 1, 128, -1, 0, false, true, false},
+        {0, 37, 4, 2, 128, -1, 0, true, true, false},  {12, 9, 6, 3, 36, 5, 0, true, true, false},
+        /* q8 caches, decode and prefill, head sizes with tails. */
+        {70, 1, 16, 8, 128, -1, 0, true, false, true}, {300, 1, 4, 1, 128, -1, 0, false, false, true},
+        {45, 1, 12, 4, 44, 20, 3.0f, false, false, true}, {0, 37, 4, 2, 128, -1, 0, true, false, true},
+        {12, 9, 6, 3, 36, 5, 0, false, false, true},
     };
     krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
@@ -1726,6 +1870,7 @@ static void gqa_levels_agree(const gqa_case *cases, size_t n_cases, bool prompt,
         float *q = frand(c->seq * q_ld, &r, -1, 1);
         float *kf = frand(cache_sz, &r, -1, 1), *vf = frand(cache_sz, &r, -2, 2);
         void *kc = kf, *vc = vf;
+        size_t hs = c->token_major ? hd : cap * hd, ts = c->token_major ? c->nkv * hd : hd;
         if (c->f16) {
             kc = xmalloc(cache_sz * esz);
             vc = xmalloc(cache_sz * esz);
@@ -1733,15 +1878,19 @@ static void gqa_levels_agree(const gqa_case *cases, size_t n_cases, bool prompt,
                 ((uint16_t *)kc)[e] = krn_f32_to_f16(kf[e]);
                 ((uint16_t *)vc)[e] = krn_f32_to_f16(vf[e]);
             }
+        } else if (c->q8) {
+            kc = q8_cache(kf, c->nkv, cap, hd, hs, ts, &hs, &ts);
+            size_t hs0 = c->token_major ? hd : cap * hd, ts0 = c->token_major ? c->nkv * hd : hd;
+            vc = q8_cache(vf, c->nkv, cap, hd, hs0, ts0, &hs, &ts);
         }
         size_t out_n = c->seq * out_ld, items = c->seq * c->nq;
         float *want = xmalloc(out_n * sizeof(float)), *got = xmalloc(out_n * sizeof(float));
-        krn_gqa_args a = {.q = q, .q_ld = q_ld, .k_cache = kc, .v_cache = vc,
-                          .kv_head_stride = c->token_major ? hd : cap * hd,
-                          .kv_tok_stride = c->token_major ? c->nkv * hd : hd, .out = want, .out_ld = out_ld,
+        krn_gqa_args a = {.q = q, .q_ld = q_ld, .k_cache = kc, .v_cache = vc, .kv_head_stride = hs,
+                          .kv_tok_stride = ts, .out = want, .out_ld = out_ld,
                           .seq = c->seq, .past = c->past, .n_heads = c->nq, .n_kv_heads = c->nkv,
                           .head_dim = hd, .scale = 4.0f / sqrtf((float)hd), .local_window = c->window,
-                          .softcap = c->softcap, .kv_type = c->f16 ? KRN_KV_F16 : KRN_KV_F32, .prompt = prompt};
+                          .softcap = c->softcap,
+                          .kv_type = c->f16 ? KRN_KV_F16 : c->q8 ? KRN_KV_Q8 : KRN_KV_F32, .prompt = prompt};
         avx2.gqa.fn(&a, 0, items);
         for (int l = 0; l < nl; l++) {
             memset(got, 0xff, out_n * sizeof(float));
@@ -1754,7 +1903,7 @@ static void gqa_levels_agree(const gqa_case *cases, size_t n_cases, bool prompt,
                           c->past, c->seq, c->nq, c->nkv, hd);
             a.out = want;
         }
-        if (c->f16) {
+        if (c->f16 || c->q8) {
             free(kc);
             free(vc);
         }
@@ -1768,16 +1917,17 @@ static void gqa_levels_agree(const gqa_case *cases, size_t n_cases, bool prompt,
 
 /*
  * Prompt rows: shapes with fewer rows than a vector, head sizes with tails,
- * windows, soft-capping, fp16 caches and both cache layouts.
+ * windows, soft-capping, fp16 and q8 caches and both cache layouts.
  */
 START_TEST(gqa_prompt_levels_agree)
 {
     static const gqa_case cases[] = {
-        {0, 40, 4, 2, 64, -1, 0, true, false},  {9, 23, 8, 1, 24, -1, 0, false, false},
-        {0, 5, 32, 1, 16, -1, 0, false, false}, {17, 33, 4, 2, 128, 20, 0, true, false},
-        {3, 17, 3, 3, 20, -1, 0, false, true},  {30, 4, 4, 2, 64, -1, 5.0f, false, false},
-        {0, 37, 16, 8, 128, -1, 0, false, true}, {64, 1, 16, 8, 128, -1, 0, false, false},
-        {100, 2, 6, 2, 36, 50, 0, true, true},  {0, 70, 2, 1, 8, -1, 0, false, false},
+        {0, 40, 4, 2, 64, -1, 0, true, false, false},  {9, 23, 8, 1, 24, -1, 0, false, false, false},
+        {0, 5, 32, 1, 16, -1, 0, false, false, false}, {17, 33, 4, 2, 128, 20, 0, true, false, false},
+        {3, 17, 3, 3, 20, -1, 0, false, true, false},  {30, 4, 4, 2, 64, -1, 5.0f, false, false, false},
+        {0, 37, 16, 8, 128, -1, 0, false, true, false}, {64, 1, 16, 8, 128, -1, 0, false, false, false},
+        {100, 2, 6, 2, 36, 50, 0, true, true, false},  {0, 70, 2, 1, 8, -1, 0, false, false, false},
+        {17, 33, 4, 2, 128, 20, 0, true, false, true}, {3, 17, 3, 3, 20, -1, 0, false, false, true},
     };
     gqa_levels_agree(cases, sizeof cases / sizeof cases[0], true, "prompt");
 }
@@ -1786,19 +1936,22 @@ END_TEST
 /*
  * Decode rows (one new token): kv groups of 1 to 8 heads (odd ones leave a
  * row without a partner), head sizes from 8 to 128, pasts that end inside, at
- * and past chunk boundaries, windows, soft-capping, fp16 caches, and
- * token-major caches (whose sets span kv heads).
+ * and past chunk boundaries, windows, soft-capping, fp16 and q8 caches,
+ * and token-major caches (whose sets span kv heads).
  */
 START_TEST(gqa_decode_levels_agree)
 {
     static const gqa_case cases[] = {
-        {0, 1, 2, 1, 8, -1, 0, false, false},      {30, 1, 16, 8, 128, -1, 0, false, false},
-        {31, 1, 4, 2, 64, -1, 0, false, true},     {32, 1, 6, 2, 24, -1, 0, false, false},
-        {63, 1, 3, 1, 40, -1, 0, false, false},    {100, 1, 32, 8, 128, -1, 0, false, true},
-        {137, 1, 8, 1, 80, 50, 0, false, false},   {45, 1, 12, 4, 120, -1, 4.0f, false, false},
-        {300, 1, 16, 8, 128, 33, 0, false, true},  {9, 1, 5, 5, 16, -1, 0, false, false},
-        {70, 1, 16, 8, 128, -1, 0, true, false},   {50, 1, 4, 4, 64, -1, 0, true, true},
-        {20, 1, 12, 4, 24, 7, 0, true, false},     {257, 1, 14, 2, 96, -1, 0, false, false},
+        {0, 1, 2, 1, 8, -1, 0, false, false, false},      {30, 1, 16, 8, 128, -1, 0, false, false, false},
+        {31, 1, 4, 2, 64, -1, 0, false, true, false},     {32, 1, 6, 2, 24, -1, 0, false, false, false},
+        {63, 1, 3, 1, 40, -1, 0, false, false, false},    {100, 1, 32, 8, 128, -1, 0, false, true, false},
+        {137, 1, 8, 1, 80, 50, 0, false, false, false},   {45, 1, 12, 4, 120, -1, 4.0f, false, false, false},
+        {300, 1, 16, 8, 128, 33, 0, false, true, false},  {9, 1, 5, 5, 16, -1, 0, false, false, false},
+        {70, 1, 16, 8, 128, -1, 0, true, false, false},   {50, 1, 4, 4, 64, -1, 0, true, true, false},
+        {20, 1, 12, 4, 24, 7, 0, true, false, false},     {257, 1, 14, 2, 96, -1, 0, false, false, false},
+        {70, 1, 16, 8, 128, -1, 0, true, false, true}, {31, 1, 4, 2, 64, -1, 0, false, false, true},
+        {137, 1, 8, 1, 80, 50, 0, false, false, true}, {45, 1, 12, 4, 120, -1, 4.0f, false, false, true},
+        {300, 1, 16, 8, 128, 33, 0, false, false, true}, {9, 1, 5, 5, 12, -1, 0, false, false, true},
     };
     gqa_levels_agree(cases, sizeof cases / sizeof cases[0], false, "decode");
 }
@@ -2076,6 +2229,7 @@ int main(void)
     tcase_add_test(tc, norm_quant_fused);
     tcase_add_test(tc, rotary);
     tcase_add_test(tc, f16_conversions);
+    tcase_add_test(tc, kv_q8_rows);
     tcase_add_test(tc, kv_store);
     tcase_add_test(tc, gqa);
     tcase_add_test(tc, gqa_prompt_levels_agree);

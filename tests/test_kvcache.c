@@ -70,12 +70,28 @@ START_TEST(types_and_bad_geometry)
     ck_assert_int_eq(t, KV_F16);
     ck_assert_int_eq(kv_type_parse("f32", &t), 0);
     ck_assert_int_eq(t, KV_F32);
+    ck_assert_int_eq(kv_type_parse("q8", &t), 0);
+    ck_assert_int_eq(t, KV_Q8);
+    ck_assert_str_eq(kv_type_name(KV_Q8), "q8");
     ck_assert_int_eq(kv_type_parse("bf16", &t), -1);
+    ck_assert_int_eq(kv_type_parse("q4", &t), -1);
     ck_assert_uint_eq(kv_elem_size(KV_F16), 2);
+    ck_assert_uint_eq(kv_elem_size(KV_Q8), 1);
     kv_geometry g = geo;
     g.type = KV_F16;
     kv_cache *kv = kv_new(&g);
     ck_assert_uint_eq(kv_bytes_per_token(kv), 2 * 64 * 2 * 2 * 3);
+    kv_free(kv);
+    /* q8: a row is 64 codes and a 4-byte scale; heads lie a whole number of rows apart */
+    g.type = KV_Q8;
+    kv = kv_new(&g);
+    ck_assert_uint_eq(kv_bytes_per_token(kv), (64 + 4) * 2 * 2 * 3);
+    ck_assert_int_eq(kv_row_elems(KV_Q8, 64), 68);
+    ck_assert_int_ge(kv_head_stride(kv), 1000 * 68);
+    ck_assert_int_eq(kv_reserve_tokens(kv, 1000), 0);
+    /* the last row of the last head of the last layer's values is inside the range */
+    uint8_t *last = (uint8_t *)kv_values(kv, 2) + kv_head_stride(kv) + 999 * 68;
+    memset(last, 0x7F, 68);
     kv_free(kv);
     g.capacity = 0;
     ck_assert_ptr_null(kv_new(&g));

@@ -207,13 +207,13 @@ START_TEST(pooled_pages_serve_the_next_session)
 }
 END_TEST
 
-/* A synthetic context (bench's long-context cases) fills an f16 cache too, and decoding goes on from it. */
-START_TEST(synthetic_fill_f16)
+/* A synthetic context (bench's long-context cases) fills f16 and q8 caches too, and decoding goes on from it. */
+START_TEST(synthetic_fill_narrow_types)
 {
     eng_diag d;
     eng_diag_init(&d);
     eng_model *m = NULL;
-    eng_model_opts mo = {.threads = 1, .kv_type = KV_F16};
+    eng_model_opts mo = {.threads = 1, .kv_type = _i ? KV_Q8 : KV_F16};
     ck_assert(eng_model_open(model_dir, &mo, &m, &d) == 0);
     eng_session *s = eng_session_new(m, 300, &d);
     ck_assert_ptr_nonnull(s);
@@ -225,7 +225,8 @@ START_TEST(synthetic_fill_f16)
     ck_assert_int_eq(eng_session_length(s), 257);
     int64_t V = eng_model_geometry(m)->vocab;
     for (int64_t i = 0; i < V; i++)
-        ck_assert_msg(isfinite(logits[i]), "logit %lld is not finite after an f16 synthetic context", (long long)i);
+        ck_assert_msg(isfinite(logits[i]), "logit %lld is not finite after an %s synthetic context", (long long)i,
+                      kv_type_name(mo.kv_type));
     eng_session_free(s);
     eng_model_free(m);
     eng_diag_clear(&d);
@@ -262,6 +263,20 @@ START_TEST(context_limit_is_an_error)
 }
 END_TEST
 
+/* The tensor contract's past is FLOAT: a narrower cache type with it is refused, not ignored. */
+START_TEST(narrow_kv_type_needs_persistent_mode)
+{
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_model *m = NULL;
+    eng_model_opts mo = {.threads = 1, .kv_mode = ENG_KV_TENSOR, .kv_type = _i ? KV_Q8 : KV_F16};
+    ck_assert_int_eq(eng_model_open(model_dir, &mo, &m, &d), -1);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(d.n_kept && strstr(d.lines[0], "needs the persistent KV mode"), "%s", d.n_kept ? d.lines[0] : "");
+    eng_diag_clear(&d);
+}
+END_TEST
+
 /* What the server's KV budget counts before a session exists is what the session reserves. */
 START_TEST(kv_bytes_known_before_the_session)
 {
@@ -270,7 +285,8 @@ START_TEST(kv_bytes_known_before_the_session)
     static const struct {
         eng_kv_mode mode;
         kv_type type;
-    } modes[] = {{ENG_KV_PERSISTENT, KV_F32}, {ENG_KV_PERSISTENT, KV_F16}, {ENG_KV_TENSOR, KV_F32}};
+    } modes[] = {{ENG_KV_PERSISTENT, KV_F32}, {ENG_KV_PERSISTENT, KV_F16}, {ENG_KV_PERSISTENT, KV_Q8},
+                 {ENG_KV_TENSOR, KV_F32}};
     for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
         eng_model *m = NULL;
         eng_model_opts mo = {.threads = 1, .kv_mode = modes[k].mode, .kv_type = modes[k].type};
@@ -300,7 +316,8 @@ int main(void)
     tcase_add_test(tc, interleaved_sessions_tensor);
     tcase_add_test(tc, freed_session_returns_memory);
     tcase_add_test(tc, pooled_pages_serve_the_next_session);
-    tcase_add_test(tc, synthetic_fill_f16);
+    tcase_add_loop_test(tc, synthetic_fill_narrow_types, 0, 2);
+    tcase_add_loop_test(tc, narrow_kv_type_needs_persistent_mode, 0, 2);
     tcase_add_test(tc, context_limit_is_an_error);
     tcase_add_test(tc, kv_bytes_known_before_the_session);
     suite_add_tcase(su, tc);

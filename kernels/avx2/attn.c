@@ -1,6 +1,6 @@
 /*
  * avx2/attn: AVX2/FMA GroupQueryAttention core for one sequence (batch 1),
- * reading an fp32 or fp16 KV cache.
+ * reading an fp32, fp16 or q8 KV cache.
  *
  * A pass over the keys serves a "row set" of up to RMAX query rows: in
  * prefill the query heads of one kv group times a block of consecutive new
@@ -27,7 +27,10 @@
  *
  * Numerics versus the reference: the same scores up to summation order, the
  * vector exp (~2 ulp), and normalization by the total at the end instead of
- * per weight. fp16 values are widened exactly (F16C). Called by compute
+ * per weight. fp16 values are widened exactly (F16C). q8 codes are widened
+ * as they are and read like fp16 (chunk_pv); a key row's scale multiplies
+ * its dot product, a value row's its weight, where the reference multiplies
+ * each element: a rounding apart. Called by compute
  * workers with an item range. Compiled with the avx2 flags.
  */
 #include <immintrin.h>
@@ -37,6 +40,9 @@
 #include "kernels/avx2/attn_sets.h"
 #include "kernels/avx2/simd.h"
 
+#ifndef Q8_AHEAD
+#define Q8_AHEAD 2
+#endif
 #define PF_KEYS 16 /* keys ahead that attend() prefetches: 128 KiB of an fp32 pass */
 
 #define INLINE static inline __attribute__((always_inline))
@@ -49,19 +55,35 @@ static inline size_t partner(const rowset *rs, size_t r)
     return r + 1 < rs->n && rs->g[r + 1] == rs->g[r] ? r + 1 : r;
 }
 
-/* 8 cache values from element offset off, widened when the cache is fp16. */
-INLINE __m256 kv_load8(const void *base, size_t off, const bool F16)
+/*
+ * 8 cache values from element offset off: loaded, widened from fp16, or q8
+ * codes widened to floats (their row's scale is applied by the caller: to
+ * a key's dot product, to a value's weight).
+ */
+INLINE __m256 kv_load8(const void *base, size_t off, const krn_kv_type KT)
 {
-    if (F16)
+    if (KT == KRN_KV_Q8) {
+        __m128i c = _mm_loadl_epi64((const __m128i *)(const void *)((const int8_t *)base + off));
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c));
+    }
+    if (KT == KRN_KV_F16)
         return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)base + off)));
     return _mm256_loadu_ps((const float *)base + off);
 }
 
-INLINE float kv_load1(const void *base, size_t off, const bool F16)
+INLINE float kv_load1(const void *base, size_t off, const krn_kv_type KT)
 {
-    if (F16)
+    if (KT == KRN_KV_Q8)
+        return (float)((const int8_t *)base)[off];
+    if (KT == KRN_KV_F16)
         return _cvtsh_ss(((const uint16_t *)base)[off]);
     return ((const float *)base)[off];
+}
+
+/* The scale of the q8 row at element offset row. */
+INLINE float q8_scale_at(const void *base, size_t row, size_t hd)
+{
+    return krn_q8_scale((const int8_t *)base + row, hd);
 }
 
 /*
@@ -74,15 +96,21 @@ INLINE float kv_load1(const void *base, size_t off, const bool F16)
  * rows past the end of the cache are harmless. L2 asks for the lines into L2
  * only (each branch names its hint: _mm_prefetch needs a constant).
  */
-INLINE void prefetch_row(const void *base, size_t off, size_t hd, const bool F16, const bool L2)
+INLINE void prefetch_row(const void *base, size_t off, size_t hd, const krn_kv_type KT, const bool L2)
 {
-    const char *p = (const char *)base + off * (F16 ? 2 : 4);
-    size_t bytes = hd * (F16 ? 2 : 4);
+    const char *p = (const char *)base + off * krn_kv_elem_bytes(KT);
+    size_t bytes = krn_kv_row_elems(KT, hd) * krn_kv_elem_bytes(KT);
     for (size_t b = 0; b < bytes; b += 64) {
         if (L2)
             _mm_prefetch(p + b, _MM_HINT_T1);
         else
             _mm_prefetch(p + b, _MM_HINT_T0);
+    }
+    if (KT == KRN_KV_Q8) { /* a q8 row (hd + 4 bytes) need not start on a line: its last byte's line too */
+        if (L2)
+            _mm_prefetch(p + bytes - 1, _MM_HINT_T1);
+        else
+            _mm_prefetch(p + bytes - 1, _MM_HINT_T0);
     }
 }
 
@@ -90,14 +118,14 @@ INLINE void prefetch_row(const void *base, size_t off, size_t hd, const bool F16
  * Scaled dots of rows r0, r1 with keys j[0..3] (element offsets of the key
  * rows), as [r0.k0 .. r0.k3 | r1.k0 .. r1.k3].
  */
-INLINE __m256 score2x4(const krn_gqa_args *a, const float *q0, const float *q1, const size_t *koff, const bool F16)
+INLINE __m256 score2x4(const krn_gqa_args *a, const float *q0, const float *q1, const size_t *koff, const krn_kv_type KT)
 {
     const size_t hd = a->head_dim, hd8 = hd & ~(size_t)7;
     __m256 s00 = _mm256_setzero_ps(), s01 = s00, s02 = s00, s03 = s00;
     __m256 s10 = s00, s11 = s00, s12 = s00, s13 = s00;
     for (size_t d = 0; d < hd8; d += 8) {
-        __m256 k0 = kv_load8(a->k_cache, koff[0] + d, F16), k1 = kv_load8(a->k_cache, koff[1] + d, F16);
-        __m256 k2 = kv_load8(a->k_cache, koff[2] + d, F16), k3 = kv_load8(a->k_cache, koff[3] + d, F16);
+        __m256 k0 = kv_load8(a->k_cache, koff[0] + d, KT), k1 = kv_load8(a->k_cache, koff[1] + d, KT);
+        __m256 k2 = kv_load8(a->k_cache, koff[2] + d, KT), k3 = kv_load8(a->k_cache, koff[3] + d, KT);
         __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);
         s00 = _mm256_fmadd_ps(x0, k0, s00);
         s01 = _mm256_fmadd_ps(x0, k1, s01);
@@ -117,18 +145,25 @@ INLINE __m256 score2x4(const krn_gqa_args *a, const float *q0, const float *q1, 
         _mm256_storeu_ps(t, r);
         for (size_t d = hd8; d < hd; d++)
             for (int i = 0; i < 4; i++) {
-                float kd = kv_load1(a->k_cache, koff[i] + d, F16);
+                float kd = kv_load1(a->k_cache, koff[i] + d, KT);
                 t[i] += q0[d] * kd;
                 t[4 + i] += q1[d] * kd;
             }
         r = _mm256_loadu_ps(t);
+    }
+    if (KT == KRN_KV_Q8) { /* each key's dot times its row's scale */
+        float ks[4];
+        for (int i = 0; i < 4; i++)
+            ks[i] = q8_scale_at(a->k_cache, koff[i], hd);
+        __m128 k4 = _mm_loadu_ps(ks);
+        r = _mm256_mul_ps(r, _mm256_set_m128(k4, k4));
     }
     return _mm256_mul_ps(r, _mm256_set1_ps(a->scale));
 }
 
 /* Scores of every row of the set against keys [jc, jc + cn) into sc (softcapped). */
 INLINE void chunk_scores(const krn_gqa_args *a, const rowset *rs, size_t jc, size_t cn, float (*sc)[CH],
-                         const bool F16)
+                         const krn_kv_type KT)
 {
     const size_t ts = a->kv_tok_stride;
     /* Keys outer: four key rows per kv head stay in L1 while its row pairs use them. */
@@ -142,11 +177,11 @@ INLINE void chunk_scores(const krn_gqa_args *a, const rowset *rs, size_t jc, siz
             if (r == 0 || rs->g[r] != rs->g[r - 1])
                 for (int i = 0; i < 4; i++) { /* the same keys of the next chunk, K and V */
                     size_t nj = (jc + PF_KEYS + jj + (size_t)i) * ts + kb;
-                    prefetch_row(a->k_cache, nj, a->head_dim, F16, false);
-                    prefetch_row(a->v_cache, nj, a->head_dim, F16, false);
+                    prefetch_row(a->k_cache, nj, a->head_dim, KT, false);
+                    prefetch_row(a->v_cache, nj, a->head_dim, KT, false);
                 }
             size_t koff[4] = {kb + rel[0], kb + rel[1], kb + rel[2], kb + rel[3]};
-            __m256 v = score2x4(a, rs->q[r], rs->q[r1], koff, F16);
+            __m256 v = score2x4(a, rs->q[r], rs->q[r1], koff, KT);
             float t[8];
             _mm256_storeu_ps(t, v);
             size_t m = cn - jj < 4 ? cn - jj : 4;
@@ -174,11 +209,25 @@ static void scale_row(float *acc, float c, size_t hd)
 }
 
 /*
+ * With a q8 cache, each row's weights of the chunk's keys times their value
+ * rows' scales, so the weighted sum takes the codes as they are. After the
+ * softmax step (the denominator sums the weights before this).
+ */
+static void fold_value_scales(const krn_gqa_args *a, const rowset *rs, size_t jc, size_t cn, float (*p)[CH])
+{
+    for (size_t r = 0; r < rs->n; r++) {
+        size_t vbase = rs->g[r] * a->kv_head_stride;
+        for (size_t jj = 0; jj < cn; jj++)
+            p[r][jj] *= q8_scale_at(a->v_cache, vbase + (jc + jj) * a->kv_tok_stride, a->head_dim);
+    }
+}
+
+/*
  * acc[r] += sum_jj p[r][jj] * v(jc + jj) for every row: 32 dims of two rows
  * stay in eight registers over the whole chunk.
  */
 INLINE void chunk_pv(const krn_gqa_args *a, const rowset *rs, size_t jc, size_t cn, float (*p)[CH],
-                     float (*acc)[KRN_MAX_HEAD_DIM], const bool F16)
+                     float (*acc)[KRN_MAX_HEAD_DIM], const krn_kv_type KT)
 {
     const size_t hd = a->head_dim, ts = a->kv_tok_stride;
     size_t d = 0;
@@ -199,8 +248,8 @@ INLINE void chunk_pv(const krn_gqa_args *a, const rowset *rs, size_t jc, size_t 
             }
             for (size_t jj = 0; jj < cn; jj++) {
                 size_t off = vbase + (jc + jj) * ts + d;
-                __m256 v0 = kv_load8(a->v_cache, off, F16), v1 = kv_load8(a->v_cache, off + 8, F16);
-                __m256 v2 = kv_load8(a->v_cache, off + 16, F16), v3 = kv_load8(a->v_cache, off + 24, F16);
+                __m256 v0 = kv_load8(a->v_cache, off, KT), v1 = kv_load8(a->v_cache, off + 8, KT);
+                __m256 v2 = kv_load8(a->v_cache, off + 16, KT), v3 = kv_load8(a->v_cache, off + 24, KT);
                 __m256 pa = _mm256_broadcast_ss(&p[r][jj]);
                 a0 = _mm256_fmadd_ps(pa, v0, a0);
                 a1 = _mm256_fmadd_ps(pa, v1, a1);
@@ -233,7 +282,7 @@ INLINE void chunk_pv(const krn_gqa_args *a, const rowset *rs, size_t jc, size_t 
             __m256 a0 = _mm256_load_ps(acc[r] + d);
             __m256 b0 = two ? _mm256_load_ps(acc[r + 1] + d) : _mm256_setzero_ps();
             for (size_t jj = 0; jj < cn; jj++) {
-                __m256 v0 = kv_load8(a->v_cache, vbase + (jc + jj) * ts + d, F16);
+                __m256 v0 = kv_load8(a->v_cache, vbase + (jc + jj) * ts + d, KT);
                 a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[r][jj]), v0, a0);
                 if (two)
                     b0 = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[r + 1][jj]), v0, b0);
@@ -245,7 +294,7 @@ INLINE void chunk_pv(const krn_gqa_args *a, const rowset *rs, size_t jc, size_t 
     for (; d < hd; d++)
         for (size_t r = 0; r < rs->n; r++)
             for (size_t jj = 0; jj < cn; jj++)
-                acc[r][d] += p[r][jj] * kv_load1(a->v_cache, rs->g[r] * a->kv_head_stride + (jc + jj) * ts + d, F16);
+                acc[r][d] += p[r][jj] * kv_load1(a->v_cache, rs->g[r] * a->kv_head_stride + (jc + jj) * ts + d, KT);
 }
 
 /*
@@ -300,7 +349,7 @@ static void finish_rows(const rowset *rs, float (*acc)[KRN_MAX_HEAD_DIM], const 
 }
 
 /* All rows of a set, each against its kv head. */
-INLINE void attend(const krn_gqa_args *a, const rowset *rs, const bool F16)
+INLINE void attend(const krn_gqa_args *a, const rowset *rs, const krn_kv_type KT)
 {
     const size_t hd = a->head_dim;
     float acc[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(32)));
@@ -328,7 +377,7 @@ INLINE void attend(const krn_gqa_args *a, const rowset *rs, const bool F16)
     for (size_t jc = jlo; jc < jhi; jc += CH) {
         size_t cn = jhi - jc < CH ? jhi - jc : CH;
         size_t cn8 = (cn + 7) & ~(size_t)7;
-        chunk_scores(a, rs, jc, cn, sc, F16);
+        chunk_scores(a, rs, jc, cn, sc, KT);
         for (size_t r = 0; r < rs->n; r++) {
             /* Keys this row may not see, and the padding lanes, score -inf: exp gives 0. */
             for (size_t jj = 0; jj < cn8; jj++)
@@ -336,7 +385,9 @@ INLINE void attend(const krn_gqa_args *a, const rowset *rs, const bool F16)
                     sc[r][jj] = -INFINITY;
             softmax_step(sc[r], cn8, &mx[r], &den[r], acc[r], hd);
         }
-        chunk_pv(a, rs, jc, cn, sc, acc, F16);
+        if (KT == KRN_KV_Q8)
+            fold_value_scales(a, rs, jc, cn, sc);
+        chunk_pv(a, rs, jc, cn, sc, acc, KT);
     }
 
     finish_rows(rs, acc, den, hd);
@@ -407,10 +458,11 @@ static inline void row_pv_all(const float *v, size_t ts, size_t hd, size_t cn, c
  * (Scoring a span of chunks before their weighted sums, so that K and V are
  * read one stream at a time, was no faster in the model on Zen 4 or Zen 5.)
  */
-INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const bool F16)
+INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const krn_kv_type KT)
 {
     const size_t hd = a->head_dim, ts = a->kv_tok_stride, n = rs->n;
     const size_t kb = rs->g[0] * a->kv_head_stride, lo = rs->lo[0], hi = rs->hi[0];
+    const size_t ahead = (KT == KRN_KV_Q8 ? Q8_AHEAD : 1) * CH * ts; /* L2 prefetch distance */
     float acc[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(32)));
     float sc[RMAX][CH] __attribute__((aligned(32)));
     float mx[RMAX], den[RMAX];
@@ -428,14 +480,14 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const bool F16)
                 koff[i] = kb + (jc + (jj + (size_t)i < cn ? jj + (size_t)i : cn - 1)) * ts;
             for (size_t i = 0; i < 4; i++) {
                 size_t nj = kb + (jc + jj + i) * ts;
-                prefetch_row(a->k_cache, nj, hd, F16, false);
-                prefetch_row(a->v_cache, nj, hd, F16, false);
-                prefetch_row(a->k_cache, nj + CH * ts, hd, F16, true);
-                prefetch_row(a->v_cache, nj + CH * ts, hd, F16, true);
+                prefetch_row(a->k_cache, nj, hd, KT, false);
+                prefetch_row(a->v_cache, nj, hd, KT, false);
+                prefetch_row(a->k_cache, nj + ahead, hd, KT, true);
+                prefetch_row(a->v_cache, nj + ahead, hd, KT, true);
             }
             for (size_t r = 0; r < n; r += 2) {
                 size_t r1 = r + 1 < n ? r + 1 : r;
-                __m256 v = score2x4(a, rs->q[r], rs->q[r1], koff, F16);
+                __m256 v = score2x4(a, rs->q[r], rs->q[r1], koff, KT);
                 _mm_store_ps(&sc[r][jj], _mm256_castps256_ps128(v));
                 _mm_store_ps(&sc[r1][jj], _mm256_extractf128_ps(v, 1));
             }
@@ -453,11 +505,13 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const bool F16)
                         sc[r][jj] = -INFINITY;
         for (size_t r = 0; r < n; r++) {
             softmax_step(sc[r], cn8, &mx[r], &den[r], acc[r], hd);
-            if (!F16)
+            if (KT == KRN_KV_F32)
                 row_pv_all((const float *)a->v_cache + kb + jc * ts, ts, hd, cn, sc[r], acc[r]);
         }
-        if (F16) /* row pairs share each widening */
-            chunk_pv(a, rs, jc, cn, sc, acc, F16);
+        if (KT == KRN_KV_Q8)
+            fold_value_scales(a, rs, jc, cn, sc);
+        if (KT != KRN_KV_F32) /* row pairs share each widening */
+            chunk_pv(a, rs, jc, cn, sc, acc, KT);
     }
     finish_rows(rs, acc, den, hd);
 }
@@ -642,12 +696,12 @@ static bool one_head_one_range(const krn_gqa_args *a, const rowset *rs)
 /* The decode arithmetic for a set of one new token's rows (also the avx512 level's). */
 void krn_avx2_gqa_decode_set(const krn_gqa_args *a, const rowset *rs)
 {
-    if (one_head_one_range(a, rs))
-        a->kv_type == KRN_KV_F16 ? attend_dec(a, rs, true) : attend_dec(a, rs, false);
-    else if (a->kv_type == KRN_KV_F16)
-        attend(a, rs, true);
-    else
-        attend(a, rs, false);
+    bool dec = one_head_one_range(a, rs);
+    switch (a->kv_type) {
+    case KRN_KV_Q8: dec ? attend_dec(a, rs, KRN_KV_Q8) : attend(a, rs, KRN_KV_Q8); break;
+    case KRN_KV_F16: dec ? attend_dec(a, rs, KRN_KV_F16) : attend(a, rs, KRN_KV_F16); break;
+    default: dec ? attend_dec(a, rs, KRN_KV_F32) : attend(a, rs, KRN_KV_F32); break;
+    }
 }
 
 static void run_set(const krn_gqa_args *a, const rowset *rs)

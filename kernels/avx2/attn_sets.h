@@ -36,7 +36,7 @@ typedef void (*gqa_set_fn)(const krn_gqa_args *a, const rowset *rs);
 /* The AVX2 core's decode sets (one new token, row-major arithmetic). */
 void krn_avx2_gqa_decode_set(const krn_gqa_args *a, const rowset *rs);
 
-/* Key or value row jj of the chunk: in the cache, or in the widened copy of an fp16 chunk. */
+/* Key or value row jj of the chunk: in the cache, or in the widened copy of an fp16 or q8 chunk. */
 typedef struct lane_rows {
     const float *base; /* row 0 */
     size_t stride;     /* floats between rows */
@@ -58,6 +58,24 @@ static inline void widen_rows(const uint16_t *src, size_t ts, size_t cn, size_t 
             _mm256_storeu_ps(o + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + d))));
         for (; d < hd; d++)
             o[d] = _cvtsh_ss(s[d]);
+    }
+}
+
+/* Dequantizes cn q8 rows of hd codes (row stride ts bytes) into dst rows of hd floats: code * scale. */
+static inline void widen_q8_rows(const int8_t *src, size_t ts, size_t cn, size_t hd, float *dst)
+{
+    for (size_t jj = 0; jj < cn; jj++) {
+        const int8_t *s = src + jj * ts;
+        float qs = krn_q8_scale(s, hd);
+        __m256 vs = _mm256_set1_ps(qs);
+        float *o = dst + jj * hd;
+        size_t d = 0;
+        for (; d + 8 <= hd; d += 8) {
+            __m128i c = _mm_loadl_epi64((const __m128i *)(const void *)(s + d));
+            _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c)), vs));
+        }
+        for (; d < hd; d++)
+            o[d] = (float)s[d] * qs;
     }
 }
 
@@ -156,7 +174,7 @@ static inline void lanes_begin(const rowset *rs, size_t r0, size_t n, size_t hd,
 
 /*
  * The key and value rows of the chunk of cn keys at jc of the kv head at
- * element offset kvo: in the cache, or widened from fp16 into wide.
+ * element offset kvo: in the cache, or widened from fp16 or q8 into wide.
  */
 static inline void lanes_chunk_rows(const krn_gqa_args *a, size_t kvo, size_t jc, size_t cn,
                                     float (*wide)[CH * KRN_MAX_HEAD_DIM], lane_rows *kr, lane_rows *vr)
@@ -165,6 +183,11 @@ static inline void lanes_chunk_rows(const krn_gqa_args *a, size_t kvo, size_t jc
     if (a->kv_type == KRN_KV_F16) {
         widen_rows((const uint16_t *)a->k_cache + kvo + jc * ts, ts, cn, hd, wide[0]);
         widen_rows((const uint16_t *)a->v_cache + kvo + jc * ts, ts, cn, hd, wide[1]);
+        *kr = (lane_rows){wide[0], hd};
+        *vr = (lane_rows){wide[1], hd};
+    } else if (a->kv_type == KRN_KV_Q8) {
+        widen_q8_rows((const int8_t *)a->k_cache + kvo + jc * ts, ts, cn, hd, wide[0]);
+        widen_q8_rows((const int8_t *)a->v_cache + kvo + jc * ts, ts, cn, hd, wide[1]);
         *kr = (lane_rows){wide[0], hd};
         *vr = (lane_rows){wide[1], hd};
     } else {

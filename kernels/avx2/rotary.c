@@ -1,6 +1,7 @@
 /*
  * avx2/rotary: AVX2 rotary embedding (half-split form), KV-cache row stores
- * (fp32 copy or F16C conversion to fp16) and the embedding row gather.
+ * (fp32 copy, F16C conversion to fp16, or the portable q8 quantization) and
+ * the embedding row gather.
  *
  * The rotation uses the reference's operations in the same order (two
  * products, then a difference or sum; no FMA), so its fp32 results are
@@ -34,6 +35,10 @@ static inline void store1(void *y, size_t off, float v, bool f16)
 
 void krn_avx2_rotary(const krn_rotary_args *args, size_t i_begin, size_t i_end)
 {
+    if (args->y_type == KRN_KV_Q8) {
+        krn_rotary_into_q8(krn_avx2_rotary, args, i_begin, i_end);
+        return;
+    }
     const size_t half = args->rot_dim / 2;
     const bool f16 = args->y_type == KRN_KV_F16;
     for (size_t i = i_begin; i < i_end; i++) {
@@ -78,6 +83,10 @@ void krn_avx2_kv_store(const krn_rows_args *args, size_t i_begin, size_t i_end)
         size_t t = i / args->n_heads, h = i % args->n_heads;
         const float *x = args->x + t * args->x_tok_stride + h * args->x_head_stride;
         size_t yo = t * args->y_tok_stride + h * args->y_head_stride;
+        if (args->y_type == KRN_KV_Q8) {
+            krn_q8_row(x, args->n, (int8_t *)args->y + yo);
+            continue;
+        }
         if (!f16) {
             memcpy((float *)args->y + yo, x, args->n * sizeof(float));
             continue;

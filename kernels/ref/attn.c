@@ -13,19 +13,21 @@
 
 #include "kernels/krn_internal.h"
 
-/* Element d of cache row (g, j): head_off = g * kv_head_stride, already added. */
-static inline float kv_at(const krn_gqa_args *a, const void *base, size_t off)
+/* Element d of the cache row at element offset ROW (g * kv_head_stride + j * kv_tok_stride). */
+static inline float kv_at(const krn_gqa_args *a, const void *base, size_t row, size_t d)
 {
+    if (a->kv_type == KRN_KV_Q8)
+        return (float)((const int8_t *)base)[row + d] * krn_q8_scale((const int8_t *)base + row, a->head_dim);
     if (a->kv_type == KRN_KV_F16)
-        return krn_f16_to_f32(((const uint16_t *)base)[off]);
-    return ((const float *)base)[off];
+        return krn_f16_to_f32(((const uint16_t *)base)[row + d]);
+    return ((const float *)base)[row + d];
 }
 
 static float score(const krn_gqa_args *a, const float *q, size_t koff)
 {
     float dot = 0.0f;
     for (size_t d = 0; d < a->head_dim; d++)
-        dot += q[d] * kv_at(a, a->k_cache, koff + d);
+        dot += q[d] * kv_at(a, a->k_cache, koff, d);
     float s = a->scale * dot;
     if (a->softcap > 0.0f)
         s = a->softcap * tanhf(s / a->softcap);
@@ -56,7 +58,7 @@ void krn_ref_gqa(const krn_gqa_args *a, size_t i_begin, size_t i_end)
             for (size_t j = j0; j < len; j++) {
                 float p = expf(score(a, q, kvo + j * a->kv_tok_stride) - mx) / sum;
                 for (size_t d = 0; d < hd; d++)
-                    acc[d] += p * kv_at(a, a->v_cache, kvo + j * a->kv_tok_stride + d);
+                    acc[d] += p * kv_at(a, a->v_cache, kvo + j * a->kv_tok_stride, d);
             }
         }
         memcpy(out, acc, hd * sizeof(float));

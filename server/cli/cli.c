@@ -89,7 +89,7 @@ int cli_engine_opt(const char *cmd, int argc, char **argv, int *i, eng_model_opt
     }
     if ((r = cli_opt(cmd, argc, argv, i, "kv-type", &v)) != 0) {
         if (r > 0 && kv_type_parse(v, &o->kv_type) != 0) {
-            cli_fail(cmd, "--kv-type must be f32 or f16, not '%s'", v);
+            cli_fail(cmd, "--kv-type must be f32, f16 or q8, not '%s'", v);
             return -1;
         }
         return r;

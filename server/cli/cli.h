@@ -35,7 +35,7 @@ bool cli_flag(char **argv, int i, const char *name);
 
 /*
  * The engine options every model-running command shares: --threads N,
- * --kv-mode persistent|tensor, --kv-type f32|f16, --matmul-fp32, --no-fusion,
+ * --kv-mode persistent|tensor, --kv-type f32|f16|q8, --matmul-fp32, --no-fusion,
  * --prepared-cache DIR|off.
  * Returns 1 if argv[*i] was one (consumed), 0 if not, -1 after printing an
  * error.
@@ -94,7 +94,7 @@ double cli_progress_elapsed(const cli_progress *p);
 int cli_model_open(cli_progress *p, const char *dir, const eng_model_opts *opts, eng_model **out, eng_diag *diag);
 
 #define CLI_ENGINE_USAGE                                                                                   \
-    "[--threads N] [--kv-mode persistent|tensor] [--kv-type f32|f16] [--matmul-fp32] [--no-fusion] "      \
+    "[--threads N] [--kv-mode persistent|tensor] [--kv-type f32|f16|q8] [--matmul-fp32] [--no-fusion] "      \
     "[--prepared-cache DIR|off]"
 
 #endif

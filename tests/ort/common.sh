@@ -29,6 +29,17 @@ ort_synth_tiny() {
     ort_fail "qwen3d synth --preset tiny --out $1: $(tail -n 3 "$work/synth.log")"
 }
 
+# ort_synth_w06l4 DIR: a 0.6b-width model of 4 layers.
+ort_synth_w06l4() {
+  "$QWEN3D" synth --preset 0.6b --layers 4 --out "$1" >"$work/synth.log" 2>&1 ||
+    ort_fail "qwen3d synth --preset 0.6b --layers 4: $(tail -n 3 "$work/synth.log")"
+}
+
+# ort_ids COUNT SEED: deterministic ids below the special tokens.
+ort_ids() {
+  "$NODE" -e 'let [n,x]=process.argv.slice(1).map(Number);const a=[];for(let i=0;i<n;i++){x=(x*1103515245+12345)%2147483648;a.push(x%151643);}console.log(a.join(","))' "$1" "$2"
+}
+
 # ort_json FILE EXPR: evaluates a JavaScript expression over the JSON in FILE (as j).
 ort_json() {
   "$NODE" -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));

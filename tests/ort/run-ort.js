@@ -6,7 +6,7 @@
 //
 // Usage: run-ort.js --model DIR --prompt-ids 1,2,3 [--teacher-ids 4,5,6]
 //                   [--steps N] [--dump-logits FILE] [--threads N]
-//                   [--accuracy-level N] [--work-dir DIR] [--round-past-f16] [--json]
+//                   [--accuracy-level N] [--work-dir DIR] [--round-past f16|q8] [--json]
 //                   [--opt-level disabled|basic|extended|all] [--config KEY=VALUE]
 //
 // --opt-level sets ONNX Runtime's graph optimization level (default all). At
@@ -19,6 +19,8 @@
 // --accuracy-level N runs a copy whose MatMulNBits nodes all carry
 // accuracy_level=N (0 = fp32 activations, 4 = int8), made in a scratch folder
 // under --work-dir (default: the system temp folder) and removed afterwards.
+// --round-past f16|q8 rounds each past key and value to what a qwen3d
+// session cache of that type holds before it is fed back.
 // --json prints {prompt_ids, ids (greedy argmax per row), vocab, threads,
 // load_ms, prefill_ms, decode_ms [per step]}.
 'use strict';
@@ -84,6 +86,42 @@ function roundF16InPlace(a) {
   for (let i = 0; i < a.length; i++) a[i] = halfToFloat(halfBits(a[i]));
 }
 
+// Nearest integer, ties to even (what lrintf does in the default rounding mode).
+function rintEven(v) {
+  const f = Math.floor(v), d = v - f;
+  if (d > 0.5) return f + 1;
+  if (d < 0.5) return f;
+  return f % 2 === 0 ? f : f + 1;
+}
+
+// What a q8 KV cache holds (kernels/krn.h, krn_kv_type): each row of H
+// values as int8 codes times one fp32 scale a / 127, read back as code *
+// scale; a row with inf or NaN reads NaN, a row of zeros (or whose scale
+// underflows) reads zeros. fp32 steps through Math.fround: a float quotient
+// computed in double and rounded once is the correctly rounded one.
+// Rows [from, T) of each kv head of a [1, Nkv, T, H] tensor; earlier rows
+// already hold what the cache holds.
+function roundQ8Rows(a, dims, from) {
+  const [, nkv, T, H] = dims;
+  for (let g = 0; g < nkv; g++) {
+    for (let t = from; t < T; t++) {
+      const o = (g * T + t) * H;
+      let amax = 0, finite = true;
+      for (let d = 0; d < H; d++) {
+        const m = Math.abs(a[o + d]);
+        if (!(m <= 3.4028234663852886e38)) finite = false;
+        if (m > amax) amax = m;
+      }
+      const s = finite ? Math.fround(amax / 127) : NaN;
+      for (let d = 0; d < H; d++) {
+        let c = finite && s > 0 ? rintEven(Math.fround(a[o + d] / s)) : 0;
+        c = Math.max(-127, Math.min(127, c));
+        a[o + d] = Math.fround(c * s);
+      }
+    }
+  }
+}
+
 function parseArgs(argv) {
   const o = { threads: 1, teacher: [], steps: null, json: false, accuracyLevel: null, optLevel: 'all', config: {} };
   for (let i = 0; i < argv.length; i++) {
@@ -102,7 +140,10 @@ function parseArgs(argv) {
       case '--accuracy-level': o.accuracyLevel = parseCount(a, val(), 0); break;
       case '--work-dir': o.workDir = val(); break;
       case '--json': o.json = true; break;
-      case '--round-past-f16': o.roundPastF16 = true; break;
+      case '--round-past':
+        o.roundPast = val();
+        if (o.roundPast !== 'f16' && o.roundPast !== 'q8') throw new UsageError('--round-past wants f16 or q8');
+        break;
       case '--opt-level': {
         o.optLevel = val();
         if (!['disabled', 'basic', 'extended', 'all'].includes(o.optLevel)) throw new UsageError(`--opt-level: "${o.optLevel}"`);
@@ -314,11 +355,17 @@ async function run(ort, o, cfg, modelDir) {
     f[cfg.attentionMask] = new ort.Tensor('int64', new BigInt64Array(total).fill(1n), [1, total]);
     // The tensor contract: present.N of one call is past.N of the next.
     for (const l of g.layers) {
-      if (o.roundPastF16) {
+      if (o.roundPast === 'f16') {
         // What an fp16 KV cache holds: every past key and value rounded to
         // binary16 (nearest even), fed back as float32.
         roundF16InPlace(out[l.presentKey].data);
         roundF16InPlace(out[l.presentValue].data);
+      } else if (o.roundPast === 'q8') {
+        // What a q8 cache holds: the rows new since the last call quantized.
+        // (The last call added the prompt's rows, or the one row at total - 2.)
+        const from = step ? total - 2 : 0;
+        roundQ8Rows(out[l.presentKey].data, out[l.presentKey].dims, from);
+        roundQ8Rows(out[l.presentValue].data, out[l.presentValue].dims, from);
       }
       f[l.pastKey] = out[l.presentKey];
       f[l.pastValue] = out[l.presentValue];
