@@ -294,7 +294,10 @@ typedef void (*krn_norm_fn)(const krn_norm_args *args, size_t r_begin, size_t r_
  * cache. Every level writes the same bytes (krn_kv_row_from_f32). The
  * error is at most s / 2 per value: about 0.4% of the row's largest
  * magnitude, against 0.05% of each value for fp16, for a quarter of fp32's
- * bytes.
+ * bytes. Attention over a q8 cache takes each query row as int16 codes
+ * with one scale (error 0.0015% of its largest magnitude) and a key's score
+ * as their exact integer dot product times both scales: the same bits on
+ * every level, and a quarter of the work of widening the keys to floats.
  */
 typedef enum krn_kv_type { KRN_KV_F32 = 0, KRN_KV_F16 = 1, KRN_KV_Q8 = 2 } krn_kv_type;
 

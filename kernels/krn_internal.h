@@ -332,14 +332,16 @@ static inline float krn_q8_scale(const void *row, size_t n)
 }
 
 /*
- * One q8 row from the N floats of X (krn_kv_type): portable C that every
- * level calls, so every level writes the same bytes. A division per value
- * rather than a product by 127 / a, which overflows for tiny a; the clamp
- * only acts when s is subnormal (rounded far from a / 127).
+ * Symmetric codes of the N floats of X with LIMIT = 127 (int8, into C8) or
+ * 32767 (int16, into C16): with a = max |x_d|, scale a / LIMIT and codes
+ * x_d / scale rounded to nearest even, clamped (which only acts when the
+ * scale is subnormal, rounded far from a / LIMIT); zeros, or a scale that
+ * underflows, give codes 0 and scale 0; inf or NaN codes 0 and a NaN scale.
+ * A division per value rather than a product by LIMIT / a, which overflows
+ * for tiny a. Portable C that every level calls. Returns the scale.
  */
-static inline void krn_q8_row(const float *x, size_t n, void *row)
+static inline float krn_code_row(const float *x, size_t n, long limit, int8_t *c8, int16_t *c16)
 {
-    int8_t *code = row;
     float a = 0.0f;
     bool finite = true;
     for (size_t d = 0; d < n; d++) {
@@ -347,12 +349,40 @@ static inline void krn_q8_row(const float *x, size_t n, void *row)
         finite &= m <= FLT_MAX;
         a = m > a ? m : a;
     }
-    float s = finite ? a / 127.0f : NAN;
+    float s = finite ? a / (float)limit : NAN;
     for (size_t d = 0; d < n; d++) {
         long c = finite && s > 0.0f ? lrintf(x[d] / s) : 0;
-        code[d] = (int8_t)(c > 127 ? 127 : c < -127 ? -127 : c);
+        c = c > limit ? limit : c < -limit ? -limit : c;
+        if (c8)
+            c8[d] = (int8_t)c;
+        else
+            c16[d] = (int16_t)c;
     }
-    memcpy(code + n, &s, sizeof s);
+    return s;
+}
+
+/* One q8 row from the N floats of X (krn_kv_type): the same bytes on every level. */
+static inline void krn_q8_row(const float *x, size_t n, void *row)
+{
+    float s = krn_code_row(x, n, 127, row, NULL);
+    memcpy((int8_t *)row + n, &s, sizeof s);
+}
+
+/*
+ * A query row as int16 codes for its dots with q8 keys (krn_code_row with
+ * limit 32767). A key dot is then exact integer
+ * arithmetic (|code| <= 32767 and 127, at most 512 of them: within int32),
+ * the same on every level; krn_q8_key_score() scales it. Returns the scale.
+ */
+static inline float krn_q16_row(const float *x, size_t n, int16_t *code)
+{
+    return krn_code_row(x, n, 32767, NULL, code);
+}
+
+/* The attention score of a query (int16 codes, scale qs) and a q8 key (scale ks) from their integer dot. */
+static inline float krn_q8_key_score(int32_t dot, float qs, float ks, float scale)
+{
+    return (float)dot * (qs * ks) * scale;
 }
 
 /*

@@ -1668,10 +1668,24 @@ static int8_t *q8_cache(float *f, size_t nkv, size_t cap, size_t hd, size_t hs, 
  * So |err| <= max|v| (2 delta_max + 2 (L + H + 8) u + 4u softcap), and twice
  * that between two implementations.
  */
+/* A's attention on the cache K, V of type T and strides HS, TS (checked). */
+static krn_gqa_args on_cache(const krn_gqa_args *a, const void *k, const void *v, krn_kv_type t, size_t hs, size_t ts)
+{
+    krn_gqa_args an = *a;
+    an.k_cache = k;
+    an.v_cache = v;
+    an.kv_head_stride = hs;
+    an.kv_tok_stride = ts;
+    an.kv_type = t;
+    ck_assert_int_eq(krn_gqa_check(&an), KRN_OK);
+    return an;
+}
+
 /*
  * The reference on the narrow cache K, V (of type T, strides HS, TS) gives
  * bit for bit what it gave on A's fp32 cache holding the values they read
- * as (in A's output); returns A on the narrow cache.
+ * as (in A's output); returns A on the narrow cache. (fp16: its widening
+ * is exact. q8 keys take the query as int16 codes, so not for q8.)
  */
 static krn_gqa_args narrow_ref_agrees(const krn_table *ref, const krn_gqa_args *a, const void *k, const void *v,
                                       krn_kv_type t, size_t hs, size_t ts, size_t items)
@@ -1680,14 +1694,8 @@ static krn_gqa_args narrow_ref_agrees(const krn_table *ref, const krn_gqa_args *
     float *o = xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++)
         o[i] = 3.0f;
-    krn_gqa_args an = *a;
-    an.k_cache = k;
-    an.v_cache = v;
-    an.kv_head_stride = hs;
-    an.kv_tok_stride = ts;
-    an.kv_type = t;
+    krn_gqa_args an = on_cache(a, k, v, t, hs, ts);
     an.out = o;
-    ck_assert_int_eq(krn_gqa_check(&an), KRN_OK);
     ref->gqa.fn(&an, 0, items);
     ck_assert_msg(memcmp(o, a->out, n * sizeof(float)) == 0, "ref gqa on a type %d cache != fp32 on its values", t);
     free(o);
@@ -1736,12 +1744,16 @@ static void gqa_run(const krn_table *lv, const gqa_case *c, rng *r)
         a = narrow_ref_agrees(&ref, &a, k16, v16, KRN_KV_F16, head_stride, tok_stride, items);
     int8_t *k8 = NULL, *v8 = NULL;
     if (c->q8) {
-        /* The reference on q8 rows reads each value as code * scale: the fp32 values kc / vc now hold. */
+        /*
+         * q8 rows read as code * scale: the fp32 values kc / vc now hold. A
+         * key's score takes the query as int16 codes (krn_q16_row): within
+         * half its step per element, added to each score's bound below.
+         */
         size_t hs8, ts8;
         k8 = q8_cache(kc, c->nkv, cap, hd, head_stride, tok_stride, &hs8, &ts8);
         v8 = q8_cache(vc, c->nkv, cap, hd, head_stride, tok_stride, &hs8, &ts8);
-        ref.gqa.fn(&a, 0, items); /* on the values kc / vc now hold */
-        a = narrow_ref_agrees(&ref, &a, k8, v8, KRN_KV_Q8, hs8, ts8, items);
+        a = on_cache(&a, k8, v8, KRN_KV_Q8, hs8, ts8);
+        ref.gqa.fn(&a, 0, items); /* against the values kc / vc now hold, below */
     }
     a.out = o_l;
     /* Odd cuts split kv groups across calls. */
@@ -1761,18 +1773,22 @@ static void gqa_run(const krn_table *lv, const gqa_case *c, rng *r)
                 j0 = len - (size_t)c->window;
             const float *qh = q + s * q_ld + h * hd;
             double mx = -INFINITY, den = 0, vmax = 0, dmax = 0;
+            double qstep = 0; /* half a step of the query's int16 codes (q8 keys) */
+            for (size_t e = 0; c->q8 && e < hd; e++)
+                qstep = fmax(qstep, fabs((double)qh[e]) / 32767 * 0.5 * (1 + 1e-6));
             for (size_t j = j0; j < len; j++) {
                 const float *k = kc + g * head_stride + j * tok_stride;
-                double d = 0, mag = 0;
+                double d = 0, mag = 0, kabs = 0;
                 for (size_t e = 0; e < hd; e++) {
                     d += (double)qh[e] * k[e];
                     mag += fabs((double)qh[e] * k[e]);
+                    kabs += fabs((double)k[e]);
                 }
                 d *= a.scale;
                 if (c->softcap > 0)
                     d = c->softcap * tanh(d / c->softcap);
                 sc[j] = d;
-                dl[j] = (hd + 2) * U * a.scale * mag;
+                dl[j] = (hd + 2) * U * a.scale * mag + a.scale * qstep * kabs;
                 mx = fmax(mx, d);
                 dmax = fmax(dmax, dl[j]);
             }

@@ -27,10 +27,11 @@
  *
  * Numerics versus the reference: the same scores up to summation order, the
  * vector exp (~2 ulp), and normalization by the total at the end instead of
- * per weight. fp16 values are widened exactly (F16C). q8 codes are widened
- * as they are and read like fp16 (chunk_pv); a key row's scale multiplies
- * its dot product, a value row's its weight, where the reference multiplies
- * each element: a rounding apart. Called by compute
+ * per weight. fp16 values are widened exactly (F16C). q8 keys score as the
+ * reference scores them, by exact integer dots with the query's int16
+ * codes (score2x4_q8); q8 values are widened as they are and read like
+ * fp16 (chunk_pv), their row's scale folded into the weight where the
+ * reference multiplies each element: a rounding apart. Called by compute
  * workers with an item range. Compiled with the avx2 flags.
  */
 #include <immintrin.h>
@@ -114,12 +115,82 @@ INLINE void prefetch_row(const void *base, size_t off, size_t hd, const krn_kv_t
     }
 }
 
+/* A set's query rows as int16 codes and scales, for q8 keys (krn_q16_row); unused otherwise. */
+typedef struct qcodes {
+    int16_t c[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(32)));
+    float s[RMAX];
+} qcodes;
+
+INLINE void qcodes_fill(const rowset *rs, size_t hd, qcodes *qc, const krn_kv_type KT)
+{
+    if (KT == KRN_KV_Q8)
+        for (size_t r = 0; r < rs->n; r++)
+            qc->s[r] = krn_q16_row(rs->q[r], hd, qc->c[r]);
+}
+
+/*
+ * q8 keys: exact integer dots of rows r0, r1 (int16 codes) with keys
+ * koff[0..3] (int8 codes widened to int16, pairs summed by VPMADDWD), so
+ * the order of the sums does not matter; then each score is the dot times
+ * the row's and the key's scales and the attention scale, in
+ * krn_q8_key_score()'s order. The same lanes as score2x4().
+ */
+INLINE __m256 score2x4_q8(const krn_gqa_args *a, const qcodes *qc, size_t r0, size_t r1, const size_t *koff)
+{
+    const size_t hd = a->head_dim, hd16 = hd & ~(size_t)15;
+    const int8_t *k = a->k_cache;
+    const int16_t *c0 = qc->c[r0], *c1 = qc->c[r1];
+    __m256i s00 = _mm256_setzero_si256(), s01 = s00, s02 = s00, s03 = s00;
+    __m256i s10 = s00, s11 = s00, s12 = s00, s13 = s00;
+    for (size_t d = 0; d < hd16; d += 16) {
+        __m256i k0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(k + koff[0] + d)));
+        __m256i k1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(k + koff[1] + d)));
+        __m256i k2 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(k + koff[2] + d)));
+        __m256i k3 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(k + koff[3] + d)));
+        __m256i x0 = _mm256_load_si256((const __m256i *)(const void *)(c0 + d));
+        __m256i x1 = _mm256_load_si256((const __m256i *)(const void *)(c1 + d));
+        s00 = _mm256_add_epi32(s00, _mm256_madd_epi16(x0, k0));
+        s01 = _mm256_add_epi32(s01, _mm256_madd_epi16(x0, k1));
+        s02 = _mm256_add_epi32(s02, _mm256_madd_epi16(x0, k2));
+        s03 = _mm256_add_epi32(s03, _mm256_madd_epi16(x0, k3));
+        s10 = _mm256_add_epi32(s10, _mm256_madd_epi16(x1, k0));
+        s11 = _mm256_add_epi32(s11, _mm256_madd_epi16(x1, k1));
+        s12 = _mm256_add_epi32(s12, _mm256_madd_epi16(x1, k2));
+        s13 = _mm256_add_epi32(s13, _mm256_madd_epi16(x1, k3));
+    }
+    __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(s00, s01), _mm256_hadd_epi32(s02, s03));
+    __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(s10, s11), _mm256_hadd_epi32(s12, s13));
+    __m256i dots = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+    if (hd16 < hd) {
+        int32_t t[8];
+        _mm256_storeu_si256((__m256i *)(void *)t, dots);
+        for (size_t d = hd16; d < hd; d++)
+            for (int i = 0; i < 4; i++) {
+                t[i] += (int32_t)c0[d] * k[koff[i] + d];
+                t[4 + i] += (int32_t)c1[d] * k[koff[i] + d];
+            }
+        dots = _mm256_loadu_si256((const __m256i *)(const void *)t);
+    }
+    float f[8];
+    for (int i = 0; i < 4; i++) {
+        float ks = q8_scale_at(a->k_cache, koff[i], hd);
+        f[i] = qc->s[r0] * ks;
+        f[4 + i] = qc->s[r1] * ks;
+    }
+    __m256 r = _mm256_mul_ps(_mm256_cvtepi32_ps(dots), _mm256_loadu_ps(f));
+    return _mm256_mul_ps(r, _mm256_set1_ps(a->scale));
+}
+
 /*
  * Scaled dots of rows r0, r1 with keys j[0..3] (element offsets of the key
- * rows), as [r0.k0 .. r0.k3 | r1.k0 .. r1.k3].
+ * rows), as [r0.k0 .. r0.k3 | r1.k0 .. r1.k3]. q8 keys take score2x4_q8().
  */
-INLINE __m256 score2x4(const krn_gqa_args *a, const float *q0, const float *q1, const size_t *koff, const krn_kv_type KT)
+INLINE __m256 score2x4(const krn_gqa_args *a, const rowset *rs, const qcodes *qc, size_t r0, size_t r1,
+                       const size_t *koff, const krn_kv_type KT)
 {
+    if (KT == KRN_KV_Q8)
+        return score2x4_q8(a, qc, r0, r1, koff);
+    const float *q0 = rs->q[r0], *q1 = rs->q[r1];
     const size_t hd = a->head_dim, hd8 = hd & ~(size_t)7;
     __m256 s00 = _mm256_setzero_ps(), s01 = s00, s02 = s00, s03 = s00;
     __m256 s10 = s00, s11 = s00, s12 = s00, s13 = s00;
@@ -151,18 +222,11 @@ INLINE __m256 score2x4(const krn_gqa_args *a, const float *q0, const float *q1, 
             }
         r = _mm256_loadu_ps(t);
     }
-    if (KT == KRN_KV_Q8) { /* each key's dot times its row's scale */
-        float ks[4];
-        for (int i = 0; i < 4; i++)
-            ks[i] = q8_scale_at(a->k_cache, koff[i], hd);
-        __m128 k4 = _mm_loadu_ps(ks);
-        r = _mm256_mul_ps(r, _mm256_set_m128(k4, k4));
-    }
     return _mm256_mul_ps(r, _mm256_set1_ps(a->scale));
 }
 
 /* Scores of every row of the set against keys [jc, jc + cn) into sc (softcapped). */
-INLINE void chunk_scores(const krn_gqa_args *a, const rowset *rs, size_t jc, size_t cn, float (*sc)[CH],
+INLINE void chunk_scores(const krn_gqa_args *a, const rowset *rs, const qcodes *qc, size_t jc, size_t cn, float (*sc)[CH],
                          const krn_kv_type KT)
 {
     const size_t ts = a->kv_tok_stride;
@@ -181,7 +245,7 @@ INLINE void chunk_scores(const krn_gqa_args *a, const rowset *rs, size_t jc, siz
                     prefetch_row(a->v_cache, nj, a->head_dim, KT, false);
                 }
             size_t koff[4] = {kb + rel[0], kb + rel[1], kb + rel[2], kb + rel[3]};
-            __m256 v = score2x4(a, rs->q[r], rs->q[r1], koff, KT);
+            __m256 v = score2x4(a, rs, qc, r, r1, koff, KT);
             float t[8];
             _mm256_storeu_ps(t, v);
             size_t m = cn - jj < 4 ? cn - jj : 4;
@@ -355,6 +419,8 @@ INLINE void attend(const krn_gqa_args *a, const rowset *rs, const krn_kv_type KT
     float acc[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(32)));
     float sc[RMAX][CH] __attribute__((aligned(32)));
     float mx[RMAX], den[RMAX];
+    qcodes qc;
+    qcodes_fill(rs, hd, &qc, KT);
     size_t jlo = SIZE_MAX, jhi = 0;
 
     for (size_t r = 0; r < rs->n; r++) {
@@ -377,7 +443,7 @@ INLINE void attend(const krn_gqa_args *a, const rowset *rs, const krn_kv_type KT
     for (size_t jc = jlo; jc < jhi; jc += CH) {
         size_t cn = jhi - jc < CH ? jhi - jc : CH;
         size_t cn8 = (cn + 7) & ~(size_t)7;
-        chunk_scores(a, rs, jc, cn, sc, KT);
+        chunk_scores(a, rs, &qc, jc, cn, sc, KT);
         for (size_t r = 0; r < rs->n; r++) {
             /* Keys this row may not see, and the padding lanes, score -inf: exp gives 0. */
             for (size_t jj = 0; jj < cn8; jj++)
@@ -466,6 +532,8 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const krn_kv_typ
     float acc[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(32)));
     float sc[RMAX][CH] __attribute__((aligned(32)));
     float mx[RMAX], den[RMAX];
+    qcodes qc;
+    qcodes_fill(rs, hd, &qc, KT);
 
     for (size_t r = 0; r < n; r++) {
         memset(acc[r], 0, hd * sizeof(float));
@@ -487,7 +555,7 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const krn_kv_typ
             }
             for (size_t r = 0; r < n; r += 2) {
                 size_t r1 = r + 1 < n ? r + 1 : r;
-                __m256 v = score2x4(a, rs->q[r], rs->q[r1], koff, KT);
+                __m256 v = score2x4(a, rs, &qc, r, r1, koff, KT);
                 _mm_store_ps(&sc[r][jj], _mm256_castps256_ps128(v));
                 _mm_store_ps(&sc[r1][jj], _mm256_extractf128_ps(v, 1));
             }
