@@ -195,10 +195,13 @@ int main(int argc, char **argv)
             const shape *sh = &shapes[s];
             if (strcmp(which, "all") && strcmp(which, sh->model))
                 continue;
-            for (int t = 0; t < 3; t++) {
-                static const char *const names[] = {"f32", "f16", "q8"};
-                krn_kv_type kt = t == 2 ? KRN_KV_Q8 : t ? KRN_KV_F16 : KRN_KV_F32;
-                const char *tn = names[t];
+            static const struct {
+                krn_kv_type kt;
+                const char *name;
+            } types[] = {{KRN_KV_F32, "f32"}, {KRN_KV_F16, "f16"}, {KRN_KV_Q8, "q8"}};
+            for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+                krn_kv_type kt = types[t].kt;
+                const char *tn = types[t].name;
                 for (const char *c = ctxs; *c;) {
                     size_t ctx = (size_t)strtoul(c, NULL, 10), bytes;
                     double ms = run(&tab, sh, ctx, 1, kt, min_ms, &bytes);

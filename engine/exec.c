@@ -261,7 +261,7 @@ int eng_exec_bind_kv(eng_exec *x, const char *past_key_input, const eng_kv_bindi
         if (s->op != &op_gqa || s->n_in < 4 || s->in[3] != v)
             continue;
         if (b && (!b->k || !b->v || b->capacity <= 0 || b->head_stride < b->capacity ||
-                  (b->type != KRN_KV_F32 && b->type != KRN_KV_F16 && b->type != KRN_KV_Q8))) {
+                  !krn_kv_type_known(b->type))) {
             eng_diag_add(diag, "invalid KV binding for '%s'", past_key_input);
             return -1;
         }

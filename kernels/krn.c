@@ -483,7 +483,7 @@ int krn_gqa_check(const krn_gqa_args *a)
         return KRN_EINVAL;
     size_t width = a->n_heads * a->head_dim;
     size_t row = krn_kv_row_elems(a->kv_type, a->head_dim);
-    if (a->kv_type != KRN_KV_F32 && a->kv_type != KRN_KV_F16 && a->kv_type != KRN_KV_Q8)
+    if (!krn_kv_type_known(a->kv_type))
         return KRN_EINVAL;
     if ((a->seq > 1 && (a->q_ld < width || a->out_ld < width)) || a->kv_tok_stride < row)
         return KRN_EINVAL;

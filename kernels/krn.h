@@ -301,6 +301,12 @@ typedef void (*krn_norm_fn)(const krn_norm_args *args, size_t r_begin, size_t r_
  */
 typedef enum krn_kv_type { KRN_KV_F32 = 0, KRN_KV_F16 = 1, KRN_KV_Q8 = 2 } krn_kv_type;
 
+/* Whether T names one of the types above (a value from outside may not). */
+static inline bool krn_kv_type_known(krn_kv_type t)
+{
+    return t == KRN_KV_F32 || t == KRN_KV_F16 || t == KRN_KV_Q8;
+}
+
 /* Bytes of one element of a cache of type T (a q8 code, its scale counting as four). */
 static inline size_t krn_kv_elem_bytes(krn_kv_type t)
 {

@@ -41,9 +41,6 @@
 #include "kernels/avx2/attn_sets.h"
 #include "kernels/avx2/simd.h"
 
-#ifndef Q8_AHEAD
-#define Q8_AHEAD 2
-#endif
 #define PF_KEYS 16 /* keys ahead that attend() prefetches: 128 KiB of an fp32 pass */
 
 #define INLINE static inline __attribute__((always_inline))
@@ -528,7 +525,8 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const krn_kv_typ
 {
     const size_t hd = a->head_dim, ts = a->kv_tok_stride, n = rs->n;
     const size_t kb = rs->g[0] * a->kv_head_stride, lo = rs->lo[0], hi = rs->hi[0];
-    const size_t ahead = (KT == KRN_KV_Q8 ? Q8_AHEAD : 1) * CH * ts; /* L2 prefetch distance */
+    /* L2 prefetch distance: a chunk, two for q8 rows (132 bytes), which keeps it near fp16's 8 KiB. */
+    const size_t ahead = (KT == KRN_KV_Q8 ? 2 : 1) * CH * ts;
     float acc[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(32)));
     float sc[RMAX][CH] __attribute__((aligned(32)));
     float mx[RMAX], den[RMAX];

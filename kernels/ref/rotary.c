@@ -3,7 +3,7 @@
  * the half-split form Qwen3's GroupQueryAttention uses and the interleaved
  * form for completeness, plus the KV-cache row store (fp32 copy, fp16
  * conversion or q8 quantization). Called by compute workers with a (token, head) range; the
- * rotary output may be the input itself or a KV-cache row of either type.
+ * rotary output may be the input itself or a KV-cache row of any type.
  */
 #include "kernels/krn_internal.h"
 
@@ -52,14 +52,6 @@ void krn_ref_kv_store(const krn_rows_args *args, size_t i_begin, size_t i_end)
         size_t t = i / args->n_heads, h = i % args->n_heads;
         const float *x = args->x + t * args->x_tok_stride + h * args->x_head_stride;
         size_t yo = t * args->y_tok_stride + h * args->y_head_stride;
-        if (args->y_type == KRN_KV_Q8) {
-            krn_q8_row(x, args->n, (int8_t *)args->y + yo);
-        } else if (args->y_type == KRN_KV_F16) {
-            uint16_t *y = (uint16_t *)args->y + yo;
-            for (size_t j = 0; j < args->n; j++)
-                y[j] = krn_f32_to_f16(x[j]);
-        } else {
-            memcpy((float *)args->y + yo, x, args->n * sizeof(float));
-        }
+        krn_kv_row_from_f32(args->y_type, x, args->n, (uint8_t *)args->y + yo * krn_kv_elem_bytes(args->y_type));
     }
 }
