@@ -4,7 +4,7 @@
  *
  * Usage: bench/attn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all]
  *                         [--contexts 1024,4096] [--prefill 512] [--min-ms T] [--hot]
- *                         [--token-major] [--huge-pages]
+ *                         [--token-major] [--huge-pages] [--capacity N]
  *
  * Decode: one new token over a context of C cached tokens, the cache laid
  * out as the session cache and the tensor contract ([kv_head, token,
@@ -17,7 +17,10 @@
  * compute ceiling when it fits in cache). The caches sit on 4 KiB pages, as
  * the session cache does (kvcache/kv.c turns transparent huge pages off for
  * it); --huge-pages maps them on 2 MiB pages instead, to show what page
- * boundaries cost the stream. Prefill: S new tokens
+ * boundaries cost the stream. --capacity N spaces the kv heads N rows apart
+ * (the context's rows filled, the rest never touched), as a session cache
+ * reserves its capacity per head; without it the heads are packed, so a
+ * pass's reads past its last row land in the next head. Prefill: S new tokens
  * attending causally to themselves, ms per layer. Never run by `make check`.
  */
 #include <stdio.h>
@@ -42,6 +45,7 @@ static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static bool hot;        /* one cache copy: the compute ceiling when it fits in cache */
 static bool token_major; /* [token, kv_head, head_dim] instead of [kv_head, token, head_dim] */
 static bool huge_pages;  /* caches on transparent huge pages instead of 4 KiB pages */
+static size_t capacity;  /* rows reserved per kv head in the head-major layout (0: the context's) */
 
 static float rnd(void)
 {
@@ -80,17 +84,21 @@ static void cache_free(void *p, size_t bytes)
     munmap(p, cache_span(bytes));
 }
 
-/* ROWS cache rows of HD values in [-0.5, 0.5), as type T. */
-static void *make_cache(size_t rows, size_t hd, krn_kv_type t)
+/*
+ * HEADS x FILLED cache rows of HD values in [-0.5, 0.5), as type T, each
+ * head's rows STRIDE rows apart (rows past FILLED stay untouched).
+ */
+static void *make_cache(size_t heads, size_t filled, size_t stride, size_t hd, krn_kv_type t)
 {
     size_t row = krn_kv_row_elems(t, hd) * krn_kv_elem_bytes(t);
-    uint8_t *c = cache_alloc(rows * row);
+    uint8_t *c = cache_alloc(heads * stride * row);
     float x[KRN_MAX_HEAD_DIM];
-    for (size_t r = 0; r < rows; r++) {
-        for (size_t d = 0; d < hd; d++)
-            x[d] = rnd();
-        krn_kv_row_from_f32(t, x, hd, c + r * row);
-    }
+    for (size_t h = 0; h < heads; h++)
+        for (size_t r = 0; r < filled; r++) {
+            for (size_t d = 0; d < hd; d++)
+                x[d] = rnd();
+            krn_kv_row_from_f32(t, x, hd, c + (h * stride + r) * row);
+        }
     return c;
 }
 
@@ -99,18 +107,21 @@ static double run(const krn_table *tab, const shape *sh, size_t ctx, size_t seq,
 {
     size_t T = ctx + seq, rl = krn_kv_row_elems(kt, sh->hd), elems = T * sh->nkv * rl, esz = krn_kv_elem_bytes(kt);
     size_t copies = seq > 1 || hot ? 1 : COLD_BYTES / (2 * elems * esz) + 1;
+    /* Head-major: each head's rows, spaced by the capacity; token-major: all rows in one run. */
+    size_t heads = token_major ? 1 : sh->nkv, per_head = token_major ? T * sh->nkv : T;
+    size_t stride = !token_major && capacity > T ? capacity : per_head, span = heads * stride * rl * esz;
     if (copies > 1024) /* still past the last-level cache at the smallest contexts */
         copies = 1024;
     void **k = calloc(copies, sizeof *k), **v = calloc(copies, sizeof *v);
     for (size_t c = 0; c < copies; c++) {
-        k[c] = make_cache(T * sh->nkv, sh->hd, kt);
-        v[c] = make_cache(T * sh->nkv, sh->hd, kt);
+        k[c] = make_cache(heads, per_head, stride, sh->hd, kt);
+        v[c] = make_cache(heads, per_head, stride, sh->hd, kt);
     }
     size_t qn = seq * sh->nq * sh->hd;
     float *q = bench_alloc("attn_bench", qn * sizeof(float)), *out = bench_alloc("attn_bench", qn * sizeof(float));
     for (size_t i = 0; i < qn; i++)
         q[i] = rnd();
-    krn_gqa_args a = {.q = q, .q_ld = sh->nq * sh->hd, .kv_head_stride = token_major ? rl : T * rl,
+    krn_gqa_args a = {.q = q, .q_ld = sh->nq * sh->hd, .kv_head_stride = token_major ? rl : stride * rl,
                       .kv_tok_stride = token_major ? sh->nkv * rl : rl,
                       .out = out, .out_ld = sh->nq * sh->hd, .seq = seq, .past = ctx, .n_heads = sh->nq,
                       .n_kv_heads = sh->nkv, .head_dim = sh->hd, .scale = 0.0883883476f, .local_window = -1,
@@ -127,8 +138,8 @@ static double run(const krn_table *tab, const shape *sh, size_t ctx, size_t seq,
     }
     qsort(times, (size_t)reps, sizeof times[0], bench_cmp_double);
     for (size_t c = 0; c < copies; c++) {
-        cache_free(k[c], elems * esz);
-        cache_free(v[c], elems * esz);
+        cache_free(k[c], span);
+        cache_free(v[c], span);
     }
     free(k);
     free(v);
@@ -141,7 +152,7 @@ static double run(const krn_table *tab, const shape *sh, size_t ctx, size_t seq,
 static void usage(void)
 {
     fprintf(stderr, "usage: attn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all] "
-                    "[--contexts 1024,4096] [--prefill S] [--min-ms T] [--hot] [--token-major] [--huge-pages]\n");
+                    "[--contexts 1024,4096] [--prefill S] [--min-ms T] [--hot] [--token-major] [--huge-pages] [--capacity N]\n");
     exit(2);
 }
 
@@ -175,6 +186,8 @@ int main(int argc, char **argv)
             prefill = (size_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--min-ms"))
             min_ms = strtod(argv[++i], NULL);
+        else if (!strcmp(argv[i], "--capacity"))
+            capacity = (size_t)strtoul(argv[++i], NULL, 10);
         else
             usage();
     }
@@ -185,7 +198,10 @@ int main(int argc, char **argv)
         printf("# %s; single thread; one cache copy (hot when it fits)", line);
     else
         printf("# %s; single thread; decode caches rotate over >= %zu MiB", line, COLD_BYTES >> 20);
-    printf("; cache %s\n", token_major ? "[token, kv_head, dim]" : "[kv_head, token, dim]");
+    printf("; cache %s", token_major ? "[token, kv_head, dim]" : "[kv_head, token, dim]");
+    if (capacity && !token_major)
+        printf(", %zu rows reserved per head", capacity);
+    printf("\n");
     for (int l = 0; l < KRN_LEVEL_COUNT; l++) {
         krn_table tab;
         if ((strcmp(level, "all") && strcmp(level, krn_level_name((krn_level)l))) ||

@@ -132,9 +132,10 @@ INLINE void qcodes_fill(const rowset *rs, size_t hd, qcodes *qc, const krn_kv_ty
  * the row's and the key's scales and the attention scale, in
  * krn_q8_key_score()'s order. The same lanes as score2x4().
  */
-INLINE __m256 score2x4_q8(const krn_gqa_args *a, const qcodes *qc, size_t r0, size_t r1, const size_t *koff)
+INLINE __m256 score2x4_q8(const krn_gqa_args *a, size_t hd, const qcodes *qc, size_t r0, size_t r1,
+                          const size_t *koff)
 {
-    const size_t hd = a->head_dim, hd16 = hd & ~(size_t)15;
+    const size_t hd16 = hd & ~(size_t)15;
     const int8_t *k = a->k_cache;
     const int16_t *c0 = qc->c[r0], *c1 = qc->c[r1];
     __m256i s00 = _mm256_setzero_si256(), s01 = s00, s02 = s00, s03 = s00;
@@ -182,13 +183,13 @@ INLINE __m256 score2x4_q8(const krn_gqa_args *a, const qcodes *qc, size_t r0, si
  * Scaled dots of rows r0, r1 with keys j[0..3] (element offsets of the key
  * rows), as [r0.k0 .. r0.k3 | r1.k0 .. r1.k3]. q8 keys take score2x4_q8().
  */
-INLINE __m256 score2x4(const krn_gqa_args *a, const rowset *rs, const qcodes *qc, size_t r0, size_t r1,
+INLINE __m256 score2x4(const krn_gqa_args *a, size_t hd, const rowset *rs, const qcodes *qc, size_t r0, size_t r1,
                        const size_t *koff, const krn_kv_type KT)
 {
     if (KT == KRN_KV_Q8)
-        return score2x4_q8(a, qc, r0, r1, koff);
+        return score2x4_q8(a, hd, qc, r0, r1, koff);
     const float *q0 = rs->q[r0], *q1 = rs->q[r1];
-    const size_t hd = a->head_dim, hd8 = hd & ~(size_t)7;
+    const size_t hd8 = hd & ~(size_t)7;
     __m256 s00 = _mm256_setzero_ps(), s01 = s00, s02 = s00, s03 = s00;
     __m256 s10 = s00, s11 = s00, s12 = s00, s13 = s00;
     for (size_t d = 0; d < hd8; d += 8) {
@@ -242,7 +243,7 @@ INLINE void chunk_scores(const krn_gqa_args *a, const rowset *rs, const qcodes *
                     prefetch_row(a->v_cache, nj, a->head_dim, KT, false);
                 }
             size_t koff[4] = {kb + rel[0], kb + rel[1], kb + rel[2], kb + rel[3]};
-            __m256 v = score2x4(a, rs, qc, r, r1, koff, KT);
+            __m256 v = score2x4(a, a->head_dim, rs, qc, r, r1, koff, KT);
             float t[8];
             _mm256_storeu_ps(t, v);
             size_t m = cn - jj < 4 ? cn - jj : 4;
@@ -262,10 +263,10 @@ INLINE void chunk_scores(const krn_gqa_args *a, const rowset *rs, const qcodes *
 static void scale_row(float *acc, float c, size_t hd)
 {
     __m256 vc = _mm256_set1_ps(c);
-    size_t d = 0;
-    for (; d + 8 <= hd; d += 8)
+    const size_t hd8 = hd & ~(size_t)7;
+    for (size_t d = 0; d < hd8; d += 8)
         _mm256_store_ps(acc + d, _mm256_mul_ps(vc, _mm256_load_ps(acc + d)));
-    for (; d < hd; d++)
+    for (size_t d = hd8; d < hd; d++)
         acc[d] *= c;
 }
 
@@ -287,10 +288,10 @@ static void fold_value_scales(const krn_gqa_args *a, const rowset *rs, size_t jc
  * acc[r] += sum_jj p[r][jj] * v(jc + jj) for every row: 32 dims of two rows
  * stay in eight registers over the whole chunk.
  */
-INLINE void chunk_pv(const krn_gqa_args *a, const rowset *rs, size_t jc, size_t cn, float (*p)[CH],
+INLINE void chunk_pv(const krn_gqa_args *a, size_t hd, const rowset *rs, size_t jc, size_t cn, float (*p)[CH],
                      float (*acc)[KRN_MAX_HEAD_DIM], const krn_kv_type KT)
 {
-    const size_t hd = a->head_dim, ts = a->kv_tok_stride;
+    const size_t ts = a->kv_tok_stride;
     size_t d = 0;
     /* Dims outer: the chunk's 32-dim slice of V stays in L1 while every row pair uses it. */
     for (; d + 32 <= hd; d += 32)
@@ -450,7 +451,7 @@ INLINE void attend(const krn_gqa_args *a, const rowset *rs, const krn_kv_type KT
         }
         if (KT == KRN_KV_Q8)
             fold_value_scales(a, rs, jc, cn, sc);
-        chunk_pv(a, rs, jc, cn, sc, acc, KT);
+        chunk_pv(a, hd, rs, jc, cn, sc, acc, KT);
     }
 
     finish_rows(rs, acc, den, hd);
@@ -510,7 +511,12 @@ static inline void row_pv_all(const float *v, size_t ts, size_t hd, size_t cn, c
  * context 4096 took 1.13-1.16 ms per 0.6b layer against 1.39-1.50, and a
  * 0.6b token at context 4096 took 33-36 ms against 39-47 (fp16 cache, 2
  * threads), alternated in one sitting; batch-8 steps of short contexts did
- * not change.
+ * not change. The rows ahead stop at the head's last key; past it, when the
+ * caller runs another kv head of the same step next (rs->next_kb), they are
+ * that head's first rows, so a short pass does not start cold and no lines
+ * past the context are fetched (a session cache reserves its capacity per
+ * head, so those lines are never used): at 64-128 keys, attn_bench's cold
+ * fp32 pass took 0.038-0.050 ms per 0.6b layer against 0.043-0.059.
  *
  * With an fp32 cache the weighted sum takes one row at a time with all its
  * dims in registers (row_pv), reading each V row whole and in key order,
@@ -521,12 +527,12 @@ static inline void row_pv_all(const float *v, size_t ts, size_t hd, size_t cn, c
  * (Scoring a span of chunks before their weighted sums, so that K and V are
  * read one stream at a time, was no faster in the model on Zen 4 or Zen 5.)
  */
-INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const krn_kv_type KT)
+INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const krn_kv_type KT, const size_t hd)
 {
-    const size_t hd = a->head_dim, ts = a->kv_tok_stride, n = rs->n;
+    const size_t ts = a->kv_tok_stride, n = rs->n;
     const size_t kb = rs->g[0] * a->kv_head_stride, lo = rs->lo[0], hi = rs->hi[0];
     /* L2 prefetch distance: a chunk, two for q8 rows (132 bytes), which keeps it near fp16's 8 KiB. */
-    const size_t ahead = (KT == KRN_KV_Q8 ? 2 : 1) * CH * ts;
+    const size_t ahead = (KT == KRN_KV_Q8 ? 2 : 1) * CH, first = lo < hi ? lo - lo % CH : hi;
     float acc[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(32)));
     float sc[RMAX][CH] __attribute__((aligned(32)));
     float mx[RMAX], den[RMAX];
@@ -538,22 +544,28 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const krn_kv_typ
         mx[r] = -INFINITY;
         den[r] = 0.0f;
     }
-    for (size_t jc = lo < hi ? lo - lo % CH : hi; jc < hi; jc += CH) {
+    for (size_t jc = first; jc < hi; jc += CH) {
         size_t cn = hi - jc < CH ? hi - jc : CH, cn8 = (cn + 7) & ~(size_t)7;
         for (size_t jj = 0; jj < cn; jj += 4) {
             size_t koff[4];
             for (int i = 0; i < 4; i++) /* keys past the chunk repeat its last one; their scores are masked */
                 koff[i] = kb + (jc + (jj + (size_t)i < cn ? jj + (size_t)i : cn - 1)) * ts;
             for (size_t i = 0; i < 4; i++) {
-                size_t nj = kb + (jc + jj + i) * ts;
+                size_t j = jc + jj + i, nj = kb + j * ts;
                 prefetch_row(a->k_cache, nj, hd, KT, false);
                 prefetch_row(a->v_cache, nj, hd, KT, false);
-                prefetch_row(a->k_cache, nj + ahead, hd, KT, true);
-                prefetch_row(a->v_cache, nj + ahead, hd, KT, true);
+                /* Ahead in this head's rows; past its last, the next head's first (same range). */
+                size_t ja = j + ahead, na = ja < hi ? kb + ja * ts : NO_NEXT;
+                if (na == NO_NEXT && rs->next_kb != NO_NEXT && ja - hi < hi - first)
+                    na = rs->next_kb + (first + ja - hi) * ts;
+                if (na != NO_NEXT) {
+                    prefetch_row(a->k_cache, na, hd, KT, true);
+                    prefetch_row(a->v_cache, na, hd, KT, true);
+                }
             }
             for (size_t r = 0; r < n; r += 2) {
                 size_t r1 = r + 1 < n ? r + 1 : r;
-                __m256 v = score2x4(a, rs, &qc, r, r1, koff, KT);
+                __m256 v = score2x4(a, hd, rs, &qc, r, r1, koff, KT);
                 _mm_store_ps(&sc[r][jj], _mm256_castps256_ps128(v));
                 _mm_store_ps(&sc[r1][jj], _mm256_extractf128_ps(v, 1));
             }
@@ -577,7 +589,7 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const krn_kv_typ
         if (KT == KRN_KV_Q8)
             fold_value_scales(a, rs, jc, cn, sc);
         if (KT != KRN_KV_F32) /* row pairs share each widening */
-            chunk_pv(a, rs, jc, cn, sc, acc, KT);
+            chunk_pv(a, hd, rs, jc, cn, sc, acc, KT);
     }
     finish_rows(rs, acc, den, hd);
 }
@@ -759,14 +771,24 @@ static bool one_head_one_range(const krn_gqa_args *a, const rowset *rs)
     return true;
 }
 
+/* A decode set on a cache of type KT; Qwen3's head_dim as a constant, so the passes' dim loops unroll whole. */
+INLINE void decode_set_typed(const krn_gqa_args *a, const rowset *rs, const krn_kv_type KT)
+{
+    if (!one_head_one_range(a, rs))
+        attend(a, rs, KT);
+    else if (a->head_dim == 128)
+        attend_dec(a, rs, KT, 128);
+    else
+        attend_dec(a, rs, KT, a->head_dim);
+}
+
 /* The decode arithmetic for a set of one new token's rows (also the avx512 level's). */
 void krn_avx2_gqa_decode_set(const krn_gqa_args *a, const rowset *rs)
 {
-    bool dec = one_head_one_range(a, rs);
     switch (a->kv_type) {
-    case KRN_KV_Q8: dec ? attend_dec(a, rs, KRN_KV_Q8) : attend(a, rs, KRN_KV_Q8); break;
-    case KRN_KV_F16: dec ? attend_dec(a, rs, KRN_KV_F16) : attend(a, rs, KRN_KV_F16); break;
-    default: dec ? attend_dec(a, rs, KRN_KV_F32) : attend(a, rs, KRN_KV_F32); break;
+    case KRN_KV_Q8: decode_set_typed(a, rs, KRN_KV_Q8); break;
+    case KRN_KV_F16: decode_set_typed(a, rs, KRN_KV_F16); break;
+    default: decode_set_typed(a, rs, KRN_KV_F32); break;
     }
 }
 

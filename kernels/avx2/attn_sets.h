@@ -28,7 +28,10 @@ typedef struct rowset {
     float *out[RMAX];
     size_t lo[RMAX], hi[RMAX]; /* visible keys [lo, hi) */
     size_t g[RMAX];         /* kv head of each row */
+    size_t next_kb;         /* element offset of the kv head whose pass comes next on this thread, or NO_NEXT */
 } rowset;
+
+#define NO_NEXT SIZE_MAX
 
 /* Runs every row of a set: a level's attention core. */
 typedef void (*gqa_set_fn)(const krn_gqa_args *a, const rowset *rs);
@@ -239,7 +242,7 @@ static inline void run_token_heads(const krn_gqa_args *a, size_t s, size_t h, si
 {
     while (cnt) {
         size_t nh = cnt < RMAX ? cnt : RMAX;
-        rowset rs = {.n = 0};
+        rowset rs = {.n = 0, .next_kb = NO_NEXT};
         for (size_t r = 0; r < nh; r++)
             add_row(a, &rs, s, h + r);
         run_set(a, &rs);
@@ -279,8 +282,12 @@ static inline void gqa_drive(const krn_gqa_args *a, size_t i_begin, size_t i_end
             run_token_heads(a, lb / group, g * group + lb % group, group - lb % group, run_set);
         for (size_t h0 = 0; h0 < group; h0 += hpr)
             for (size_t s0 = s_lo; s0 < s_hi; s0 += qb) {
-                rowset rs = {.n = 0};
+                rowset rs = {.n = 0, .next_kb = NO_NEXT};
                 size_t s1 = s_hi - s0 < qb ? s_hi : s0 + qb;
+                /* A decode pass is short: the next kv head's opening rows load during its last chunk. */
+                if (h0 + hpr >= group && s1 == s_hi && !(le % group) && g + 1 < a->n_kv_heads &&
+                    (g + 1) * per_g < i_end)
+                    rs.next_kb = (g + 1) * a->kv_head_stride;
                 for (size_t s = s0; s < s1; s++)
                     for (size_t h = h0; h < h0 + hpr && h < group; h++)
                         add_row(a, &rs, s, g * group + h);
