@@ -5,6 +5,7 @@
  * Usage: bench/attn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all]
  *                         [--contexts 1024,4096] [--prefill 512] [--min-ms T] [--hot]
  *                         [--token-major] [--huge-pages] [--capacity N]
+ *                         [--kv-types f32,f16,q8]
  *
  * Decode: one new token over a context of C cached tokens, the cache laid
  * out as the session cache and the tensor contract ([kv_head, token,
@@ -152,13 +153,13 @@ static double run(const krn_table *tab, const shape *sh, size_t ctx, size_t seq,
 static void usage(void)
 {
     fprintf(stderr, "usage: attn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all] "
-                    "[--contexts 1024,4096] [--prefill S] [--min-ms T] [--hot] [--token-major] [--huge-pages] [--capacity N]\n");
+                    "[--contexts 1024,4096] [--prefill S] [--min-ms T] [--hot] [--token-major] [--huge-pages] [--capacity N] [--kv-types f32,f16,q8]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
-    const char *level = "all", *which = "all", *ctxs = "1024,4096";
+    const char *level = "all", *which = "all", *ctxs = "1024,4096", *kv_types = "f32,f16,q8";
     size_t prefill = 512;
     double min_ms = 300;
     for (int i = 1; i < argc; i++) {
@@ -186,6 +187,8 @@ int main(int argc, char **argv)
             prefill = (size_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--min-ms"))
             min_ms = strtod(argv[++i], NULL);
+        else if (!strcmp(argv[i], "--kv-types"))
+            kv_types = argv[++i];
         else if (!strcmp(argv[i], "--capacity"))
             capacity = (size_t)strtoul(argv[++i], NULL, 10);
         else
@@ -218,6 +221,8 @@ int main(int argc, char **argv)
             for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
                 krn_kv_type kt = types[t].kt;
                 const char *tn = types[t].name;
+                if (!bench_list_has(kv_types, tn))
+                    continue;
                 for (const char *c = ctxs; *c;) {
                     size_t ctx = (size_t)strtoul(c, NULL, 10), bytes;
                     double ms = run(&tab, sh, ctx, 1, kt, min_ms, &bytes);

@@ -2,13 +2,15 @@
  * bench_util: what the C benchmarks share: a monotonic clock in
  * milliseconds, a qsort comparator for medians, an xorshift generator, and
  * allocations that get transparent huge pages when large (as the engine's
- * packed weights do: long streams then take far fewer TLB misses).
+ * packed weights do: long streams then take far fewer TLB misses), and a
+ * comma-separated list's membership test for options.
  */
 #ifndef QWEN3D_BENCH_UTIL_H
 #define QWEN3D_BENCH_UTIL_H
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -46,6 +48,20 @@ static inline void *bench_alloc(const char *prog, size_t n)
     if (align > 64)
         madvise(p, sz, MADV_HUGEPAGE); /* a hint; failure only costs speed */
     return p;
+}
+
+/* Whether the comma-separated LIST names WORD. */
+static inline int bench_list_has(const char *list, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = list; p;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == n && !strncmp(p, word, n))
+            return 1;
+        p = comma ? comma + 1 : NULL;
+    }
+    return 0;
 }
 
 #endif

@@ -169,13 +169,11 @@ INLINE __m256 score2x4_q8(const krn_gqa_args *a, size_t hd, const qcodes *qc, si
             }
         dots = _mm256_loadu_si256((const __m256i *)(const void *)t);
     }
-    float f[8];
-    for (int i = 0; i < 4; i++) {
-        float ks = q8_scale_at(a->k_cache, koff[i], hd);
-        f[i] = qc->s[r0] * ks;
-        f[4 + i] = qc->s[r1] * ks;
-    }
-    __m256 r = _mm256_mul_ps(_mm256_cvtepi32_ps(dots), _mm256_loadu_ps(f));
+    /* Lane i: the row's scale times key i's (built in registers: scalar stores read back as a vector stall). */
+    __m128 ks = _mm_setr_ps(q8_scale_at(a->k_cache, koff[0], hd), q8_scale_at(a->k_cache, koff[1], hd),
+                            q8_scale_at(a->k_cache, koff[2], hd), q8_scale_at(a->k_cache, koff[3], hd));
+    __m256 f = _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(qc->s[r1]), _mm_set1_ps(qc->s[r0])), _mm256_set_m128(ks, ks));
+    __m256 r = _mm256_mul_ps(_mm256_cvtepi32_ps(dots), f);
     return _mm256_mul_ps(r, _mm256_set1_ps(a->scale));
 }
 
@@ -282,6 +280,24 @@ static void fold_value_scales(const krn_gqa_args *a, const rowset *rs, size_t jc
         for (size_t jj = 0; jj < cn; jj++)
             p[r][jj] *= q8_scale_at(a->v_cache, vbase + (jc + jj) * a->kv_tok_stride, a->head_dim);
     }
+}
+
+/*
+ * fold_value_scales() for N rows of one kv head, whose cn value rows start
+ * at element offset v0: the scales are read once for all rows, and each
+ * weight is multiplied as there.
+ */
+INLINE void fold_head_value_scales(const krn_gqa_args *a, size_t v0, size_t n, size_t cn, float (*p)[CH],
+                                   size_t hd)
+{
+    float vs[CH] __attribute__((aligned(32)));
+    for (size_t jj = 0; jj < cn; jj++)
+        vs[jj] = q8_scale_at(a->v_cache, v0 + jj * a->kv_tok_stride, hd);
+    for (size_t jj = cn; jj < CH; jj++)
+        vs[jj] = 0.0f; /* past the chunk: weights there are 0 and stay so */
+    for (size_t r = 0; r < n; r++)
+        for (size_t jj = 0; jj < cn; jj += 8)
+            _mm256_store_ps(&p[r][jj], _mm256_mul_ps(_mm256_load_ps(&p[r][jj]), _mm256_load_ps(&vs[jj])));
 }
 
 /*
@@ -587,7 +603,7 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const krn_kv_typ
                 row_pv_all((const float *)a->v_cache + kb + jc * ts, ts, hd, cn, sc[r], acc[r]);
         }
         if (KT == KRN_KV_Q8)
-            fold_value_scales(a, rs, jc, cn, sc);
+            fold_head_value_scales(a, kb + jc * ts, n, cn, sc, hd);
         if (KT != KRN_KV_F32) /* row pairs share each widening */
             chunk_pv(a, hd, rs, jc, cn, sc, acc, KT);
     }
