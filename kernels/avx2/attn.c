@@ -531,8 +531,8 @@ static inline void row_pv_all(const float *v, size_t ts, size_t hd, size_t cn, c
  * caller runs another kv head of the same step next (rs->next_kb), they are
  * that head's first rows, so a short pass does not start cold and no lines
  * past the context are fetched (a session cache reserves its capacity per
- * head, so those lines are never used): at 64-128 keys, attn_bench's cold
- * fp32 pass took 0.038-0.050 ms per 0.6b layer against 0.043-0.059.
+ * head, so those lines are never used): at 64 keys, attn_bench's cold
+ * fp32 pass took 0.037-0.050 ms per 0.6b layer against 0.043-0.059.
  *
  * With an fp32 cache the weighted sum takes one row at a time with all its
  * dims in registers (row_pv), reading each V row whole and in key order,
