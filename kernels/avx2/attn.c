@@ -269,26 +269,13 @@ static void scale_row(float *acc, float c, size_t hd)
 }
 
 /*
- * With a q8 cache, each row's weights of the chunk's keys times their value
- * rows' scales, so the weighted sum takes the codes as they are. After the
- * softmax step (the denominator sums the weights before this).
+ * With a q8 cache, the weights of N rows of one kv head for the chunk's cn
+ * keys times their value rows' scales (the rows from element offset v0), so
+ * the weighted sum takes the codes as they are. After the softmax step (the
+ * denominator sums the weights before this). The scales are read once for
+ * all N rows.
  */
-static void fold_value_scales(const krn_gqa_args *a, const rowset *rs, size_t jc, size_t cn, float (*p)[CH])
-{
-    for (size_t r = 0; r < rs->n; r++) {
-        size_t vbase = rs->g[r] * a->kv_head_stride;
-        for (size_t jj = 0; jj < cn; jj++)
-            p[r][jj] *= q8_scale_at(a->v_cache, vbase + (jc + jj) * a->kv_tok_stride, a->head_dim);
-    }
-}
-
-/*
- * fold_value_scales() for N rows of one kv head, whose cn value rows start
- * at element offset v0: the scales are read once for all rows, and each
- * weight is multiplied as there.
- */
-INLINE void fold_head_value_scales(const krn_gqa_args *a, size_t v0, size_t n, size_t cn, float (*p)[CH],
-                                   size_t hd)
+INLINE void fold_value_scales(const krn_gqa_args *a, size_t v0, size_t n, size_t cn, float (*p)[CH], size_t hd)
 {
     float vs[CH] __attribute__((aligned(32)));
     for (size_t jj = 0; jj < cn; jj++)
@@ -466,7 +453,12 @@ INLINE void attend(const krn_gqa_args *a, const rowset *rs, const krn_kv_type KT
             softmax_step(sc[r], cn8, &mx[r], &den[r], acc[r], hd);
         }
         if (KT == KRN_KV_Q8)
-            fold_value_scales(a, rs, jc, cn, sc);
+            for (size_t r0 = 0, r1; r0 < rs->n; r0 = r1) { /* each run of rows of one kv head */
+                for (r1 = r0 + 1; r1 < rs->n && rs->g[r1] == rs->g[r0]; r1++)
+                    ;
+                fold_value_scales(a, rs->g[r0] * a->kv_head_stride + jc * a->kv_tok_stride, r1 - r0, cn, sc + r0,
+                                  hd);
+            }
         chunk_pv(a, hd, rs, jc, cn, sc, acc, KT);
     }
 
@@ -603,7 +595,7 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const krn_kv_typ
                 row_pv_all((const float *)a->v_cache + kb + jc * ts, ts, hd, cn, sc[r], acc[r]);
         }
         if (KT == KRN_KV_Q8)
-            fold_head_value_scales(a, kb + jc * ts, n, cn, sc, hd);
+            fold_value_scales(a, kb + jc * ts, n, cn, sc, hd);
         if (KT != KRN_KV_F32) /* row pairs share each widening */
             chunk_pv(a, hd, rs, jc, cn, sc, acc, KT);
     }
