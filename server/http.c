@@ -22,7 +22,8 @@
  * the answer), and whatever the client still sends is read and dropped
  * until it closes or linger_bytes or linger_s run out. Then the socket is
  * shut both ways and the connection resumed: MHD reads the end of the
- * stream and closes it. The connection keeps its slot meanwhile, so
+ * stream and closes it; when a bound cut the client off, that close is a
+ * reset (SO_LINGER 0). The connection keeps its slot meanwhile, so
  * --max-connections still counts it, for linger_s at most.
  *
  * Threads: loop thread only.
@@ -310,6 +311,16 @@ static void linger_end(srv_req *r, const char *why)
             r->linger_sent, (unsigned long long)lg->bytes, (srv_now() - lg->t_start) * 1e3);
     linger_stop(r);
     r->linger_done = true;
+    /* Cut on a bound (or an error) while the client still sends: the close
+     * must reset the connection. An ordinary close would not, when the
+     * receive queue happens to be empty: Linux sends no window update after
+     * SHUT_RD, so a client stalled on a zero window never sends the data
+     * that would reset the orphaned socket, and it waits out
+     * tcp_fin_timeout (60 s) still writing. */
+    if (!normal) {
+        struct linger hard = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+    }
     /* MHD's next read sees the end of the stream, and it closes the connection. */
     shutdown(fd, SHUT_RDWR);
     req_resume(r);

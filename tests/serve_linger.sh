@@ -40,23 +40,31 @@ done
 serve_stop
 [ "$STATUS" = 0 ] || fail "exit status $STATUS"
 
-# flood BOUND SPEED FRAMING OPTIONS...: a raw sender that never stops, on
-# a daemon with --max-connections 1, is cut by the lingering close's BOUND
-# (time or bytes), and another request is served after that.
+# flood BOUND SPEED FRAMING ROUNDS OPTIONS...: a raw sender that never
+# stops, on a daemon with --max-connections 1, is cut by the lingering
+# close's BOUND (time or bytes), and another request is served after that;
+# ROUNDS times. The cut must reset the connection even when the client is
+# stalled on a zero window (which only some rounds happen to reach).
 flood() {
-  bound=$1 speed=$2 framing=$3
-  shift 3
+  bound=$1 speed=$2 framing=$3 rounds=$4
+  shift 4
   serve_start --max-body 65536 --max-connections 1 "$@"
-  "$NODE" "$scripts/linger-client.js" flood "$PORT" "$speed" "$framing" 60 || fail "a $speed sender that never stops"
-  grep -q "event=linger_end reason=$bound answered=1" "$LOG" || fail "the lingering did not end on --linger-$bound"
-  [ "$(http GET /health)" = 200 ] || fail "no request served after the $speed sender was cut (--max-connections 1)"
+  round=1
+  while [ $round -le "$rounds" ]; do
+    "$NODE" "$scripts/linger-client.js" flood "$PORT" "$speed" "$framing" 60 ||
+      fail "a $speed sender that never stops (round $round)"
+    [ "$(http GET /health)" = 200 ] || fail "no request served after the $speed sender was cut (--max-connections 1)"
+    round=$((round + 1))
+  done
+  n=$(grep -c "event=linger_end reason=$bound answered=1" "$LOG")
+  [ "$n" = "$rounds" ] || fail "$n of $rounds lingering closes ended on --linger-$bound"
   serve_stop
   [ "$STATUS" = 0 ] || fail "exit status $STATUS"
 }
 # A slow sender, with a byte bound it never reaches.
-flood time slow length --linger-time 2 --linger-bytes 1073741824
+flood time slow length 1 --linger-time 2 --linger-bytes 1073741824
 # A fast sender of a chunked body without end (refused in the middle of the
 # body), with a time bound it never reaches.
-flood bytes fast chunked --linger-time 600 --linger-bytes 4194304
+flood bytes fast chunked 20 --linger-time 600 --linger-bytes 4194304
 echo "serve_linger: all checks passed"
 rm -rf "$work"
