@@ -331,6 +331,19 @@ static inline float krn_q8_scale(const void *row, size_t n)
     return s;
 }
 
+/* Values [d0, n) of X as codes of scale S > 0 (krn_code_row's second pass), into C8 or C16. */
+static inline void krn_code_values(const float *x, size_t d0, size_t n, float s, long limit, int8_t *c8, int16_t *c16)
+{
+    for (size_t d = d0; d < n; d++) {
+        long c = lrintf(x[d] / s);
+        c = c > limit ? limit : c < -limit ? -limit : c;
+        if (c8)
+            c8[d] = (int8_t)c;
+        else
+            c16[d] = (int16_t)c;
+    }
+}
+
 /*
  * Symmetric codes of the N floats of X with LIMIT = 127 (int8, into C8) or
  * 32767 (int16, into C16): with a = max |x_d|, scale a / LIMIT and codes
@@ -338,7 +351,8 @@ static inline float krn_q8_scale(const void *row, size_t n)
  * scale is subnormal, rounded far from a / LIMIT); zeros, or a scale that
  * underflows, give codes 0 and scale 0; inf or NaN codes 0 and a NaN scale.
  * A division per value rather than a product by LIMIT / a, which overflows
- * for tiny a. Portable C that every level calls. Returns the scale.
+ * for tiny a. Portable C, which krn_avx2_code_row() matches bit for bit.
+ * Returns the scale.
  */
 static inline float krn_code_row(const float *x, size_t n, long limit, int8_t *c8, int16_t *c16)
 {
@@ -350,14 +364,14 @@ static inline float krn_code_row(const float *x, size_t n, long limit, int8_t *c
         a = m > a ? m : a;
     }
     float s = finite ? a / (float)limit : NAN;
-    for (size_t d = 0; d < n; d++) {
-        long c = finite && s > 0.0f ? lrintf(x[d] / s) : 0;
-        c = c > limit ? limit : c < -limit ? -limit : c;
-        if (c8)
-            c8[d] = (int8_t)c;
-        else
-            c16[d] = (int16_t)c;
-    }
+    if (finite && s > 0.0f)
+        krn_code_values(x, 0, n, s, limit, c8, c16);
+    else
+        for (size_t d = 0; d < n; d++)
+            if (c8)
+                c8[d] = 0;
+            else
+                c16[d] = 0;
     return s;
 }
 
@@ -385,13 +399,16 @@ static inline float krn_q8_key_score(int32_t dot, float qs, float ks, float scal
     return (float)dot * (qs * ks) * scale;
 }
 
+/* Writes one q8 row (krn_q8_row's bytes) from N floats; each level may bring its own. */
+typedef void (*krn_q8_row_fn)(const float *x, size_t n, void *row);
+
 /*
  * A rotary kernel's q8 output: each head rotated by ROTATE (the level's own
  * fp32 rotation, bit-identical on every level) into a row on the stack, then
- * quantized by krn_q8_row().
+ * quantized by Q8_ROW (krn_q8_row's bytes).
  */
-static inline void krn_rotary_into_q8(krn_rotary_fn rotate, const krn_rotary_args *args, size_t i_begin,
-                                      size_t i_end)
+static inline void krn_rotary_into_q8(krn_rotary_fn rotate, krn_q8_row_fn q8_row, const krn_rotary_args *args,
+                                      size_t i_begin, size_t i_end)
 {
     float tmp[KRN_MAX_HEAD_DIM];
     krn_rotary_args one = *args;
@@ -401,7 +418,7 @@ static inline void krn_rotary_into_q8(krn_rotary_fn rotate, const krn_rotary_arg
     for (size_t i = i_begin; i < i_end; i++) {
         size_t t = i / args->n_heads, h = i % args->n_heads;
         rotate(&one, i, i + 1);
-        krn_q8_row(tmp, args->head_dim, (int8_t *)args->y + t * args->y_tok_stride + h * args->y_head_stride);
+        q8_row(tmp, args->head_dim, (int8_t *)args->y + t * args->y_tok_stride + h * args->y_head_stride);
     }
 }
 
@@ -456,6 +473,9 @@ void krn_avx2_skip_rmsnorm(const krn_norm_args *a, size_t b, size_t e);
 void krn_avx2_gqa(const krn_gqa_args *a, size_t b, size_t e);
 void krn_avx2_rotary(const krn_rotary_args *a, size_t b, size_t e);
 void krn_avx2_kv_store(const krn_rows_args *a, size_t b, size_t e);
+/* krn_code_row() and krn_q8_row() with AVX2: the same codes and scale, bit for bit (avx2/rotary.c). */
+float krn_avx2_code_row(const float *x, size_t n, long limit, int8_t *c8, int16_t *c16);
+void krn_avx2_q8_row(const float *x, size_t n, void *row);
 int krn_avx2_gather(const krn_gather_args *a, size_t b, size_t e);
 void krn_avx2_sigmoid(const krn_ew_args *a, size_t b, size_t e);
 void krn_avx2_mul(const krn_ew_args *a, size_t b, size_t e);

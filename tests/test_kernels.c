@@ -1570,6 +1570,67 @@ START_TEST(kv_q8_rows)
 }
 END_TEST
 
+/*
+ * The AVX2 row quantizer (q8 cache rows, int16 query codes) against the
+ * portable krn_code_row(): the same codes and scale bits for both limits, at
+ * sizes around the eight-value step, on random rows, exact ties, zeros,
+ * rows whose scale underflows or is subnormal (codes clamp), values near
+ * FLT_MAX, and inf or NaN in the vector part or the tail.
+ */
+START_TEST(code_rows_avx2)
+{
+    krn_table t;
+    if (krn_table_for_level(KRN_LEVEL_AVX2, &t) != KRN_OK)
+        return; /* no AVX2 on this CPU: the level is never selected */
+    rng r = {57};
+    static const size_t sizes[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 64, 127, 128, 131};
+    static const long limits[] = {127, 32767};
+    float x[KRN_MAX_HEAD_DIM + 8];
+    int8_t c8[2][KRN_MAX_HEAD_DIM + 8];
+    int16_t c16[2][KRN_MAX_HEAD_DIM + 8];
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
+        for (int kind = 0; kind < 9; kind++) {
+            size_t n = sizes[si];
+            for (size_t d = 0; d < n; d++) {
+                float v = runif(&r, -5, 5);
+                switch (kind) {
+                case 1: v = (float)(long)(v * 20) + 0.5f; break;  /* ties once the scale is 1 */
+                case 2: v = d % 3 ? 0.0f : -0.0f; break;
+                case 3: v = d % 4 ? 0.0f : 1e-44f; break;          /* a / limit rounds to 0 */
+                case 4: v = d % 4 ? v * 1e-44f : d % 8 ? -2.5e-43f : 2.5e-43f; break; /* subnormal scale */
+                case 5: v *= 6e37f; break;                          /* near FLT_MAX */
+                default: break;
+                }
+                x[d] = v;
+            }
+            if (kind == 1)
+                x[n / 2] = 127.0f; /* q8's scale is 1: the ties above stay ties */
+            if (kind >= 6) /* inf, -inf or NaN at the first, middle or last value */
+                x[(kind - 6) * (n - 1) / 2] = kind == 6 ? INFINITY : kind == 7 ? -INFINITY : NAN;
+            for (int li = 0; li < 2; li++) {
+                long lim = limits[li];
+                bool q8 = lim == 127;
+                float s0 = krn_code_row(x, n, lim, q8 ? c8[0] : NULL, q8 ? NULL : c16[0]);
+                float s1 = krn_avx2_code_row(x, n, lim, q8 ? c8[1] : NULL, q8 ? NULL : c16[1]);
+                ck_assert_msg(memcmp(&s0, &s1, sizeof s0) == 0, "n=%zu kind=%d limit=%ld: scale %a vs %a", n, kind,
+                              lim, (double)s0, (double)s1);
+                if (q8)
+                    ck_assert_msg(memcmp(c8[0], c8[1], n) == 0, "n=%zu kind=%d: q8 codes differ", n, kind);
+                else
+                    ck_assert_msg(memcmp(c16[0], c16[1], n * sizeof **c16) == 0, "n=%zu kind=%d: int16 codes differ",
+                                  n, kind);
+            }
+            if (kind == 4) { /* the clamp acted: a subnormal scale far below a / 127 */
+                krn_avx2_code_row(x, n, 127, c8[1], NULL);
+                bool clamped = false;
+                for (size_t d = 0; d < n; d++)
+                    clamped |= c8[1][d] == 127 || c8[1][d] == -127;
+                ck_assert(clamped);
+            }
+        }
+}
+END_TEST
+
 /* Row stores into a strided cache: fp32 copies, fp16 as the portable conversion, q8 rows, every level. */
 START_TEST(kv_store)
 {
@@ -2246,6 +2307,7 @@ int main(void)
     tcase_add_test(tc, rotary);
     tcase_add_test(tc, f16_conversions);
     tcase_add_test(tc, kv_q8_rows);
+    tcase_add_test(tc, code_rows_avx2);
     tcase_add_test(tc, kv_store);
     tcase_add_test(tc, gqa);
     tcase_add_test(tc, gqa_prompt_levels_agree);

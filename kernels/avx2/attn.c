@@ -122,7 +122,7 @@ INLINE void qcodes_fill(const rowset *rs, size_t hd, qcodes *qc, const krn_kv_ty
 {
     if (KT == KRN_KV_Q8)
         for (size_t r = 0; r < rs->n; r++)
-            qc->s[r] = krn_q16_row(rs->q[r], hd, qc->c[r]);
+            qc->s[r] = krn_avx2_code_row(rs->q[r], hd, 32767, NULL, qc->c[r]); /* krn_q16_row's codes */
 }
 
 /*

@@ -7,10 +7,12 @@
  */
 #include "kernels/krn_internal.h"
 
+static void krn_ref_q8_row(const float *x, size_t n, void *row) { krn_q8_row(x, n, row); }
+
 void krn_ref_rotary(const krn_rotary_args *args, size_t i_begin, size_t i_end)
 {
     if (args->y_type == KRN_KV_Q8) {
-        krn_rotary_into_q8(krn_ref_rotary, args, i_begin, i_end);
+        krn_rotary_into_q8(krn_ref_rotary, krn_ref_q8_row, args, i_begin, i_end);
         return;
     }
     size_t half = args->rot_dim / 2;
