@@ -8,11 +8,16 @@
  * sleep on `wake`. Each participant increments `done` when it finds no work
  * left; the driver spins/sleeps until done == participants - 1.
  *
- * Work is handed out from `next` (in grains): with at least GUIDED_MIN grains
- * per participant, each take is a 1/(2N) share of what is left, so the first
- * ranges are large and contiguous (few calls, long weight streams) and the
- * last ones small enough to even out participants that ran at different
- * speeds; below that, one even slice each.
+ * Work is handed out in grains. With at least GUIDED_MIN grains per
+ * participant, each participant owns one contiguous slice and takes it from
+ * the front, a quarter of what is left at a time; one that has finished its
+ * own takes half of what is left of the fullest other slice, from its back
+ * (work stealing). So each thread's ranges follow each other in memory
+ * until it steals, and a weight stream breaks (a cold start a DRAM latency
+ * long, and the lines prefetched past the range's end wasted) once per
+ * steal instead of once per take, while a participant that is slow for a
+ * while, or wakes late, still leaves its work to the others. Below
+ * GUIDED_MIN, one even slice each.
  */
 #include "engine/pool.h"
 
@@ -73,6 +78,16 @@ static inline void cpu_relax(void)
         met_;                                                                    \
     })
 
+/* A participant's untaken grains [lo, hi) as lo | hi << 32, on its own cache line. */
+typedef struct slice_span {
+    _Atomic uint64_t v;
+    char pad[64 - sizeof(uint64_t)];
+} slice_span;
+
+#define SPAN(lo, hi) ((uint64_t)(lo) | (uint64_t)(hi) << 32)
+#define SPAN_LO(v) ((size_t)((v) & 0xFFFFFFFFu))
+#define SPAN_HI(v) ((size_t)((v) >> 32))
+
 typedef struct worker {
     eng_pool *pool;
     int index;
@@ -93,18 +108,26 @@ struct eng_pool {
     size_t n_items, grain;
     size_t units;                /* grains */
     bool guided;
-    atomic_size_t next;          /* first grain not yet taken (guided) */
+    slice_span *spans;           /* per participant: its slice's grains not yet taken (guided) */
     hwloc_topology_t topo;
     hwloc_bitmap_t domain;       /* CPUs the process may run on when the pool was made */
     int pinned;                  /* participants actually bound */
 };
 
-static void slice(const eng_pool *p, int index, size_t *b, size_t *e)
+/* Participant INDEX's even share of the step's grains, [*ub, *ue). */
+static void slice_units(const eng_pool *p, int index, size_t *ub, size_t *ue)
 {
     size_t units = (p->n_items + p->grain - 1) / p->grain;
     size_t per = units / (size_t)p->n, extra = units % (size_t)p->n;
-    size_t ub = (size_t)index * per + ((size_t)index < extra ? (size_t)index : extra);
-    size_t ue = ub + per + ((size_t)index < extra ? 1 : 0);
+    *ub = (size_t)index * per + ((size_t)index < extra ? (size_t)index : extra);
+    *ue = *ub + per + ((size_t)index < extra ? 1 : 0);
+}
+
+/* The same share in items. */
+static void slice(const eng_pool *p, int index, size_t *b, size_t *e)
+{
+    size_t ub, ue;
+    slice_units(p, index, &ub, &ue);
     *b = ub * p->grain;
     *e = ue * p->grain;
     if (*b > p->n_items)
@@ -113,21 +136,53 @@ static void slice(const eng_pool *p, int index, size_t *b, size_t *e)
         *e = p->n_items;
 }
 
-/* Takes the next guided range of grains into [*ub, *ue); false when none is left. */
-static bool take(eng_pool *p, size_t *ub, size_t *ue)
+/* Takes the front quarter (at least one grain) of what is left of participant INDEX's slice; false if empty. */
+static bool take_own(eng_pool *p, int index, size_t *ub, size_t *ue)
 {
-    size_t u = atomic_load_explicit(&p->next, memory_order_relaxed), n;
+    _Atomic uint64_t *sp = &p->spans[index].v;
+    uint64_t v = atomic_load_explicit(sp, memory_order_relaxed);
+    size_t lo, hi, n;
     do {
-        if (u >= p->units)
+        lo = SPAN_LO(v);
+        hi = SPAN_HI(v);
+        if (lo >= hi)
             return false;
-        n = (p->units - u) / (2 * (size_t)p->n);
-        if (n == 0)
-            n = 1;
-    } while (!atomic_compare_exchange_weak_explicit(&p->next, &u, u + n, memory_order_relaxed,
+        n = (hi - lo) / 4 ? (hi - lo) / 4 : 1;
+    } while (!atomic_compare_exchange_weak_explicit(sp, &v, SPAN(lo + n, hi), memory_order_relaxed,
                                                     memory_order_relaxed));
-    *ub = u;
-    *ue = u + n;
+    *ub = lo;
+    *ue = lo + n;
     return true;
+}
+
+/* Takes the back half (at least one grain) of what is left of the fullest other slice; false if all are empty. */
+static bool steal(eng_pool *p, int index, size_t *ub, size_t *ue)
+{
+    for (;;) {
+        int victim = -1;
+        size_t most = 0;
+        for (int i = 0; i < p->n; i++) {
+            uint64_t v = atomic_load_explicit(&p->spans[i].v, memory_order_relaxed);
+            if (i != index && SPAN_HI(v) > SPAN_LO(v) && SPAN_HI(v) - SPAN_LO(v) > most) {
+                most = SPAN_HI(v) - SPAN_LO(v);
+                victim = i;
+            }
+        }
+        if (victim < 0)
+            return false;
+        _Atomic uint64_t *sp = &p->spans[victim].v;
+        uint64_t v = atomic_load_explicit(sp, memory_order_relaxed);
+        size_t lo = SPAN_LO(v), hi = SPAN_HI(v);
+        if (lo >= hi)
+            continue;
+        size_t n = (hi - lo) / 2 ? (hi - lo) / 2 : 1;
+        if (atomic_compare_exchange_strong_explicit(sp, &v, SPAN(lo, hi - n), memory_order_relaxed,
+                                                    memory_order_relaxed)) {
+            *ub = hi - n;
+            *ue = hi;
+            return true;
+        }
+    }
 }
 
 static void work(eng_pool *p, int index)
@@ -140,7 +195,7 @@ static void work(eng_pool *p, int index)
         return;
     }
     size_t ub, ue;
-    while (take(p, &ub, &ue)) {
+    while (take_own(p, index, &ub, &ue) || steal(p, index, &ub, &ue)) {
         b = ub * p->grain;
         e = ue * p->grain < p->n_items ? ue * p->grain : p->n_items;
         p->fn(p->ctx, b, e);
@@ -239,7 +294,8 @@ eng_pool *eng_pool_new(int n_threads, int pin)
         }
     }
     p->workers = calloc((size_t)n_threads, sizeof *p->workers);
-    if (!p->workers)
+    p->spans = aligned_alloc(64, (size_t)n_threads * sizeof *p->spans);
+    if (!p->workers || !p->spans)
         goto fail;
     bind_to_core(p, 0);
     for (int i = 1; i < n_threads; i++) {
@@ -268,6 +324,7 @@ void eng_pool_free(eng_pool *p)
     for (int i = 1; i < p->n && p->workers; i++)
         pthread_join(p->workers[i - 1].thread, NULL);
     free(p->workers);
+    free(p->spans);
     hwloc_bitmap_free(p->domain);
     if (p->topo)
         hwloc_topology_destroy(p->topo);
@@ -317,8 +374,14 @@ void eng_pool_run(eng_pool *p, size_t n_items, size_t grain, eng_pool_fn fn, voi
     p->n_items = n_items;
     p->grain = grain;
     p->units = (n_items + grain - 1) / grain;
-    p->guided = p->units >= (size_t)GUIDED_MIN * (size_t)p->n;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    /* (a span holds 32-bit grain numbers: larger steps are cut statically) */
+    p->guided = p->units >= (size_t)GUIDED_MIN * (size_t)p->n && p->units <= 0xFFFFFFFFu;
+    if (p->guided)
+        for (int i = 0; i < p->n; i++) {
+            size_t ub, ue;
+            slice_units(p, i, &ub, &ue);
+            atomic_store_explicit(&p->spans[i].v, SPAN(ub, ue), memory_order_relaxed);
+        }
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);

@@ -31,11 +31,12 @@ int eng_pool_threads(const eng_pool *p);
 /*
  * Runs fn over [0, n_items) in ranges that are multiples of `grain` items
  * (except the last) and returns when all are done. A step with few grains
- * gives each participant one contiguous slice; a larger one is handed out in
- * shrinking ranges that participants take as they become free (guided
- * self-scheduling), so a core that is slower for a while, or a worker that
- * wakes late, does not hold up the step. fn must give the same result for an
- * item whatever range it comes in. With p == NULL the caller does all the work.
+ * gives each participant one contiguous slice; in a larger one each takes
+ * its own slice front to back in shrinking ranges and then steals from the
+ * back of the others' (pool.c), so a core that is slower for a while, or a
+ * worker that wakes late, does not hold up the step. fn must give the same
+ * result for an item whatever range it comes in. With p == NULL the caller
+ * does all the work.
  */
 void eng_pool_run(eng_pool *p, size_t n_items, size_t grain, eng_pool_fn fn, void *ctx);
 
