@@ -12,6 +12,8 @@
  * bench/krn_bench times single calls, are the ones a machine shared with
  * other work leaves whole):
  *   vpdpbusd zmm   AVX-512 VNNI, 64 MACs per instruction
+ *   pk_tile mix    vpdpbusd zmm as the packed kernel issues it, with its
+ *                  per-block float steps (run_vnni512_mix)
  *   vpdpbusd ymm   AVX-VNNI (VEX) or AVX-512 VNNI/VL, 32 MACs
  *   maddubs zmm    AVX-512 BW without VNNI: vpmaddubsw + vpmaddwd + vpaddd
  *   maddubs ymm    AVX2 without VNNI, the same three instructions (6
@@ -73,6 +75,38 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static int64_t run_vnni51
     return reps * ITERS * 2 * ACCS;
 }
 
+/*
+ * The packed int8 kernel's mix (kernels/avx512/mmnb_i8.h, pk_tile): per
+ * row, 32-k block and 16 columns, eight VPDPBUSD with a broadcast
+ * activation from memory, then the block's float steps, one convert, one
+ * FMSUB with a broadcast scale and one FMA into the row's sum. Those steps
+ * keep every row's bits equal at any batch size and level, and the two FMAs
+ * share the VNNI instruction's ports on the CPUs measured, so this is the
+ * kernel's ceiling, not vpdpbusd zmm's.
+ */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static int64_t run_vnni512_mix(int64_t reps)
+{
+    int64_t n = reps * ITERS;
+    /* Activation bytes, then the scale 0.5f at byte 128 and 1.0f at 132 (normal floats: no denormal stalls). */
+    static const int32_t mem[64] __attribute__((aligned(64))) = {[0 ... 31] = 0x01010101, [32] = 0x3f000000,
+                                                                  [33] = 0x3f800000};
+#define D(i) "vpdpbusd " #i "*4(%1)%{1to16%}, %%zmm12, %%zmm" #i "\n\t"
+#define F(a, f)                                                                                                 \
+    "vcvtdq2ps %%zmm" #a ", %%zmm26\n\tvfmsub132ps 128(%1)%{1to16%}, %%zmm15, %%zmm26\n\t"                    \
+    "vfmadd231ps %%zmm26, %%zmm15, %%zmm" #f "\n\t"
+    __asm__ volatile(INPUTS "vbroadcastss 132(%1), %%zmm15\n\t"
+                     LOOP(D(0) D(1) D(2) D(3) D(4) D(5) D(6) D(7) F(0, 27)
+                          D(8) D(9) D(10) D(11) D(14) D(15) D(16) D(17) F(8, 28)
+                          D(18) D(19) D(20) D(21) D(22) D(23) D(24) D(25) F(18, 29))
+                     : "+r"(n)
+                     : "r"(mem)
+                     : CLOBBER_0_14, "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23",
+                       "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "memory");
+#undef F
+#undef D
+    return reps * ITERS * 2 * ACCS;
+}
+
 __attribute__((target("avx2,avxvnni"))) static int64_t run_vnni256(int64_t reps)
 {
     int64_t n = reps * ITERS;
@@ -129,6 +163,7 @@ static bool have_avx2(void)
 
 static const variant variants[] = {
     {"vpdpbusd zmm", "avx512vnni", 64, have_vnni512, run_vnni512},
+    {"pk_tile mix", "avx512vnni", 64, have_vnni512, run_vnni512_mix},
     {"vpdpbusd ymm", "avxvnni", 32, have_vnni256, run_vnni256},
     {"maddubs zmm", "avx512bw", 64, have_avx512bw, run_madd512},
     {"maddubs ymm", "avx2", 32, have_avx2, run_madd256},

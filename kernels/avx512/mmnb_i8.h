@@ -250,6 +250,20 @@ INLINE __m512i dp_bcast(__m512i acc, __m512i w, const int8_t *p)
 #endif
 }
 
+/* The u8 x s8 dots of w with the 4 int8 at p in every lane, from zero (a zeroing idiom, not a register copy). */
+INLINE __m512i dp_bcast0(__m512i w, const int8_t *p)
+{
+#if KRN_VNNI && !defined(QD_EMU512_IMMINTRIN_H)
+    __m512i acc;
+    __asm__("vpxord %0, %0, %0\n\tvpdpbusd %2%{1to16%}, %1, %0"
+            : "=&v"(acc)
+            : "v"(w), "m"(*(const int32_t *)(const void *)p));
+    return acc;
+#else
+    return dp_bcast(_mm512_setzero_si512(), w, p);
+#endif
+}
+
 /* 32 bytes at p0 in the low half, 32 at p1 in the high half. */
 INLINE __m512i load_pair(const uint8_t *p0, const uint8_t *p1)
 {
@@ -307,17 +321,20 @@ INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, __mmask16 cols
             hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
         }
         const __m512 sb = scales_pair(g0 + KRN_Q4P_WEIGHT_BYTES, g1 + KRN_Q4P_WEIGHT_BYTES, BF16);
-        UNROLL for (int i = 0; i < MR; i++) {
-            const size_t ro = (size_t)i * rb; /* the next row's statistics, in bytes */
-            const int8_t *qi = q + ro;
-            const float *sai = (const float *)(const void *)((const char *)sa + ro);
-            const float *zsi = (const float *)(const void *)((const char *)zs + ro);
+        /* Each row's block scale and zero-point sum sit at the same distance
+         * from its codes: one pointer per row, stepped by the row size. */
+        const ptrdiff_t to_sa = (const char *)(sa + b) - (const char *)q;
+        const ptrdiff_t to_zs = (const char *)(zs + b) - (const char *)q;
+        const int8_t *qi = q;
+        UNROLL for (int i = 0; i < MR; i++, qi += rb) {
+            const float sai = *(const float *)(const void *)((const char *)qi + to_sa);
+            const float zsi = *(const float *)(const void *)((const char *)qi + to_zs);
 #if KRN_VNNI
             /* Two chains of four (low and high nibbles), added: the sum is an
              * exact int32 in any order, and half the chain's latency lets more
              * rows and blocks overlap (3-8% more GMAC/s at M >= 8). */
-            __m512i s = dp_bcast(_mm512_setzero_si512(), lo[0], qi);
-            __m512i u = dp_bcast(_mm512_setzero_si512(), hi[0], qi + 16);
+            __m512i s = dp_bcast0(lo[0], qi);
+            __m512i u = dp_bcast0(hi[0], qi + 16);
             UNROLL for (int h = 1; h < 4; h++) {
                 s = dp_bcast(s, lo[h], qi + 4 * h);
                 u = dp_bcast(u, hi[h], qi + 16 + 4 * h);
@@ -330,7 +347,7 @@ INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, __mmask16 cols
                                                              _mm512_maddubs_epi16(hi[h], bcast4_512(qi + 16 + 4 * h))));
             __m512 d = _mm512_cvtepi32_ps(_mm512_madd_epi16(s16, _mm512_set1_epi16(1)));
 #endif
-            __m512 t = _mm512_fmsub_ps(d, _mm512_set1_ps(sai[b]), _mm512_set1_ps(zsi[b]));
+            __m512 t = _mm512_fmsub_ps(d, _mm512_set1_ps(sai), _mm512_set1_ps(zsi));
             acc[i] = _mm512_fmadd_ps(t, sb, acc[i]);
         }
     }
