@@ -13,7 +13,16 @@ NAME=serve_api
 . "$QD_SRCDIR/tests/serve/common.sh"
 
 serve_model
-serve_start --parallel 2 --ctx 512 --max-body 65536 --log-level debug
+# tests/serve/qwen3d-hooks: QWEN3D_TEST_STALL holds the compute thread, so a
+# request cut below is still generating when its client goes, however fast
+# the machine runs the tiny model.
+hooks="$QD_BUILDDIR/tests/serve/qwen3d-hooks"
+[ -x "$hooks" ] || fail "$hooks is missing (make check builds it)"
+stall="$work/stall"
+real=$QWEN3D
+QWEN3D=$hooks
+QWEN3D_TEST_STALL="$stall" serve_start --parallel 2 --ctx 512 --max-body 65536 --log-level debug
+QWEN3D=$real
 
 # /health, /v1/models, /metrics
 [ "$(http GET /health)" = 200 ] || fail "/health: $(cat "$work/body")"
@@ -76,7 +85,10 @@ ids=$(printf 'Hello world' | "$QWEN3D" tokenize --json --model "$MODEL" | sed 's
 
 # Client disconnects: a stream and a non-streaming request, each cut while it
 # generates, free their session (and its KV cache), and generation stops.
+# The steps are held after the prefill and a few tokens (the stall file lets
+# 8 through), the client is cut, then the steps go on.
 for stream in true false; do
+  echo 8 >"$stall"
   curl -s -N -o /dev/null "$BASE/v1/completions" \
     -d "{\"prompt\":\"Tell me a long story.\",\"max_tokens\":480,\"stream\":$stream}" &
   CURL=$!
@@ -91,6 +103,7 @@ for stream in true false; do
   sleep 0.2
   kill "$CURL"
   wait "$CURL" 2>/dev/null && fail "the request was not cut"
+  rm -f "$stall"
   i=0
   while [ "$(metric qwen3d_sessions_active)" != 0 ]; do
     i=$((i + 1))
