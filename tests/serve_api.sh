@@ -80,7 +80,7 @@ tok=$(sed -n "s/.*event=job_submitted id=$id .*tokenize_ms=\([0-9.]*\).*/\1/p" "
 
 # The JSON-level checks and the openai client.
 ids=$(printf 'Hello world' | "$QWEN3D" tokenize --json --model "$MODEL" | sed 's/.*"ids":\(\[[^]]*\]\).*/\1/')
-"$NODE" "$scripts/http-checks.js" "$BASE" tiny "$ids" || fail "http-checks.js"
+"$NODE" "$scripts/http-checks.js" "$BASE" tiny "$ids" "$stall" || fail "http-checks.js"
 "$NODE" "$scripts/openai-client.js" "$BASE" tiny || fail "openai-client.js"
 
 # Client disconnects: a stream and a non-streaming request, each cut while it

@@ -10,7 +10,8 @@
 const assert = require('assert');
 const { parseMetrics } = require('./metrics-parse.js');
 
-const [base, model, idsJson] = process.argv.slice(2);
+// stallFile (optional): the daemon's QWEN3D_TEST_STALL file (tests/serve/qwen3d-hooks).
+const [base, model, idsJson, stallFile] = process.argv.slice(2);
 const helloIds = JSON.parse(idsJson);
 const { check, finish } = require('./checks.js').checks();
 
@@ -232,8 +233,17 @@ function count(u) {
   });
 
   await check('concurrency: 4 streams at once equal their single runs, and streams interleave', async () => {
-    const runs = await Promise.all(prompts.map((p) =>
+    // The steps are held until all four requests have arrived: on a fast
+    // machine the tiny model could otherwise finish the first before the
+    // second is sent, and they would not share a step.
+    if (stallFile) require('fs').writeFileSync(stallFile, '0');
+    const pending = Promise.all(prompts.map((p) =>
       stream('/v1/completions', { model, prompt: p, max_tokens: 24, temperature: 0, stream_options: { include_usage: true } })));
+    if (stallFile) {
+      await new Promise((r) => setTimeout(r, 500));
+      require('fs').rmSync(stallFile, { force: true });
+    }
+    const runs = await pending;
     runs.forEach((chunks, i) => {
       const s = streamedCompletion(chunks);
       assert.strictEqual(s.text, singles[prompts[i]], `stream ${i}`);
