@@ -2029,6 +2029,11 @@ START_TEST(gqa_decode_levels_agree)
         {70, 1, 16, 8, 128, -1, 0, true, false, true}, {31, 1, 4, 2, 64, -1, 0, false, false, true},
         {137, 1, 8, 1, 80, 50, 0, false, false, true}, {45, 1, 12, 4, 120, -1, 4.0f, false, false, true},
         {300, 1, 16, 8, 128, 33, 0, false, false, true}, {9, 1, 5, 5, 12, -1, 0, false, false, true},
+        /* q8 sets of one kv head whose head size is a multiple of 32 take the avx512 level's own pass:
+         * groups of 1 to 5 rows, head sizes 32 to 160, pasts in and across chunks, a window, soft-capping. */
+        {100, 1, 32, 8, 128, -1, 0, false, false, true}, {63, 1, 6, 2, 96, -1, 0, false, false, true},
+        {0, 1, 4, 4, 32, -1, 0, false, false, true},     {95, 1, 5, 1, 160, 40, 0, false, false, true},
+        {33, 1, 8, 2, 64, -1, 3.0f, false, false, true}, {1000, 1, 16, 8, 128, -1, 0, false, false, true},
     };
     gqa_levels_agree(cases, sizeof cases / sizeof cases[0], false, "decode");
 }

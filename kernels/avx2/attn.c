@@ -84,34 +84,6 @@ INLINE float q8_scale_at(const void *base, size_t row, size_t hd)
     return krn_q8_scale((const int8_t *)base + row, hd);
 }
 
-/*
- * Asks for cache row `off` (head_dim elements) ahead of use. In a token-major
- * cache ([token, kv_head, head_dim]) one head's consecutive keys are a
- * kv_heads * head_dim stride apart (4 KiB for Qwen3 in fp32): every key row
- * starts a new page, where hardware prefetchers stop, and without this a
- * decode step waits on DRAM latency key by key; in a head-major one it
- * keeps the stream ahead across page boundaries. Prefetches never fault, so
- * rows past the end of the cache are harmless. L2 asks for the lines into L2
- * only (each branch names its hint: _mm_prefetch needs a constant).
- */
-INLINE void prefetch_row(const void *base, size_t off, size_t hd, const krn_kv_type KT, const bool L2)
-{
-    const char *p = (const char *)base + off * krn_kv_elem_bytes(KT);
-    size_t bytes = krn_kv_row_elems(KT, hd) * krn_kv_elem_bytes(KT);
-    for (size_t b = 0; b < bytes; b += 64) {
-        if (L2)
-            _mm_prefetch(p + b, _MM_HINT_T1);
-        else
-            _mm_prefetch(p + b, _MM_HINT_T0);
-    }
-    if (KT == KRN_KV_Q8) { /* a q8 row (hd + 4 bytes) need not start on a line: its last byte's line too */
-        if (L2)
-            _mm_prefetch(p + bytes - 1, _MM_HINT_T1);
-        else
-            _mm_prefetch(p + bytes - 1, _MM_HINT_T0);
-    }
-}
-
 /* A set's query rows as int16 codes and scales, for q8 keys (krn_q16_row); unused otherwise. */
 typedef struct qcodes {
     int16_t c[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(32)));
@@ -466,6 +438,43 @@ INLINE void attend(const krn_gqa_args *a, const rowset *rs, const krn_kv_type KT
 }
 
 /*
+ * A decode chunk's scores of rows [0, n) (keys [jc, jc + cn), visible from
+ * lo) before their softmax step: soft-capping, then -inf for the keys
+ * before lo (the first chunk, a local window) and the padding lanes.
+ */
+INLINE void dec_mask(const krn_gqa_args *a, size_t n, size_t lo, size_t jc, size_t cn, float (*sc)[CH])
+{
+    const size_t cn8 = (cn + 7) & ~(size_t)7;
+    if (a->softcap > 0.0f)
+        for (size_t r = 0; r < n; r++)
+            for (size_t jj = 0; jj < cn; jj++)
+                sc[r][jj] = a->softcap * tanhf(sc[r][jj] / a->softcap);
+    size_t vis = lo > jc ? lo - jc : 0;
+    if (vis || cn < cn8)
+        for (size_t r = 0; r < n; r++)
+            for (size_t jj = 0; jj < cn8; jj++)
+                if (jj < vis || jj >= cn)
+                    sc[r][jj] = -INFINITY;
+}
+
+/* A q8 decode chunk's scores become its weights (as in attend_dec), for the avx512 level's decode pass. */
+void krn_avx2_dec_weights_q8(const krn_gqa_args *a, size_t n, size_t kb, size_t lo, size_t jc, size_t cn,
+                             float (*sc)[CH], float *mx, float *den, float (*acc)[KRN_MAX_HEAD_DIM], size_t hd)
+{
+    const size_t cn8 = (cn + 7) & ~(size_t)7;
+    dec_mask(a, n, lo, jc, cn, sc);
+    for (size_t r = 0; r < n; r++)
+        softmax_step(sc[r], cn8, &mx[r], &den[r], acc[r], hd);
+    fold_value_scales(a, kb + jc * a->kv_tok_stride, n, cn, sc, hd);
+}
+
+/* finish_rows(), for the avx512 level's decode pass. */
+void krn_avx2_dec_finish(const rowset *rs, float (*acc)[KRN_MAX_HEAD_DIM], const float *den, size_t hd)
+{
+    finish_rows(rs, acc, den, hd);
+}
+
+/*
  * acc[0, NV * 8) += sum_jj p[jj] * v(jc + jj)[0, NV * 8) for one row, keys
  * outer: each value row is read whole and in order, a stream the hardware
  * prefetchers follow, while the row's NV accumulators stay in registers. Per
@@ -553,24 +562,10 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const krn_kv_typ
         den[r] = 0.0f;
     }
     for (size_t jc = first; jc < hi; jc += CH) {
-        size_t cn = hi - jc < CH ? hi - jc : CH, cn8 = (cn + 7) & ~(size_t)7;
+        size_t cn = hi - jc < CH ? hi - jc : CH;
         for (size_t jj = 0; jj < cn; jj += 4) {
             size_t koff[4];
-            for (int i = 0; i < 4; i++) /* keys past the chunk repeat its last one; their scores are masked */
-                koff[i] = kb + (jc + (jj + (size_t)i < cn ? jj + (size_t)i : cn - 1)) * ts;
-            for (size_t i = 0; i < 4; i++) {
-                size_t j = jc + jj + i, nj = kb + j * ts;
-                prefetch_row(a->k_cache, nj, hd, KT, false);
-                prefetch_row(a->v_cache, nj, hd, KT, false);
-                /* Ahead in this head's rows; past its last, the next head's first (same range). */
-                size_t ja = j + ahead, na = ja < hi ? kb + ja * ts : NO_NEXT;
-                if (na == NO_NEXT && rs->next_kb != NO_NEXT && ja - hi < hi - first)
-                    na = rs->next_kb + (first + ja - hi) * ts;
-                if (na != NO_NEXT) {
-                    prefetch_row(a->k_cache, na, hd, KT, true);
-                    prefetch_row(a->v_cache, na, hd, KT, true);
-                }
-            }
+            dec_tile(a, rs, kb, jc, cn, jj, first, hi, ahead, hd, KT, koff);
             for (size_t r = 0; r < n; r += 2) {
                 size_t r1 = r + 1 < n ? r + 1 : r;
                 __m256 v = score2x4(a, hd, rs, &qc, r, r1, koff, KT);
@@ -578,17 +573,8 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const krn_kv_typ
                 _mm_store_ps(&sc[r1][jj], _mm256_extractf128_ps(v, 1));
             }
         }
-        if (a->softcap > 0.0f)
-            for (size_t r = 0; r < n; r++)
-                for (size_t jj = 0; jj < cn; jj++)
-                    sc[r][jj] = a->softcap * tanhf(sc[r][jj] / a->softcap);
-        /* Keys before lo (the first chunk, a local window) and the padding lanes score -inf. */
-        size_t vis = lo > jc ? lo - jc : 0;
-        if (vis || cn < cn8)
-            for (size_t r = 0; r < n; r++)
-                for (size_t jj = 0; jj < cn8; jj++)
-                    if (jj < vis || jj >= cn)
-                        sc[r][jj] = -INFINITY;
+        const size_t cn8 = (cn + 7) & ~(size_t)7;
+        dec_mask(a, n, lo, jc, cn, sc);
         for (size_t r = 0; r < n; r++) {
             softmax_step(sc[r], cn8, &mx[r], &den[r], acc[r], hd);
             if (KT == KRN_KV_F32)
@@ -766,17 +752,6 @@ static void run_set_lanes(const krn_gqa_args *a, const rowset *rs)
         else
             attend_lanes(a, rs, r0, r1 - r0, 1);
     }
-}
-
-/* Whether every row of a set reads one kv head over one key range (attend_dec). */
-static bool one_head_one_range(const krn_gqa_args *a, const rowset *rs)
-{
-    if (a->head_dim % 8)
-        return false;
-    for (size_t r = 1; r < rs->n; r++)
-        if (rs->g[r] != rs->g[0] || rs->lo[r] != rs->lo[0] || rs->hi[r] != rs->hi[0])
-            return false;
-    return true;
 }
 
 /* A decode set on a cache of type KT; Qwen3's head_dim as a constant, so the passes' dim loops unroll whole. */

@@ -39,6 +39,82 @@ typedef void (*gqa_set_fn)(const krn_gqa_args *a, const rowset *rs);
 /* The AVX2 core's decode sets (one new token, row-major arithmetic). */
 void krn_avx2_gqa_decode_set(const krn_gqa_args *a, const rowset *rs);
 
+/* The AVX2 decode pass's chunk weights and outputs on a q8 cache (avx2/attn.c: dec_weights, finish_rows). */
+void krn_avx2_dec_weights_q8(const krn_gqa_args *a, size_t n, size_t kb, size_t lo, size_t jc, size_t cn,
+                             float (*sc)[CH], float *mx, float *den, float (*acc)[KRN_MAX_HEAD_DIM], size_t hd);
+void krn_avx2_dec_finish(const rowset *rs, float (*acc)[KRN_MAX_HEAD_DIM], const float *den, size_t hd);
+
+/* Whether every row of a set reads one kv head over one key range (attend_dec). */
+static inline bool one_head_one_range(const krn_gqa_args *a, const rowset *rs)
+{
+    if (a->head_dim % 8)
+        return false;
+    for (size_t r = 1; r < rs->n; r++)
+        if (rs->g[r] != rs->g[0] || rs->lo[r] != rs->lo[0] || rs->hi[r] != rs->hi[0])
+            return false;
+    return true;
+}
+
+/*
+ * Asks for cache row `off` (head_dim elements) ahead of use. In a token-major
+ * cache ([token, kv_head, head_dim]) one head's consecutive keys are a
+ * kv_heads * head_dim stride apart (4 KiB for Qwen3 in fp32): every key row
+ * starts a new page, where hardware prefetchers stop, and without this a
+ * decode step waits on DRAM latency key by key; in a head-major one it
+ * keeps the stream ahead across page boundaries. Prefetches never fault, so
+ * rows past the end of the cache are harmless. L2 asks for the lines into L2
+ * only (each branch names its hint: _mm_prefetch needs a constant).
+ */
+static inline __attribute__((always_inline)) void prefetch_row(const void *base, size_t off, size_t hd, const krn_kv_type KT, const bool L2)
+{
+    const char *p = (const char *)base + off * krn_kv_elem_bytes(KT);
+    size_t bytes = krn_kv_row_elems(KT, hd) * krn_kv_elem_bytes(KT);
+    for (size_t b = 0; b < bytes; b += 64) {
+        if (L2)
+            _mm_prefetch(p + b, _MM_HINT_T1);
+        else
+            _mm_prefetch(p + b, _MM_HINT_T0);
+    }
+    if (KT == KRN_KV_Q8) { /* a q8 row (hd + 4 bytes) need not start on a line: its last byte's line too */
+        if (L2)
+            _mm_prefetch(p + bytes - 1, _MM_HINT_T1);
+        else
+            _mm_prefetch(p + bytes - 1, _MM_HINT_T0);
+    }
+}
+
+/*
+ * A decode pass's tile of four keys from jc + jj in the chunk of cn keys at
+ * jc, of the kv head at element offset kb, whose pass covers keys
+ * [first, hi): the element offsets of its key rows into koff (keys past the
+ * chunk repeat its last one; their scores are masked), and its prefetches:
+ * the four keys' K and V rows into L1, and the rows `ahead` keys on into
+ * L2, in this head while they are before hi, past its last the opening rows
+ * of the kv head this thread runs next (rs->next_kb), so no lines past the
+ * context are fetched.
+ */
+static inline __attribute__((always_inline)) void dec_tile(const krn_gqa_args *a, const rowset *rs, size_t kb,
+                                                           size_t jc, size_t cn, size_t jj, size_t first, size_t hi,
+                                                           size_t ahead, size_t hd, const krn_kv_type KT,
+                                                           size_t *koff)
+{
+    const size_t ts = a->kv_tok_stride;
+    for (int i = 0; i < 4; i++)
+        koff[i] = kb + (jc + (jj + (size_t)i < cn ? jj + (size_t)i : cn - 1)) * ts;
+    for (size_t i = 0; i < 4; i++) {
+        size_t j = jc + jj + i, nj = kb + j * ts;
+        prefetch_row(a->k_cache, nj, hd, KT, false);
+        prefetch_row(a->v_cache, nj, hd, KT, false);
+        size_t ja = j + ahead, na = ja < hi ? kb + ja * ts : NO_NEXT;
+        if (na == NO_NEXT && rs->next_kb != NO_NEXT && ja - hi < hi - first)
+            na = rs->next_kb + (first + ja - hi) * ts;
+        if (na != NO_NEXT) {
+            prefetch_row(a->k_cache, na, hd, KT, true);
+            prefetch_row(a->v_cache, na, hd, KT, true);
+        }
+    }
+}
+
 /* Key or value row jj of the chunk: in the cache, or in the widened copy of an fp16 or q8 chunk. */
 typedef struct lane_rows {
     const float *base; /* row 0 */

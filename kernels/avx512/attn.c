@@ -2,10 +2,12 @@
  * avx512/attn: the GroupQueryAttention core of the avx512 level. Prompt rows
  * (prefill) run here with a kv group's rows in the sixteen lanes of one zmm
  * vector; decode sets take the AVX2 core's row-major arithmetic
- * (krn_avx2_gqa_decode_set): a decode pass waits on the cache's memory, and
- * a 512-bit version of it measured no faster, while keeping AVX2's
- * arithmetic keeps every level's decode bits equal. The set cut is
- * avx2/attn_sets.h's.
+ * (krn_avx2_gqa_decode_set): an fp32 or fp16 decode pass waits on the
+ * cache's memory, and a 512-bit version of it measured no faster, while
+ * keeping AVX2's arithmetic keeps every level's decode bits equal (wider
+ * float dots would sum in another order). A q8 pass waits on arithmetic;
+ * its dots are exact integers, so it runs here 512 bits wide with the AVX2
+ * pass's bits (dec_q8_512). The set cut is avx2/attn_sets.h's.
  *
  * The lane path does, lane by lane, exactly the AVX2 lane path's operations
  * in the same order: each score is one FMA chain over the head dims in
@@ -155,10 +157,144 @@ static void attend_lanes16(const krn_gqa_args *a, const rowset *rs, size_t r0, s
     lanes_store_outputs(rs, r0, n, hd, acc, dn);
 }
 
+/* ------------------------------------------------------------------------- */
+/* Decode on a q8 cache                                                        */
+
+/*
+ * Exact integer dots of rows c0, c1 (int16 codes) with the four q8 keys at
+ * koff, 32 dims per VPMADDWD; then, lane for lane, the AVX2 pass's float
+ * steps (score2x4_q8 in avx2/attn.c): the dot times the row's scale times the
+ * key's, times the attention scale. Lanes [r0.k0 .. r0.k3 | r1.k0 .. r1.k3].
+ */
+INLINE __m256 score2x4_q8_512(const krn_gqa_args *a, const size_t hd, const int16_t *c0, const int16_t *c1, float s0,
+                              float s1, const size_t *koff)
+{
+    const int8_t *k = a->k_cache;
+    __m512i s[8];
+    UNROLL for (int i = 0; i < 8; i++)
+        s[i] = _mm512_setzero_si512();
+    for (size_t d = 0; d < hd; d += 32) {
+        const __m512i x0 = _mm512_load_si512((const void *)(c0 + d)), x1 = _mm512_load_si512((const void *)(c1 + d));
+        UNROLL for (int i = 0; i < 4; i++) {
+            __m512i kv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(k + koff[i] + d)));
+            s[i] = _mm512_add_epi32(s[i], _mm512_madd_epi16(x0, kv));
+            s[4 + i] = _mm512_add_epi32(s[4 + i], _mm512_madd_epi16(x1, kv));
+        }
+    }
+    __m256i h[8];
+    UNROLL for (int i = 0; i < 8; i++)
+        h[i] = _mm256_add_epi32(_mm512_castsi512_si256(s[i]), _mm512_extracti64x4_epi64(s[i], 1));
+    __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(h[0], h[1]), _mm256_hadd_epi32(h[2], h[3]));
+    __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(h[4], h[5]), _mm256_hadd_epi32(h[6], h[7]));
+    __m256i dots = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+    __m128 ks = _mm_setr_ps(krn_q8_scale(k + koff[0], hd), krn_q8_scale(k + koff[1], hd),
+                            krn_q8_scale(k + koff[2], hd), krn_q8_scale(k + koff[3], hd));
+    __m256 f = _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0)), _mm256_set_m128(ks, ks));
+    __m256 r = _mm256_mul_ps(_mm256_cvtepi32_ps(dots), f);
+    return _mm256_mul_ps(r, _mm256_set1_ps(a->scale));
+}
+
+/*
+ * acc0/acc1[0, 16 * NV) += sum_jj p0/p1[jj] * code_jj[d] over the chunk's cn
+ * value rows (codes from v, ts bytes apart), keys in order: per dim the FMA
+ * chain of the AVX2 pass (chunk_pv), so the same bits. With TWO false only
+ * row 0.
+ */
+INLINE void pv_q8_512(const int8_t *v, size_t ts, size_t cn, const float *p0, const float *p1, float *acc0,
+                      float *acc1, const int NV, const bool TWO)
+{
+    __m512 x[8], y[8];
+    UNROLL for (int i = 0; i < NV; i++) {
+        x[i] = _mm512_load_ps(acc0 + 16 * i);
+        y[i] = TWO ? _mm512_load_ps(acc1 + 16 * i) : _mm512_setzero_ps();
+    }
+    for (size_t jj = 0; jj < cn; jj++) {
+        const int8_t *vr = v + jj * ts;
+        const __m512 pa = _mm512_set1_ps(p0[jj]), pb = _mm512_set1_ps(TWO ? p1[jj] : 0.0f);
+        UNROLL for (int i = 0; i < NV; i++) {
+            __m512 c = _mm512_cvtepi32_ps(
+                _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(vr + 16 * i))));
+            x[i] = _mm512_fmadd_ps(pa, c, x[i]);
+            if (TWO)
+                y[i] = _mm512_fmadd_ps(pb, c, y[i]);
+        }
+    }
+    UNROLL for (int i = 0; i < NV; i++) {
+        _mm512_store_ps(acc0 + 16 * i, x[i]);
+        if (TWO)
+            _mm512_store_ps(acc1 + 16 * i, y[i]);
+    }
+}
+
+/*
+ * The AVX2 decode pass (attend_dec in avx2/attn.c) on a q8 cache with
+ * 512-bit integer dots and weighted sums, for sets whose rows share one kv
+ * head and key range and head sizes that are multiples of 32. On a q8 cache
+ * that pass waits on arithmetic rather than memory (bench/README.md), and
+ * here each instruction does twice the work. Every float step is the AVX2
+ * pass's, lane for lane and in its order, and the chunk's softmax and the
+ * outputs are its own functions: the bits are the AVX2 level's.
+ */
+INLINE void dec_q8_512(const krn_gqa_args *a, const rowset *rs, const size_t hd)
+{
+    const size_t ts = a->kv_tok_stride, n = rs->n;
+    const size_t kb = rs->g[0] * a->kv_head_stride, lo = rs->lo[0], hi = rs->hi[0];
+    const size_t ahead = 2 * CH, first = lo < hi ? lo - lo % CH : hi; /* attend_dec's q8 distance */
+    float acc[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(64)));
+    float sc[RMAX][CH] __attribute__((aligned(64)));
+    int16_t codes[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(64)));
+    float qs[RMAX], mx[RMAX], den[RMAX];
+
+    for (size_t r = 0; r < n; r++) {
+        qs[r] = krn_avx2_code_row(rs->q[r], hd, 32767, NULL, codes[r]); /* krn_q16_row's codes */
+        memset(acc[r], 0, hd * sizeof(float));
+        mx[r] = -INFINITY;
+        den[r] = 0.0f;
+    }
+    for (size_t jc = first; jc < hi; jc += CH) {
+        size_t cn = hi - jc < CH ? hi - jc : CH;
+        for (size_t jj = 0; jj < cn; jj += 4) {
+            size_t koff[4];
+            dec_tile(a, rs, kb, jc, cn, jj, first, hi, ahead, hd, KRN_KV_Q8, koff);
+            for (size_t r = 0; r < n; r += 2) {
+                size_t r1 = r + 1 < n ? r + 1 : r;
+                __m256 v = score2x4_q8_512(a, hd, codes[r], codes[r1], qs[r], qs[r1], koff);
+                _mm_store_ps(&sc[r][jj], _mm256_castps256_ps128(v));
+                _mm_store_ps(&sc[r1][jj], _mm256_extractf128_ps(v, 1));
+            }
+        }
+        krn_avx2_dec_weights_q8(a, n, kb, lo, jc, cn, sc, mx, den, acc, hd);
+        const int8_t *v = (const int8_t *)a->v_cache + kb + jc * ts;
+        for (size_t r = 0; r < n; r += 2) {
+            const bool two = r + 1 < n;
+            for (size_t d = 0; d < hd; d += 128) {
+                if (hd - d >= 128 && two)
+                    pv_q8_512(v + d, ts, cn, sc[r], sc[r + 1], acc[r] + d, acc[r + 1] + d, 8, true);
+                else if (hd - d >= 128)
+                    pv_q8_512(v + d, ts, cn, sc[r], NULL, acc[r] + d, NULL, 8, false);
+                else
+                    for (size_t e = d; e < hd; e += 32) /* 32 to 96 dims left */
+                        if (two)
+                            pv_q8_512(v + e, ts, cn, sc[r], sc[r + 1], acc[r] + e, acc[r + 1] + e, 2, true);
+                        else
+                            pv_q8_512(v + e, ts, cn, sc[r], NULL, acc[r] + e, NULL, 2, false);
+            }
+        }
+    }
+    krn_avx2_dec_finish(rs, acc, den, hd);
+}
+
 static void run_set(const krn_gqa_args *a, const rowset *rs)
 {
     if (a->seq == 1 && !a->prompt) {
-        krn_avx2_gqa_decode_set(a, rs);
+        if (a->kv_type == KRN_KV_Q8 && a->head_dim % 32 == 0 && one_head_one_range(a, rs)) {
+            if (a->head_dim == 128)
+                dec_q8_512(a, rs, 128);
+            else
+                dec_q8_512(a, rs, a->head_dim);
+        } else {
+            krn_avx2_gqa_decode_set(a, rs);
+        }
         return;
     }
     for (size_t r0 = 0, r1; r0 < rs->n; r0 = r1) { /* runs of rows that share a kv head */
