@@ -344,6 +344,16 @@ static inline void krn_code_values(const float *x, size_t d0, size_t n, float s,
     }
 }
 
+/* N zero codes into C8 (int8) or, without it, C16 (int16): a row that codes to nothing (krn_code_row). */
+static inline void krn_code_zero(size_t n, int8_t *c8, int16_t *c16)
+{
+    for (size_t d = 0; d < n; d++)
+        if (c8)
+            c8[d] = 0;
+        else
+            c16[d] = 0;
+}
+
 /*
  * Symmetric codes of the N floats of X with LIMIT = 127 (int8, into C8) or
  * 32767 (int16, into C16): with a = max |x_d|, scale a / LIMIT and codes
@@ -367,11 +377,7 @@ static inline float krn_code_row(const float *x, size_t n, long limit, int8_t *c
     if (finite && s > 0.0f)
         krn_code_values(x, 0, n, s, limit, c8, c16);
     else
-        for (size_t d = 0; d < n; d++)
-            if (c8)
-                c8[d] = 0;
-            else
-                c16[d] = 0;
+        krn_code_zero(n, c8, c16);
     return s;
 }
 

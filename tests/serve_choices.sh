@@ -10,12 +10,7 @@ NAME=serve_choices
 . "$QD_SRCDIR/tests/serve/common.sh"
 
 serve_model
-hooks="$QD_BUILDDIR/tests/serve/qwen3d-hooks"
-[ -x "$hooks" ] || fail "$hooks is missing (make check builds it)"
-real=$QWEN3D
-QWEN3D=$hooks
-QWEN3D_TEST_STALL="$work/stall" serve_start --parallel 4 --ctx 512 --prefix-min-tokens 16
-QWEN3D=$real
+serve_start_hooks "$work/stall" --parallel 4 --ctx 512 --prefix-min-tokens 16
 
 "$NODE" "$scripts/choices.js" "$BASE" tiny "$QWEN3D" "$MODEL" 4 "$work" || fail "choices.js"
 

@@ -21,8 +21,6 @@ NAME=serve_health
 . "$QD_SRCDIR/tests/serve/common.sh"
 
 serve_model
-hooks="$QD_BUILDDIR/tests/serve/qwen3d-hooks"
-[ -x "$hooks" ] || fail "$hooks is missing (make check builds it)"
 pings() { grep -c 'WATCHDOG=1' "$work/notify.txt" || true; }
 # pings_over N: more than N pings so far (a command, so wait_until re-runs it).
 pings_over() { [ "$(pings)" -gt "$1" ]; }
@@ -68,10 +66,7 @@ serve_stop
 # ---- the watchdog and a stuck compute thread ----------------------------------
 notify_listen 120
 stall="$work/stall"
-real=$QWEN3D
-QWEN3D=$hooks
-NOTIFY_SOCKET="$NOTIFY_SOCK" WATCHDOG_USEC=2000000 QWEN3D_TEST_STALL="$stall" serve_start
-QWEN3D=$real
+NOTIFY_SOCKET="$NOTIFY_SOCK" WATCHDOG_USEC=2000000 serve_start_hooks "$stall"
 wait_until "2 pings while idle" pings_over 1
 expect /health 200
 

@@ -19,8 +19,6 @@
 NAME=serve_keys
 . "$QD_SRCDIR/tests/serve/common.sh"
 
-hooks="$QD_BUILDDIR/tests/serve/qwen3d-hooks"
-[ -x "$hooks" ] || fail "$hooks is missing (make check builds it)"
 serve_model
 ok() { [ "$1" = "$2" ] || fail "$3: status $1, expected $2: $(head -c 300 "$work/body")"; }
 auth() { echo "Authorization: Bearer $1"; }
@@ -88,10 +86,7 @@ OLD=sk-Old-0123456789 NEW=sk-New-0123456789
 printf 'ops %s\n' "$OLD" >"$work/keys"
 printf 'log-prompts = false\n' >"$work/qwen3d.conf"
 stall="$work/stall"
-real=$QWEN3D
-QWEN3D=$hooks
-QWEN3D_TEST_STALL="$stall" serve_start --config "$work/qwen3d.conf" --api-key-file "$work/keys" --parallel 4
-QWEN3D=$real
+serve_start_hooks "$stall" --config "$work/qwen3d.conf" --api-key-file "$work/keys" --parallel 4
 touch "$stall"
 "$NODE" "$scripts/reload-clients.js" "$BASE" "$OLD" 4 12 >"$work/clients.txt" 2>&1 &
 CLIENTS=$!

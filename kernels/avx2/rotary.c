@@ -50,10 +50,7 @@ float krn_avx2_code_row(const float *x, size_t n, long limit, int8_t *c8, int16_
     }
     float s = finite ? a / (float)limit : NAN;
     if (!(finite && s > 0.0f)) {
-        if (c8)
-            memset(c8, 0, n);
-        else
-            memset(c16, 0, n * sizeof *c16);
+        krn_code_zero(n, c8, c16);
         return s;
     }
     const __m256 vs = _mm256_set1_ps(s);

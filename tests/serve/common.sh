@@ -84,6 +84,22 @@ serve_start() {
   serve_wait "$want" 30
 }
 
+# serve_start_hooks STALLFILE [OPTIONS...]: serve_start on
+# tests/serve/qwen3d-hooks, the daemon built with its test hooks, whose
+# compute thread holds while STALLFILE exists (QWEN3D_TEST_STALL; a number
+# N in the file lets N steps through first). So a test can keep a request
+# running however fast the machine runs the tiny model.
+serve_start_hooks() {
+  hooks="$QD_BUILDDIR/tests/serve/qwen3d-hooks"
+  [ -x "$hooks" ] || fail "$hooks is missing (make check builds it)"
+  stall_file=$1
+  shift
+  real=$QWEN3D
+  QWEN3D=$hooks
+  QWEN3D_TEST_STALL="$stall_file" serve_start "$@"
+  QWEN3D=$real
+}
+
 # serve_wait EVENT SECONDS: waits, bounded, until the log $LOG of the daemon
 # $PID shows event=EVENT; then sets PORT and BASE from its listening line.
 serve_wait() {
