@@ -23,6 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE__
+#include <xmmintrin.h>
+#endif
 
 const char *eng_sampler_strerror(int err)
 {
@@ -344,6 +347,16 @@ static inline v4f select4(v4i mask, v4f a, v4f b)
     return (v4f)((mask & (v4i)a) | (~mask & (v4i)b));
 }
 
+/* Lanewise A > B ? A : B (a NaN in A never replaces B, nor +0 a -0): what MAXPS does, in one instruction. */
+static inline v4f max4(v4f a, v4f b)
+{
+#ifdef __SSE__
+    return (v4f)_mm_max_ps((__m128)a, (__m128)b);
+#else
+    return select4(a > b, a, b);
+#endif
+}
+
 static inline bool any4(v4i mask)
 {
     uint64_t u[2];
@@ -450,23 +463,35 @@ static double exp_row(eng_sampler *s, const float *row, float m, float inv_t, do
 
 int32_t eng_argmax(const float *logits, size_t n)
 {
-    /* The largest value first (NaN never replaces), then its first index. */
+    /*
+     * The largest value first (NaN never replaces), then its first index (a
+     * -0 and a +0 maximum find the same one). Four independent maxima: one
+     * chain of selects waits on its own latency, and the LM head's argmax
+     * of a batch-8 decode step scans 1.2 million logits.
+     */
     float bv = -INFINITY;
     size_t i = 0;
-    v4f mv = splat4(-INFINITY);
-    for (; i + 4 <= n; i += 4) {
-        v4f x = load4(logits + i);
-        mv = select4(x > mv, x, mv);
-    }
-    for (int l = 0; l < 4; l++)
-        if (mv[l] > bv)
-            bv = mv[l];
+    v4f mv[4] = {splat4(-INFINITY), splat4(-INFINITY), splat4(-INFINITY), splat4(-INFINITY)};
+    for (; i + 16 <= n; i += 16)
+        for (int u = 0; u < 4; u++) {
+            mv[u] = max4(load4(logits + i + 4 * u), mv[u]);
+        }
+    for (; i + 4 <= n; i += 4)
+        mv[0] = max4(load4(logits + i), mv[0]);
+    for (int u = 0; u < 4; u++)
+        for (int l = 0; l < 4; l++)
+            if (mv[u][l] > bv)
+                bv = mv[u][l];
     for (; i < n; i++)
         if (logits[i] > bv)
             bv = logits[i];
     if (!(bv > -INFINITY))
         return 0;
-    for (i = 0; i + 4 <= n; i += 4)
+    for (i = 0; i + 16 <= n; i += 16)
+        if (any4((load4(logits + i) == bv) | (load4(logits + i + 4) == bv) | (load4(logits + i + 8) == bv) |
+                 (load4(logits + i + 12) == bv)))
+            break;
+    for (; i + 4 <= n; i += 4)
         if (any4(load4(logits + i) == bv))
             break;
     for (; i < n; i++)

@@ -211,6 +211,49 @@ START_TEST(argmax_ties_and_nan)
 }
 END_TEST
 
+/* eng_argmax's definition: the first index of the largest non-NaN value (-0 equals +0), or 0 when none is above -inf. */
+static int32_t ref_argmax_nan(const float *x, size_t n)
+{
+    float bv = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] > bv)
+            bv = x[i];
+    if (!(bv > -INFINITY))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] == bv)
+            return (int32_t)i;
+    return 0;
+}
+
+/* Every length around the scan's 16- and 4-wide steps, with ties, NaN, signed zeros and infinities anywhere. */
+START_TEST(argmax_lengths)
+{
+    float x[80];
+    uint64_t seed = 11;
+    for (size_t n = 1; n <= 80; n++)
+        for (int t = 0; t < 40; t++) {
+            fill_row(x, n, -3, 3, 1.0); /* values -3..3: many ties */
+            for (size_t i = 0; i < n; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                unsigned r = (unsigned)(seed >> 33) % 16;
+                if (r == 0)
+                    x[i] = NAN;
+                else if (r == 1)
+                    x[i] = -0.0f;
+                else if (r == 2 && t % 4 == 0)
+                    x[i] = -INFINITY;
+                else if (r == 3 && t % 8 == 1)
+                    x[i] = INFINITY;
+                else if (t % 5 == 2)
+                    x[i] = -fabsf(x[i]) - 1.0f; /* all negative: the zeros win */
+            }
+            ck_assert_msg(eng_argmax(x, n) == ref_argmax_nan(x, n), "n=%zu t=%d: %d, expected %d", n, t,
+                          eng_argmax(x, n), ref_argmax_nan(x, n));
+        }
+}
+END_TEST
+
 /* The argmax of a row merged from the keys of its parts, split at the given cuts. */
 static int32_t merged_argmax(const float *x, size_t n, const size_t *cuts, size_t n_cuts)
 {
@@ -926,6 +969,7 @@ int main(void)
     Suite *su = suite_create("sampler");
     TCase *tc = tcase_create("greedy");
     tcase_add_test(tc, argmax_ties_and_nan);
+    tcase_add_test(tc, argmax_lengths);
     tcase_add_test(tc, argmax_by_parts);
     tcase_add_test(tc, greedy_equivalents);
     tcase_add_test(tc, does_not_modify_logits);
