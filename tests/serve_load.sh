@@ -15,9 +15,10 @@ NAME=serve_load
 
 DRAIN=2
 serve_model
-serve_start --parallel 4 --queue 32 --ctx 4096 --drain-timeout $DRAIN
+# The stall file holds the compute thread while a client leaves the queue.
+serve_start_hooks "$work/stall" --parallel 4 --queue 32 --ctx 4096 --drain-timeout $DRAIN
 
-"$NODE" "$scripts/load-clients.js" "$BASE" tiny || fail "load-clients.js"
+"$NODE" "$scripts/load-clients.js" "$BASE" tiny "$work/stall" || fail "load-clients.js"
 [ "$(grep -c 'event=request .*finish=cancelled' "$LOG")" = 5 ] ||
   fail "the log does not show 5 cancelled requests: $(grep -c 'finish=cancelled' "$LOG")"
 

@@ -12,10 +12,12 @@
 // usage: node load-clients.js BASE_URL MODEL_NAME
 'use strict';
 const assert = require('assert');
+const fs = require('fs');
 const { post, parse, summarize } = require('./sse-client.js');
 const { parseMetrics } = require('./metrics-parse.js');
 
-const [base, model] = process.argv.slice(2);
+// stallFile (optional): the daemon's QWEN3D_TEST_STALL file (tests/serve/qwen3d-hooks).
+const [base, model, stallFile] = process.argv.slice(2);
 const N = 16, MAX_TOKENS = 32;
 
 const subjects = ['the sea', 'a clock', 'winter', 'a library', 'trains', 'the moon', 'bread', 'a river'];
@@ -71,13 +73,23 @@ async function waitFor(what, cond, ms) {
   // 2. All at once, with clients that leave. The leavers go first in the
   // queue (so they hold sessions while the others wait and stream); the one
   // that leaves while queued comes 200 ms after the others, behind them.
+  // The stall file lets 20 steps through and then holds the compute thread
+  // until that one has gone: 20 steps cannot finish the 16 streams' 512
+  // tokens, so every session is still taken when it comes and it stays
+  // queued, however fast the machine runs the tiny model.
   const long = (i) => ['/v1/completions', { model, prompt: `Leaver ${i}: a long story.`, max_tokens: 2000, stream: true }];
+  if (stallFile) fs.writeFileSync(stallFile, '20');
   const t0 = performance.now();
   const leavers = [0, 1, 2, 3].map((i) => post(base, ...long(i), { abortAfterEvents: 4, timeoutMs: 30000 }));
   const runs = [];
   for (let i = 0; i < N; i++) runs.push(post(base, ...request(i), { timeoutMs: 60000 }));
-  const queued = new Promise((res) => setTimeout(res, 200))
-    .then(() => post(base, ...long(9), { abortAfterMs: 50, timeoutMs: 30000 }));
+  const queued = new Promise((res) => setTimeout(res, 200)).then(async () => {
+    try {
+      return await post(base, ...long(9), { abortAfterMs: 50, timeoutMs: 30000 });
+    } finally {
+      if (stallFile) fs.rmSync(stallFile, { force: true });
+    }
+  });
   const all = await Promise.all(runs);
   const gone = await Promise.all([...leavers, queued]);
   const wall = performance.now() - t0;
