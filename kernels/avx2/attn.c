@@ -128,9 +128,8 @@ INLINE __m256 score2x4_q8(const krn_gqa_args *a, size_t hd, const qcodes *qc, si
         s12 = _mm256_add_epi32(s12, _mm256_madd_epi16(x1, k2));
         s13 = _mm256_add_epi32(s13, _mm256_madd_epi16(x1, k3));
     }
-    __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(s00, s01), _mm256_hadd_epi32(s02, s03));
-    __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(s10, s11), _mm256_hadd_epi32(s12, s13));
-    __m256i dots = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+    const __m256i h[8] = {s00, s01, s02, s03, s10, s11, s12, s13};
+    __m256i dots = q8_dots8(h);
     if (hd16 < hd) {
         int32_t t[8];
         _mm256_storeu_si256((__m256i *)(void *)t, dots);
@@ -141,12 +140,7 @@ INLINE __m256 score2x4_q8(const krn_gqa_args *a, size_t hd, const qcodes *qc, si
             }
         dots = _mm256_loadu_si256((const __m256i *)(const void *)t);
     }
-    /* Lane i: the row's scale times key i's (built in registers: scalar stores read back as a vector stall). */
-    __m128 ks = _mm_setr_ps(q8_scale_at(a->k_cache, koff[0], hd), q8_scale_at(a->k_cache, koff[1], hd),
-                            q8_scale_at(a->k_cache, koff[2], hd), q8_scale_at(a->k_cache, koff[3], hd));
-    __m256 f = _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(qc->s[r1]), _mm_set1_ps(qc->s[r0])), _mm256_set_m128(ks, ks));
-    __m256 r = _mm256_mul_ps(_mm256_cvtepi32_ps(dots), f);
-    return _mm256_mul_ps(r, _mm256_set1_ps(a->scale));
+    return q8_scores8(a, dots, qc->s[r0], qc->s[r1], koff, hd);
 }
 
 /*
@@ -556,11 +550,7 @@ INLINE void attend_dec(const krn_gqa_args *a, const rowset *rs, const krn_kv_typ
     qcodes qc;
     qcodes_fill(rs, hd, &qc, KT);
 
-    for (size_t r = 0; r < n; r++) {
-        memset(acc[r], 0, hd * sizeof(float));
-        mx[r] = -INFINITY;
-        den[r] = 0.0f;
-    }
+    dec_begin(n, hd, acc, mx, den);
     for (size_t jc = first; jc < hi; jc += CH) {
         size_t cn = hi - jc < CH ? hi - jc : CH;
         for (size_t jj = 0; jj < cn; jj += 4) {

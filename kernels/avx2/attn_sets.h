@@ -39,7 +39,7 @@ typedef void (*gqa_set_fn)(const krn_gqa_args *a, const rowset *rs);
 /* The AVX2 core's decode sets (one new token, row-major arithmetic). */
 void krn_avx2_gqa_decode_set(const krn_gqa_args *a, const rowset *rs);
 
-/* The AVX2 decode pass's chunk weights and outputs on a q8 cache (avx2/attn.c: dec_weights, finish_rows). */
+/* The AVX2 decode pass's chunk weights and outputs on a q8 cache (avx2/attn.c), for the avx512 level's pass. */
 void krn_avx2_dec_weights_q8(const krn_gqa_args *a, size_t n, size_t kb, size_t lo, size_t jc, size_t cn,
                              float (*sc)[CH], float *mx, float *den, float (*acc)[KRN_MAX_HEAD_DIM], size_t hd);
 void krn_avx2_dec_finish(const rowset *rs, float (*acc)[KRN_MAX_HEAD_DIM], const float *den, size_t hd);
@@ -113,6 +113,45 @@ static inline __attribute__((always_inline)) void dec_tile(const krn_gqa_args *a
             prefetch_row(a->v_cache, na, hd, KT, true);
         }
     }
+}
+
+/* A decode pass's rows [0, n) before their first chunk: nothing accumulated, no maximum, no weight. */
+static inline void dec_begin(size_t n, size_t hd, float (*acc)[KRN_MAX_HEAD_DIM], float *mx, float *den)
+{
+    for (size_t r = 0; r < n; r++) {
+        memset(acc[r], 0, hd * sizeof(float));
+        mx[r] = -INFINITY;
+        den[r] = 0.0f;
+    }
+}
+
+/*
+ * A q8 score tile's exact integer dots from eight vectors of partial sums
+ * (h[i]: row i / 4 with key i % 4), as [r0.k0 .. r0.k3 | r1.k0 .. r1.k3].
+ */
+static inline __attribute__((always_inline)) __m256i q8_dots8(const __m256i *h)
+{
+    __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(h[0], h[1]), _mm256_hadd_epi32(h[2], h[3]));
+    __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(h[4], h[5]), _mm256_hadd_epi32(h[6], h[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/*
+ * A q8 score tile's scores from its dots (q8_dots8's lanes): each dot times
+ * its row's scale (s0, s1) times its key's (the q8 rows at koff), times the
+ * attention scale, in krn_q8_key_score()'s order. Every level's q8 decode
+ * pass ends its tiles here, so their scores have the same bits.
+ */
+static inline __attribute__((always_inline)) __m256 q8_scores8(const krn_gqa_args *a, __m256i dots, float s0,
+                                                               float s1, const size_t *koff, size_t hd)
+{
+    const int8_t *k = a->k_cache;
+    /* Lane i: the row's scale times key i's (built in registers: scalar stores read back as a vector stall). */
+    __m128 ks = _mm_setr_ps(krn_q8_scale(k + koff[0], hd), krn_q8_scale(k + koff[1], hd),
+                            krn_q8_scale(k + koff[2], hd), krn_q8_scale(k + koff[3], hd));
+    __m256 f = _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0)), _mm256_set_m128(ks, ks));
+    __m256 r = _mm256_mul_ps(_mm256_cvtepi32_ps(dots), f);
+    return _mm256_mul_ps(r, _mm256_set1_ps(a->scale));
 }
 
 /* Key or value row jj of the chunk: in the cache, or in the widened copy of an fp16 or q8 chunk. */

@@ -162,9 +162,8 @@ static void attend_lanes16(const krn_gqa_args *a, const rowset *rs, size_t r0, s
 
 /*
  * Exact integer dots of rows c0, c1 (int16 codes) with the four q8 keys at
- * koff, 32 dims per VPMADDWD; then, lane for lane, the AVX2 pass's float
- * steps (score2x4_q8 in avx2/attn.c): the dot times the row's scale times the
- * key's, times the attention scale. Lanes [r0.k0 .. r0.k3 | r1.k0 .. r1.k3].
+ * koff, 32 dims per VPMADDWD; then the float steps every level's q8 pass
+ * shares (q8_scores8). Lanes [r0.k0 .. r0.k3 | r1.k0 .. r1.k3].
  */
 INLINE __m256 score2x4_q8_512(const krn_gqa_args *a, const size_t hd, const int16_t *c0, const int16_t *c1, float s0,
                               float s1, const size_t *koff)
@@ -184,14 +183,7 @@ INLINE __m256 score2x4_q8_512(const krn_gqa_args *a, const size_t hd, const int1
     __m256i h[8];
     UNROLL for (int i = 0; i < 8; i++)
         h[i] = _mm256_add_epi32(_mm512_castsi512_si256(s[i]), _mm512_extracti64x4_epi64(s[i], 1));
-    __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(h[0], h[1]), _mm256_hadd_epi32(h[2], h[3]));
-    __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(h[4], h[5]), _mm256_hadd_epi32(h[6], h[7]));
-    __m256i dots = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
-    __m128 ks = _mm_setr_ps(krn_q8_scale(k + koff[0], hd), krn_q8_scale(k + koff[1], hd),
-                            krn_q8_scale(k + koff[2], hd), krn_q8_scale(k + koff[3], hd));
-    __m256 f = _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0)), _mm256_set_m128(ks, ks));
-    __m256 r = _mm256_mul_ps(_mm256_cvtepi32_ps(dots), f);
-    return _mm256_mul_ps(r, _mm256_set1_ps(a->scale));
+    return q8_scores8(a, q8_dots8(h), s0, s1, koff, hd);
 }
 
 /*
@@ -245,12 +237,9 @@ INLINE void dec_q8_512(const krn_gqa_args *a, const rowset *rs, const size_t hd)
     int16_t codes[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(64)));
     float qs[RMAX], mx[RMAX], den[RMAX];
 
-    for (size_t r = 0; r < n; r++) {
+    for (size_t r = 0; r < n; r++)
         qs[r] = krn_avx2_code_row(rs->q[r], hd, 32767, NULL, codes[r]); /* krn_q16_row's codes */
-        memset(acc[r], 0, hd * sizeof(float));
-        mx[r] = -INFINITY;
-        den[r] = 0.0f;
-    }
+    dec_begin(n, hd, acc, mx, den);
     for (size_t jc = first; jc < hi; jc += CH) {
         size_t cn = hi - jc < CH ? hi - jc : CH;
         for (size_t jj = 0; jj < cn; jj += 4) {
