@@ -15,14 +15,15 @@ NAME=serve_load
 
 DRAIN=2
 serve_model
-# The stall file holds the compute thread while a client leaves the queue.
+# The stall file holds the compute thread while a client leaves the queue
+# and while the drain test's four streams start.
 serve_start_hooks "$work/stall" --parallel 4 --queue 32 --ctx 4096 --drain-timeout $DRAIN
 
 "$NODE" "$scripts/load-clients.js" "$BASE" tiny "$work/stall" || fail "load-clients.js"
 [ "$(grep -c 'event=request .*finish=cancelled' "$LOG")" = 5 ] ||
   fail "the log does not show 5 cancelled requests: $(grep -c 'finish=cancelled' "$LOG")"
 
-"$NODE" "$scripts/drain-clients.js" "$BASE" tiny "$PID" >"$work/drain.out" || {
+"$NODE" "$scripts/drain-clients.js" "$BASE" tiny "$PID" "$work/stall" >"$work/drain.out" || {
   cat "$work/drain.out"
   fail "drain-clients.js"
 }

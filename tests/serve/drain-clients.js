@@ -9,12 +9,20 @@
 // error event (code "shutting_down"). The long ones must end the second way.
 // Prints the time of the signal (ms since the epoch) on stdout's last line.
 //
-// usage: node drain-clients.js BASE_URL MODEL_NAME DAEMON_PID
+// The daemon's stall file (tests/serve/qwen3d-hooks) holds its compute
+// thread until the four requests are in and then lets it through one step
+// at a time until all four hold a session and have had tokens, so the
+// short streams cannot end before the signal however fast or slow the
+// machine runs the tiny model.
+//
+// usage: node drain-clients.js BASE_URL MODEL_NAME DAEMON_PID STALL_FILE
 'use strict';
 const assert = require('assert');
+const fs = require('fs');
 const { post, parse, summarize } = require('./sse-client.js');
 
-const [base, model, pidText] = process.argv.slice(2);
+const [base, model, pidText, stallFile] = process.argv.slice(2);
+assert.ok(stallFile, 'usage: drain-clients.js BASE_URL MODEL_NAME DAEMON_PID STALL_FILE');
 const pid = Number(pidText);
 
 const req = (i, maxTokens) => ({
@@ -35,20 +43,37 @@ const plan = [req(0, 48), req(1, 4000), req(2, 64), req(3, 4000)];
     const m = await (await fetch(base + '/metrics', { signal: AbortSignal.timeout(10000) })).text();
     return Number((new RegExp(`^${name} (\\S+)$`, 'm').exec(m) || [])[1]);
   };
-  const runs = plan.map((body) => post(base, '/v1/completions', body, { timeoutMs: 60000 }));
-  // post() resolves only at the end, so watch the daemon's counters instead:
-  // all four hold a session, then 8 more tokens (two round-robin turns each).
+  // Held from the first step on: the first request's step waits, the others
+  // queue. A stream's response headers leave once the daemon has taken its
+  // request in.
+  fs.writeFileSync(stallFile, '0');
+  let accepted = 0;
+  const runs = plan.map((body) =>
+    post(base, '/v1/completions', body, { timeoutMs: 60000, onHeaders: () => accepted++ }));
   const started = Date.now();
+  const within = (what) => assert.ok(Date.now() - started < 30000, `${what} within 30 s`);
+  while (accepted < 4) {
+    within('the daemon did not take the four requests in');
+    await new Promise((res) => setTimeout(res, 10));
+  }
+  // Then one step at a time (each gives at least one token), until all four
+  // hold a session and 8 more tokens have come (two steps' worth each).
+  let passed = 0;
   let g1 = null;
   for (;;) {
     const gen = await metric('qwen3d_generation_tokens_total');
     if (g1 === null && (await metric('qwen3d_sessions_active')) === 4) g1 = gen;
     if (g1 !== null && gen >= g1 + 8) break;
-    assert.ok(Date.now() - started < 20000, 'the four streams did not all start within 20 s');
-    await new Promise((res) => setTimeout(res, 10));
+    fs.writeFileSync(stallFile, String(++passed));
+    while ((await metric('qwen3d_generation_tokens_total')) === gen) {
+      within('the four streams did not all start');
+      await new Promise((res) => setTimeout(res, 5));
+    }
   }
+  assert.ok(passed < 40, `${passed} steps to start four streams of prompts this short`);
   const killedAt = Date.now();
   process.kill(pid, 'SIGTERM');
+  fs.rmSync(stallFile, { force: true });
   const results = await Promise.all(runs);
 
   const outcome = [];
