@@ -51,13 +51,15 @@ async function post(path, body, headers = {}) {
 }
 
 // Reads an SSE response: every `data:` payload in order, with arrival times.
-async function stream(path, body) {
+// onHeaders (optional) is called once the response headers are in: the daemon has taken the request in.
+async function stream(path, body, onHeaders) {
   const r = await fetch(base + path, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
     body: JSON.stringify({ ...body, stream: true }),
     signal: AbortSignal.timeout(30000),
   });
+  if (onHeaders) onHeaders();
   assert.strictEqual(r.status, 200, `stream status ${r.status}`);
   assert.match(r.headers.get('content-type') || '', /^text\/event-stream/);
   const dec = new TextDecoder();
@@ -233,14 +235,18 @@ function count(u) {
   });
 
   await check('concurrency: 4 streams at once equal their single runs, and streams interleave', async () => {
-    // The steps are held until all four requests have arrived: on a fast
-    // machine the tiny model could otherwise finish the first before the
-    // second is sent, and they would not share a step.
+    // The steps are held until all four requests have arrived (their
+    // response headers are in): on a fast machine the tiny model could
+    // otherwise finish the first before the second is sent, and they would
+    // not share a step.
     if (stallFile) require('fs').writeFileSync(stallFile, '0');
+    let arrived = 0, allIn;
+    const inAll = new Promise((res) => { allIn = res; });
     const pending = Promise.all(prompts.map((p) =>
-      stream('/v1/completions', { model, prompt: p, max_tokens: 24, temperature: 0, stream_options: { include_usage: true } })));
+      stream('/v1/completions', { model, prompt: p, max_tokens: 24, temperature: 0, stream_options: { include_usage: true } },
+        () => { if (++arrived === prompts.length) allIn(); })));
     if (stallFile) {
-      await new Promise((r) => setTimeout(r, 500));
+      await Promise.race([inAll, pending]); // a failed request ends the wait too
       require('fs').rmSync(stallFile, { force: true });
     }
     const runs = await pending;
