@@ -2005,6 +2005,13 @@ START_TEST(gqa_prompt_levels_agree)
         {0, 37, 16, 8, 128, -1, 0, false, true, false}, {64, 1, 16, 8, 128, -1, 0, false, false, false},
         {100, 2, 6, 2, 36, 50, 0, true, true, false},  {0, 70, 2, 1, 8, -1, 0, false, false, false},
         {17, 33, 4, 2, 128, 20, 0, true, false, true}, {3, 17, 3, 3, 20, -1, 0, false, false, true},
+        /* Lane sets that the avx512 core runs in pairs: pairs whose halves end in different chunks
+         * (64 tokens), groups of 4 (sets of 4 tokens), a window that starts the halves in different
+         * chunks, soft-capping, fp16 and q8 caches, and a lone set at the end (S = 72 in groups of 2). */
+        {0, 64, 4, 2, 128, -1, 0, false, false, false}, {0, 50, 8, 2, 128, -1, 0, false, false, false},
+        {5, 60, 4, 2, 64, 20, 0, false, false, false},  {11, 48, 4, 1, 32, -1, 3.0f, false, false, false},
+        {0, 48, 4, 2, 64, -1, 0, false, true, false},   {0, 48, 4, 2, 64, -1, 0, false, false, true},
+        {30, 72, 2, 1, 40, -1, 0, false, false, false},
     };
     gqa_levels_agree(cases, sizeof cases / sizeof cases[0], true, "prompt");
 }
