@@ -236,12 +236,14 @@ static inline lane_rows lane_rows_from(const lane_rows *r, size_t jj)
     return (lane_rows){lane_row(r, jj), r->stride};
 }
 
+/* A chunk's K and V rows widened from an fp16 or q8 cache (lanes_chunk_rows), one per thread. */
+static __thread float wide[2][CH * KRN_MAX_HEAD_DIM] __attribute__((aligned(64)));
+
 /* Rows [r0, r0 + n) of a set, n <= LROWS, all of kv head rs->g[r0]. */
 static void attend_lanes16(const krn_gqa_args *a, const rowset *rs, size_t r0, size_t n)
 {
     const size_t hd = a->head_dim;
     const size_t kvo = rs->g[r0] * a->kv_head_stride;
-    static __thread float wide[2][CH * KRN_MAX_HEAD_DIM] __attribute__((aligned(64)));
     lane_state L;
 
     lane_state_begin(&L, rs, r0, n, hd);
@@ -273,7 +275,6 @@ static void attend_lanes16x2(const krn_gqa_args *a, const rowset *s0, size_t r0,
 {
     const size_t hd = a->head_dim;
     const size_t kvo = s0->g[r0] * a->kv_head_stride;
-    static __thread float wide[2][CH * KRN_MAX_HEAD_DIM] __attribute__((aligned(64)));
     static __thread lane_state L[2];
 
     lane_state_begin(&L[0], s0, r0, n0, hd);
