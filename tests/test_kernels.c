@@ -2041,6 +2041,13 @@ START_TEST(gqa_decode_levels_agree)
         {100, 1, 32, 8, 128, -1, 0, false, false, true}, {63, 1, 6, 2, 96, -1, 0, false, false, true},
         {0, 1, 4, 4, 32, -1, 0, false, false, true},     {95, 1, 5, 1, 160, 40, 0, false, false, true},
         {33, 1, 8, 2, 64, -1, 3.0f, false, false, true}, {1000, 1, 16, 8, 128, -1, 0, false, false, true},
+        /* fp32 and fp16 sets of one kv head whose head size is a multiple of 16 take the avx512 level's own
+         * pass too: groups of 1 to 7 rows, head sizes 32 to 144 (a 128-dim block and 16-dim ones), pasts in
+         * and across chunks, a window, soft-capping, token-major rows. */
+        {0, 1, 4, 4, 32, -1, 0, false, false, false},    {95, 1, 5, 1, 144, 40, 0, false, true, false},
+        {33, 1, 8, 2, 64, -1, 3.0f, false, false, false}, {33, 1, 8, 2, 64, -1, 3.0f, false, true, false},
+        {63, 1, 6, 2, 112, -1, 0, false, true, false},   {1000, 1, 16, 8, 128, -1, 0, false, false, false},
+        {129, 1, 14, 2, 48, -1, 0, true, true, false},   {95, 1, 5, 1, 144, 40, 0, false, false, false},
     };
     gqa_levels_agree(cases, sizeof cases / sizeof cases[0], false, "decode");
 }

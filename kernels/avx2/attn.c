@@ -455,11 +455,17 @@ INLINE void dec_mask(const krn_gqa_args *a, size_t n, size_t lo, size_t jc, size
 void krn_avx2_dec_weights_q8(const krn_gqa_args *a, size_t n, size_t kb, size_t lo, size_t jc, size_t cn,
                              float (*sc)[CH], float *mx, float *den, float (*acc)[KRN_MAX_HEAD_DIM], size_t hd)
 {
+    krn_avx2_dec_weights(a, n, lo, jc, cn, sc, mx, den, acc, hd);
+    fold_value_scales(a, kb + jc * a->kv_tok_stride, n, cn, sc, hd);
+}
+
+void krn_avx2_dec_weights(const krn_gqa_args *a, size_t n, size_t lo, size_t jc, size_t cn, float (*sc)[CH], float *mx,
+                          float *den, float (*acc)[KRN_MAX_HEAD_DIM], size_t hd)
+{
     const size_t cn8 = (cn + 7) & ~(size_t)7;
     dec_mask(a, n, lo, jc, cn, sc);
     for (size_t r = 0; r < n; r++)
         softmax_step(sc[r], cn8, &mx[r], &den[r], acc[r], hd);
-    fold_value_scales(a, kb + jc * a->kv_tok_stride, n, cn, sc, hd);
 }
 
 /* finish_rows(), for the avx512 level's decode pass. */
@@ -755,7 +761,7 @@ INLINE void decode_set_typed(const krn_gqa_args *a, const rowset *rs, const krn_
         attend_dec(a, rs, KT, a->head_dim);
 }
 
-/* The decode arithmetic for a set of one new token's rows (also the avx512 level's). */
+/* The decode arithmetic for a set of one new token's rows (and the avx512 level's where its passes do not apply). */
 void krn_avx2_gqa_decode_set(const krn_gqa_args *a, const rowset *rs)
 {
     switch (a->kv_type) {

@@ -42,6 +42,9 @@ void krn_avx2_gqa_decode_set(const krn_gqa_args *a, const rowset *rs);
 /* The AVX2 decode pass's chunk weights and outputs on a q8 cache (avx2/attn.c), for the avx512 level's pass. */
 void krn_avx2_dec_weights_q8(const krn_gqa_args *a, size_t n, size_t kb, size_t lo, size_t jc, size_t cn,
                              float (*sc)[CH], float *mx, float *den, float (*acc)[KRN_MAX_HEAD_DIM], size_t hd);
+/* Its weights step for an fp32 or fp16 cache: the same without the value scales. */
+void krn_avx2_dec_weights(const krn_gqa_args *a, size_t n, size_t lo, size_t jc, size_t cn, float (*sc)[CH], float *mx,
+                          float *den, float (*acc)[KRN_MAX_HEAD_DIM], size_t hd);
 void krn_avx2_dec_finish(const rowset *rs, float (*acc)[KRN_MAX_HEAD_DIM], const float *den, size_t hd);
 
 /* Whether every row of a set reads one kv head over one key range (attend_dec). */

@@ -1,13 +1,13 @@
 /*
  * avx512/attn: the GroupQueryAttention core of the avx512 level. Prompt rows
  * (prefill) run here with a kv group's rows in the sixteen lanes of one zmm
- * vector; decode sets take the AVX2 core's row-major arithmetic
- * (krn_avx2_gqa_decode_set): an fp32 or fp16 decode pass waits on the
- * cache's memory, and a 512-bit version of it measured no faster, while
- * keeping AVX2's arithmetic keeps every level's decode bits equal (wider
- * float dots would sum in another order). A q8 pass waits on arithmetic;
- * its dots are exact integers, so it runs here 512 bits wide with the AVX2
- * pass's bits (dec_q8_512). The set cut is avx2/attn_sets.h's.
+ * vector. Decode sets of one kv head and key range (every decode set of a
+ * Qwen3 model) run the AVX2 core's row-major pass 512 bits wide with its
+ * bits: on a q8 cache with exact integer dots (dec_q8_512), on fp32 and
+ * fp16 caches with two keys' same dims side by side in a vector, so that
+ * every lane runs the AVX2 pass's FMA chain (dec_f_512). Other decode sets
+ * take the AVX2 core (krn_avx2_gqa_decode_set). The set cut is
+ * avx2/attn_sets.h's.
  *
  * The lane path does, lane by lane, exactly the AVX2 lane path's operations
  * in the same order: each score is one FMA chain over the head dims in
@@ -332,6 +332,75 @@ static void lanes_flush(const krn_gqa_args *a)
 }
 
 /* ------------------------------------------------------------------------- */
+/* Decode: the weighted sum of values                                          */
+
+/* 16 cache values at element offset o: q8 codes or fp16 values widened, or fp32 loaded. */
+INLINE __m512 kv_load16(const void *base, size_t o, const krn_kv_type KT)
+{
+    if (KT == KRN_KV_Q8) {
+        const __m128i c = _mm_loadu_si128((const __m128i *)(const void *)((const int8_t *)base + o));
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c));
+    }
+    if (KT == KRN_KV_F16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)((const uint16_t *)base + o)));
+    return _mm512_loadu_ps((const float *)base + o);
+}
+
+/*
+ * acc0/acc1[0, 16 * NV) += sum_jj p0/p1[jj] * v_jj[d] over the chunk's cn
+ * value rows (from element offset v0, ts apart; q8 codes as they are, their
+ * scales being in the weights), keys in order: per dim the AVX2 pass's FMA
+ * chain (chunk_pv, row_pv), so the same bits. With TWO false only row 0.
+ */
+INLINE void pv_512(const void *v, size_t v0, size_t ts, size_t cn, const float *p0, const float *p1, float *acc0,
+                     float *acc1, const int NV, const bool TWO, const krn_kv_type KT)
+{
+    __m512 x[8], y[8];
+    UNROLL for (int i = 0; i < NV; i++) {
+        x[i] = _mm512_load_ps(acc0 + 16 * i);
+        y[i] = TWO ? _mm512_load_ps(acc1 + 16 * i) : _mm512_setzero_ps();
+    }
+    for (size_t jj = 0; jj < cn; jj++) {
+        const size_t o = v0 + jj * ts;
+        const __m512 pa = _mm512_set1_ps(p0[jj]), pb = _mm512_set1_ps(TWO ? p1[jj] : 0.0f);
+        UNROLL for (int i = 0; i < NV; i++) {
+            const __m512 c = kv_load16(v, o + 16 * (size_t)i, KT);
+            x[i] = _mm512_fmadd_ps(pa, c, x[i]);
+            if (TWO)
+                y[i] = _mm512_fmadd_ps(pb, c, y[i]);
+        }
+    }
+    UNROLL for (int i = 0; i < NV; i++) {
+        _mm512_store_ps(acc0 + 16 * i, x[i]);
+        if (TWO)
+            _mm512_store_ps(acc1 + 16 * i, y[i]);
+    }
+}
+
+/* The chunk's weighted sums of rows [0, n), in pairs, 128 dims at a time, then 16 (head_dim a multiple of 16). */
+INLINE void chunk_pv_512(const krn_gqa_args *a, size_t v0, size_t n, size_t cn, float (*sc)[CH],
+                         float (*acc)[KRN_MAX_HEAD_DIM], size_t hd, const krn_kv_type KT)
+{
+    const size_t ts = a->kv_tok_stride;
+    for (size_t r = 0; r < n; r += 2) {
+        const bool two = r + 1 < n;
+        const float *p1 = two ? sc[r + 1] : NULL;
+        float *acc1 = two ? acc[r + 1] : NULL;
+        size_t d = 0;
+        for (; d + 128 <= hd; d += 128)
+            if (two)
+                pv_512(a->v_cache, v0 + d, ts, cn, sc[r], p1, acc[r] + d, acc1 + d, 8, true, KT);
+            else
+                pv_512(a->v_cache, v0 + d, ts, cn, sc[r], NULL, acc[r] + d, NULL, 8, false, KT);
+        for (; d < hd; d += 16)
+            if (two)
+                pv_512(a->v_cache, v0 + d, ts, cn, sc[r], p1, acc[r] + d, acc1 + d, 1, true, KT);
+            else
+                pv_512(a->v_cache, v0 + d, ts, cn, sc[r], NULL, acc[r] + d, NULL, 1, false, KT);
+    }
+}
+
+/* ------------------------------------------------------------------------- */
 /* Decode on a q8 cache                                                        */
 
 /*
@@ -358,38 +427,6 @@ INLINE __m256 score2x4_q8_512(const krn_gqa_args *a, const size_t hd, const int1
     UNROLL for (int i = 0; i < 8; i++)
         h[i] = _mm256_add_epi32(_mm512_castsi512_si256(s[i]), _mm512_extracti64x4_epi64(s[i], 1));
     return q8_scores8(a, q8_dots8(h), s0, s1, koff, hd);
-}
-
-/*
- * acc0/acc1[0, 16 * NV) += sum_jj p0/p1[jj] * code_jj[d] over the chunk's cn
- * value rows (codes from v, ts bytes apart), keys in order: per dim the FMA
- * chain of the AVX2 pass (chunk_pv), so the same bits. With TWO false only
- * row 0.
- */
-INLINE void pv_q8_512(const int8_t *v, size_t ts, size_t cn, const float *p0, const float *p1, float *acc0,
-                      float *acc1, const int NV, const bool TWO)
-{
-    __m512 x[8], y[8];
-    UNROLL for (int i = 0; i < NV; i++) {
-        x[i] = _mm512_load_ps(acc0 + 16 * i);
-        y[i] = TWO ? _mm512_load_ps(acc1 + 16 * i) : _mm512_setzero_ps();
-    }
-    for (size_t jj = 0; jj < cn; jj++) {
-        const int8_t *vr = v + jj * ts;
-        const __m512 pa = _mm512_set1_ps(p0[jj]), pb = _mm512_set1_ps(TWO ? p1[jj] : 0.0f);
-        UNROLL for (int i = 0; i < NV; i++) {
-            __m512 c = _mm512_cvtepi32_ps(
-                _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(vr + 16 * i))));
-            x[i] = _mm512_fmadd_ps(pa, c, x[i]);
-            if (TWO)
-                y[i] = _mm512_fmadd_ps(pb, c, y[i]);
-        }
-    }
-    UNROLL for (int i = 0; i < NV; i++) {
-        _mm512_store_ps(acc0 + 16 * i, x[i]);
-        if (TWO)
-            _mm512_store_ps(acc1 + 16 * i, y[i]);
-    }
 }
 
 /*
@@ -427,22 +464,128 @@ INLINE void dec_q8_512(const krn_gqa_args *a, const rowset *rs, const size_t hd)
             }
         }
         krn_avx2_dec_weights_q8(a, n, kb, lo, jc, cn, sc, mx, den, acc, hd);
-        const int8_t *v = (const int8_t *)a->v_cache + kb + jc * ts;
-        for (size_t r = 0; r < n; r += 2) {
-            const bool two = r + 1 < n;
-            for (size_t d = 0; d < hd; d += 128) {
-                if (hd - d >= 128 && two)
-                    pv_q8_512(v + d, ts, cn, sc[r], sc[r + 1], acc[r] + d, acc[r + 1] + d, 8, true);
-                else if (hd - d >= 128)
-                    pv_q8_512(v + d, ts, cn, sc[r], NULL, acc[r] + d, NULL, 8, false);
-                else
-                    for (size_t e = d; e < hd; e += 32) /* 32 to 96 dims left */
-                        if (two)
-                            pv_q8_512(v + e, ts, cn, sc[r], sc[r + 1], acc[r] + e, acc[r + 1] + e, 2, true);
-                        else
-                            pv_q8_512(v + e, ts, cn, sc[r], NULL, acc[r] + e, NULL, 2, false);
+        chunk_pv_512(a, kb + jc * ts, n, cn, sc, acc, hd, KRN_KV_Q8);
+    }
+    krn_avx2_dec_finish(rs, acc, den, hd);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Decode on an fp32 or fp16 cache                                            */
+
+/* The 8 cache values at element offsets o0 and o1, widened from fp16 or loaded: [o0's | o1's]. */
+INLINE __m512 kv_pair8(const void *base, size_t o0, size_t o1, const krn_kv_type KT)
+{
+    if (KT == KRN_KV_F16) {
+        const uint16_t *h = base;
+        __m128i x0 = _mm_loadu_si128((const __m128i *)(const void *)(h + o0));
+        __m128i x1 = _mm_loadu_si128((const __m128i *)(const void *)(h + o1));
+        __m256i x = _mm256_inserti128_si256(_mm256_castsi128_si256(x0), x1, 1);
+        return _mm512_cvtph_ps(x);
+    }
+    const float *f = base;
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(f + o0))),
+                                               _mm256_castps_pd(_mm256_loadu_ps(f + o1)), 1));
+}
+
+/* The 8 floats at p in both halves. */
+INLINE __m512 bcast8(const float *p)
+{
+    return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
+}
+
+/*
+ * [r0.k0 .. r0.k3 | r1.k0 .. r1.k3] from the lanes' sums, reduced as
+ * score2x4 (avx2/attn.c) reduces its own, times the scale.
+ */
+INLINE __m256 reduce2x4(const krn_gqa_args *a, __m512 a01, __m512 a23, __m512 b01, __m512 b23)
+{
+#define LO(v) _mm512_castps512_ps256(v)
+#define HI(v) _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))
+    __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(LO(a01), HI(a01)), _mm256_hadd_ps(LO(a23), HI(a23)));
+    __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(LO(b01), HI(b01)), _mm256_hadd_ps(LO(b23), HI(b23)));
+#undef LO
+#undef HI
+    __m256 r = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+    return _mm256_mul_ps(r, _mm256_set1_ps(a->scale));
+}
+
+/*
+ * Scores of rows q0, q1 with the four keys at ka and the four at kb, each
+ * group as the AVX2 pass's tile (score2x4 in avx2/attn.c) computes it: a
+ * vector holds two keys' same eight dims side by side, so each lane runs
+ * that tile's FMA chain over the dims in order, and the sums are reduced by
+ * its own steps. Two tiles at once keep eight chains in flight, as the AVX2
+ * tile does. *sa, *sb: lanes [q0.k0 .. q0.k3 | q1.k0 .. q1.k3] of each
+ * group; head_dim a multiple of 8.
+ */
+INLINE void score2x8_f_512(const krn_gqa_args *a, const size_t hd, const float *q0, const float *q1,
+                           const size_t *ka, const size_t *kb, const krn_kv_type KT, __m256 *sa, __m256 *sb)
+{
+    __m512 s[8];
+    UNROLL for (int i = 0; i < 8; i++)
+        s[i] = _mm512_setzero_ps();
+    for (size_t d = 0; d < hd; d += 8) {
+        const __m512 x0 = bcast8(q0 + d), x1 = bcast8(q1 + d);
+        const __m512 k0 = kv_pair8(a->k_cache, ka[0] + d, ka[1] + d, KT);
+        const __m512 k1 = kv_pair8(a->k_cache, ka[2] + d, ka[3] + d, KT);
+        const __m512 k2 = kv_pair8(a->k_cache, kb[0] + d, kb[1] + d, KT);
+        const __m512 k3 = kv_pair8(a->k_cache, kb[2] + d, kb[3] + d, KT);
+        s[0] = _mm512_fmadd_ps(x0, k0, s[0]);
+        s[1] = _mm512_fmadd_ps(x0, k1, s[1]);
+        s[2] = _mm512_fmadd_ps(x1, k0, s[2]);
+        s[3] = _mm512_fmadd_ps(x1, k1, s[3]);
+        s[4] = _mm512_fmadd_ps(x0, k2, s[4]);
+        s[5] = _mm512_fmadd_ps(x0, k3, s[5]);
+        s[6] = _mm512_fmadd_ps(x1, k2, s[6]);
+        s[7] = _mm512_fmadd_ps(x1, k3, s[7]);
+    }
+    *sa = reduce2x4(a, s[0], s[1], s[2], s[3]);
+    *sb = reduce2x4(a, s[4], s[5], s[6], s[7]);
+}
+
+/*
+ * The AVX2 decode pass (attend_dec in avx2/attn.c) on an fp32 or fp16 cache
+ * with 512-bit dots and weighted sums, for sets whose rows share one kv head
+ * and key range and head sizes that are multiples of 16. Every float step is
+ * the AVX2 pass's, lane for lane and in its order, and the chunk's softmax
+ * and the outputs are its own functions: the bits are the AVX2 level's.
+ * Each widened fp16 element and each loaded fp32 one serves two rows in the
+ * weighted sum (the AVX2 pass reads fp32 values once per row).
+ */
+INLINE void dec_f_512(const krn_gqa_args *a, const rowset *rs, const size_t hd, const krn_kv_type KT)
+{
+    const size_t ts = a->kv_tok_stride, n = rs->n;
+    const size_t kb = rs->g[0] * a->kv_head_stride, lo = rs->lo[0], hi = rs->hi[0];
+    const size_t ahead = CH, first = lo < hi ? lo - lo % CH : hi; /* attend_dec's distance */
+    float acc[RMAX][KRN_MAX_HEAD_DIM] __attribute__((aligned(64)));
+    float sc[RMAX][CH] __attribute__((aligned(64)));
+    float mx[RMAX], den[RMAX];
+
+    dec_begin(n, hd, acc, mx, den);
+    for (size_t jc = first; jc < hi; jc += CH) {
+        size_t cn = hi - jc < CH ? hi - jc : CH;
+        /* Eight keys at a time: the second four past the chunk's end (cn <= jj + 4) repeat its last key,
+         * as dec_tile pads the first four, and score into the masked padding lanes. */
+        for (size_t jj = 0; jj < cn; jj += 8) {
+            size_t ka[4], kn[4];
+            dec_tile(a, rs, kb, jc, cn, jj, first, hi, ahead, hd, KT, ka);
+            if (jj + 4 < cn)
+                dec_tile(a, rs, kb, jc, cn, jj + 4, first, hi, ahead, hd, KT, kn);
+            else
+                for (int i = 0; i < 4; i++)
+                    kn[i] = ka[3];
+            for (size_t r = 0; r < n; r += 2) {
+                size_t r1 = r + 1 < n ? r + 1 : r;
+                __m256 va, vb;
+                score2x8_f_512(a, hd, rs->q[r], rs->q[r1], ka, kn, KT, &va, &vb);
+                _mm_store_ps(&sc[r][jj], _mm256_castps256_ps128(va));
+                _mm_store_ps(&sc[r1][jj], _mm256_extractf128_ps(va, 1));
+                _mm_store_ps(&sc[r][jj + 4], _mm256_castps256_ps128(vb));
+                _mm_store_ps(&sc[r1][jj + 4], _mm256_extractf128_ps(vb, 1));
             }
         }
+        krn_avx2_dec_weights(a, n, lo, jc, cn, sc, mx, den, acc, hd);
+        chunk_pv_512(a, kb + jc * ts, n, cn, sc, acc, hd, KT);
     }
     krn_avx2_dec_finish(rs, acc, den, hd);
 }
@@ -455,6 +598,16 @@ static void run_set(const krn_gqa_args *a, const rowset *rs)
                 dec_q8_512(a, rs, 128);
             else
                 dec_q8_512(a, rs, a->head_dim);
+        } else if (a->kv_type != KRN_KV_Q8 && a->head_dim % 16 == 0 && one_head_one_range(a, rs)) {
+            const krn_kv_type kt = a->kv_type == KRN_KV_F16 ? KRN_KV_F16 : KRN_KV_F32;
+            if (a->head_dim == 128 && kt == KRN_KV_F16)
+                dec_f_512(a, rs, 128, KRN_KV_F16);
+            else if (a->head_dim == 128)
+                dec_f_512(a, rs, 128, KRN_KV_F32);
+            else if (kt == KRN_KV_F16)
+                dec_f_512(a, rs, a->head_dim, KRN_KV_F16);
+            else
+                dec_f_512(a, rs, a->head_dim, KRN_KV_F32);
         } else {
             krn_avx2_gqa_decode_set(a, rs);
         }

@@ -54,6 +54,16 @@ static inline void qd_emu_mm512_mask_storeu_ps(void *p, simde__mmask16 k, simde_
 }
 #define _mm512_mask_storeu_ps(p, k, a) qd_emu_mm512_mask_storeu_ps(p, k, a)
 
+/* Sixteen fp16 values to float, exactly as VCVTPH2PS widens them (F16C on each half). */
+static inline simde__m512 qd_emu_mm512_cvtph_ps(__m256i a)
+{
+    float out[16];
+    _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm256_castsi256_si128(a)));
+    _mm256_storeu_ps(out + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(a, 1)));
+    return simde_mm512_loadu_ps(out);
+}
+#define _mm512_cvtph_ps(a) qd_emu_mm512_cvtph_ps(a)
+
 /* int32 lanes to float, rounded to nearest as VCVTDQ2PS does. */
 static inline simde__m512 qd_emu_mm512_cvtepi32_ps(simde__m512i a)
 {
