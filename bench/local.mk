@@ -35,6 +35,12 @@ check_PROGRAMS += bench/i8_peak
 bench_i8_peak_SOURCES = bench/i8_peak.c bench/bench_util.h
 bench_i8_peak_LDADD = $(QD_LIBS)
 
+# The compute pool's own cost per step (empty items, static and guided splits):
+#   make bench/pool_bench && bench/pool_bench [--threads 2,4]
+check_PROGRAMS += bench/pool_bench
+bench_pool_bench_SOURCES = bench/pool_bench.c bench/bench_util.h
+bench_pool_bench_LDADD = $(QD_ARCHIVES) $(QD_LIBS)
+
 # GroupQueryAttention core: decode over long contexts (fp32 and fp16 caches)
 # and causal prefill, per kernel level:
 #   make bench/attn_bench && bench/attn_bench [--level avx2] [--contexts 1024,4096]

@@ -3,10 +3,19 @@
  * participant per physical core of the process's CPU binding, in core
  * order, the caller included.
  *
- * Synchronisation: the driver publishes a job under the mutex and bumps the
- * generation counter; workers spin on the counter for a short while and then
- * sleep on `wake`. Each participant increments `done` when it finds no work
- * left; the driver spins/sleeps until done == participants - 1.
+ * Synchronisation: the driver publishes a job and bumps the generation
+ * counter; workers spin on the counter for a short while and then sleep on
+ * `wake`. Each participant increments `done` when it finds no work left; the
+ * driver spins/sleeps until done == participants - 1. The mutex and the
+ * condition variables are touched only when someone sleeps: a worker counts
+ * itself in `sleepers` (and the driver flags `driver_waits`) under the
+ * mutex before it re-checks and waits, and the other side looks at that
+ * count (flag) after its own update, both sequentially consistent, so
+ * either the sleeper sees the update or the updater sees the sleeper and
+ * signals under the mutex, which the sleeper holds until it waits. With
+ * everyone spinning, a step costs the cache lines of the counters only
+ * (bench/pool_bench: an empty two-slice step 0.70-0.78 us against 1.68-2.23
+ * with the mutex taken on both sides, on a 2-core Zen 5 guest).
  *
  * Work is handed out in grains. With at least GUIDED_MIN grains per
  * participant, each participant owns one contiguous slice and takes it from
@@ -101,6 +110,8 @@ struct eng_pool {
     pthread_cond_t wake, finished;
     atomic_uint generation;
     atomic_int done;
+    atomic_int sleepers;         /* workers counted under mu before they wait on wake */
+    atomic_bool driver_waits;    /* set under mu before the driver waits on finished */
     atomic_bool stop;
     /* current job, written by the driver before the generation bump */
     eng_pool_fn fn;
@@ -256,15 +267,17 @@ static void *worker_main(void *arg)
                    atomic_load(&p->stop));
         if (gen == seen && !atomic_load(&p->stop)) {
             pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
             while ((gen = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop))
                 pthread_cond_wait(&p->wake, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->mu);
         }
         if (atomic_load(&p->stop))
             return NULL;
         seen = gen;
         work(p, w->index);
-        if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == p->n - 1) {
+        if (atomic_fetch_add(&p->done, 1) + 1 == p->n - 1 && atomic_load(&p->driver_waits)) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->finished);
             pthread_mutex_unlock(&p->mu);
@@ -383,17 +396,21 @@ void eng_pool_run(eng_pool *p, size_t n_items, size_t grain, eng_pool_fn fn, voi
             atomic_store_explicit(&p->spans[i].v, SPAN(ub, ue), memory_order_relaxed);
         }
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
+    atomic_fetch_add(&p->generation, 1); /* publishes the job: the workers load it with acquire */
+    if (atomic_load(&p->sleepers)) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->mu);
+    }
 
     work(p, 0);
 
     if (!SPIN_UNTIL(atomic_load_explicit(&p->done, memory_order_acquire) >= p->n - 1)) {
         pthread_mutex_lock(&p->mu);
+        atomic_store(&p->driver_waits, true);
         while (atomic_load(&p->done) < p->n - 1)
             pthread_cond_wait(&p->finished, &p->mu);
+        atomic_store(&p->driver_waits, false);
         pthread_mutex_unlock(&p->mu);
     }
 }

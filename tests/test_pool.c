@@ -1,7 +1,8 @@
 /*
  * test_pool: engine/pool.c hands out every item exactly once, in ranges that
  * are multiples of the grain, for static and guided steps; a participant that
- * is slow leaves the rest of a guided step to the others. Placement: bad CPU
+ * is slow leaves the rest of a guided step to the others; sleeping workers
+ * and a sleeping driver are woken. Placement: bad CPU
  * lists and nodes are refused with one line, and a placed process runs its
  * pinned workers and later threads on the CPUs given, memory bound.
  */
@@ -90,6 +91,57 @@ START_TEST(slow_participant_does_less)
     ck_assert_int_gt(atomic_load(&c.calls), 2);
     free(c.hits);
     eng_pool_free(p);
+}
+END_TEST
+
+/* Each range a thread other than the caller takes sleeps GAP_NS first (a slow worker). */
+typedef struct slow_others {
+    pthread_t caller;
+    long gap_ns;
+    _Atomic int *hits;
+} slow_others;
+
+static void others_sleep(void *ctx, size_t b, size_t e)
+{
+    slow_others *o = ctx;
+    if (o->gap_ns && !pthread_equal(pthread_self(), o->caller)) {
+        struct timespec t = {0, o->gap_ns};
+        nanosleep(&t, NULL);
+    }
+    for (size_t i = b; i < e; i++)
+        atomic_fetch_add(&o->hits[i], 1);
+}
+
+static void pause_ns(long ns)
+{
+    struct timespec t = {ns / 1000000000L, ns % 1000000000L};
+    nanosleep(&t, NULL);
+}
+
+START_TEST(sleepers_are_woken)
+{
+    /* Workers spin about 1 ms for the next step, then sleep; a driver whose
+     * workers are slow sleeps too. Steps after pauses around that time, and
+     * steps whose workers take 3 ms, must each finish with every item done
+     * once: a lost wake-up hangs the test (and check's timeout fails it). */
+    for (int threads = 2; threads <= 3; threads++) {
+        eng_pool *p = eng_pool_new(threads, 0);
+        ck_assert_ptr_nonnull(p);
+        _Atomic int hits[3];
+        for (int step = 0; step < 120; step++) {
+            long pause = step % 3 == 0 ? 3000000L : 900000L + 2000L * (step % 100);
+            bool slow = step % 4 == 1;
+            slow_others o = {.caller = pthread_self(), .gap_ns = slow ? 3000000L : 0, .hits = hits};
+            for (int i = 0; i < threads; i++)
+                atomic_store(&hits[i], 0);
+            pause_ns(pause);
+            eng_pool_run(p, (size_t)threads, 1, others_sleep, &o);
+            for (int i = 0; i < threads; i++)
+                ck_assert_msg(atomic_load(&hits[i]) == 1, "%d threads, step %d: item %d done %d times", threads,
+                              step, i, atomic_load(&hits[i]));
+        }
+        eng_pool_free(p);
+    }
 }
 END_TEST
 
@@ -190,6 +242,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, every_item_once);
     tcase_add_test(tc, slow_participant_does_less);
+    tcase_add_test(tc, sleepers_are_woken);
     tcase_add_test(tc, place_refuses_bad_input);
     tcase_add_test(tc, place_binds_threads_and_memory);
     suite_add_tcase(s, tc);
