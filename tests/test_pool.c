@@ -94,7 +94,7 @@ START_TEST(slow_participant_does_less)
 }
 END_TEST
 
-/* Each range a thread other than the caller takes sleeps GAP_NS first (a slow worker). */
+/* Each range a thread other than the caller takes sleeps gap_ns first (a slow worker). */
 typedef struct slow_others {
     pthread_t caller;
     long gap_ns;

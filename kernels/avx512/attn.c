@@ -377,7 +377,11 @@ INLINE void pv_512(const void *v, size_t v0, size_t ts, size_t cn, const float *
     }
 }
 
-/* The chunk's weighted sums of rows [0, n), in pairs, 128 dims at a time, then 16 (head_dim a multiple of 16). */
+/*
+ * The chunk's weighted sums of rows [0, n), in pairs, 128 dims at a time,
+ * then 32, then 16 (head_dim a multiple of 16): each call walks the chunk's
+ * keys once, so the fewer the calls the better.
+ */
 INLINE void chunk_pv_512(const krn_gqa_args *a, size_t v0, size_t n, size_t cn, float (*sc)[CH],
                          float (*acc)[KRN_MAX_HEAD_DIM], size_t hd, const krn_kv_type KT)
 {
@@ -392,6 +396,11 @@ INLINE void chunk_pv_512(const krn_gqa_args *a, size_t v0, size_t n, size_t cn, 
                 pv_512(a->v_cache, v0 + d, ts, cn, sc[r], p1, acc[r] + d, acc1 + d, 8, true, KT);
             else
                 pv_512(a->v_cache, v0 + d, ts, cn, sc[r], NULL, acc[r] + d, NULL, 8, false, KT);
+        for (; d + 32 <= hd; d += 32)
+            if (two)
+                pv_512(a->v_cache, v0 + d, ts, cn, sc[r], p1, acc[r] + d, acc1 + d, 2, true, KT);
+            else
+                pv_512(a->v_cache, v0 + d, ts, cn, sc[r], NULL, acc[r] + d, NULL, 2, false, KT);
         for (; d < hd; d += 16)
             if (two)
                 pv_512(a->v_cache, v0 + d, ts, cn, sc[r], p1, acc[r] + d, acc1 + d, 1, true, KT);
