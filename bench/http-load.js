@@ -290,13 +290,43 @@ const met = (ok) => (ok === null ? 'n/a' : ok ? 'met' : 'missed');
 
 // ---- sweep mode ---------------------------------------------------------------------
 
-// The figures of one level, from one round.
-function levelFigures(s) {
+// The daemon's step-time totals by kind (qwen3d_step_seconds), or null from a daemon without them.
+async function stepTotals(url) {
+  let text;
+  try {
+    const r = await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(10000) });
+    if (!r.ok) return null;
+    text = await r.text();
+  } catch {
+    return null;
+  }
+  const t = {};
+  for (const kind of ['decode', 'prompt']) {
+    const value = (part) => {
+      const m = text.match(new RegExp(`^qwen3d_step_seconds_${part}\\{kind="${kind}"\\} (\\S+)$`, 'm'));
+      return m ? Number(m[1]) : NaN;
+    };
+    t[kind] = { sum: value('sum'), count: value('count') };
+    if (!Number.isFinite(t[kind].sum) || !Number.isFinite(t[kind].count)) return null;
+  }
+  return t;
+}
+
+// Mean step of each kind between two stepTotals, in ms (null where unknown or no such step ran).
+function stepMeans(a, b) {
+  const mean = (k) => (a && b && b[k].count > a[k].count
+    ? (1000 * (b[k].sum - a[k].sum)) / (b[k].count - a[k].count) : null);
+  return { daemon_decode_step_ms: mean('decode'), daemon_prompt_step_ms: mean('prompt'),
+    daemon_decode_steps: a && b ? b.decode.count - a.decode.count : null };
+}
+
+// The figures of one level, from one round (STEPS: stepMeans over its run).
+function levelFigures(s, steps) {
   return {
     requests: s.requests, errors: s.errors, completion_tokens: s.completion_tokens, text_events: s.text_events,
     wall_s: s.wall_s, tokens_per_s: s.tokens_per_s, itl_p50_ms: s.itl_ms.p50, itl_p95_ms: s.itl_ms.p95,
     ttft_p50_ms: s.ttft_ms.p50, ttft_p95_ms: s.ttft_ms.p95, daemon_queue_ms_p50: s.server_queue_ms_median,
-    daemon_ttft_ms_p50: s.server_ttft_ms_median,
+    daemon_ttft_ms_p50: s.server_ttft_ms_median, ...steps,
   };
 }
 
@@ -305,8 +335,8 @@ function combineRounds(rounds) {
   const out = {};
   for (const k of Object.keys(rounds[0])) {
     const v = rounds.map((r) => r[k]);
-    out[k] = ['requests', 'errors', 'completion_tokens', 'text_events'].includes(k)
-      ? v.reduce((a, x) => a + x, 0) : median(v);
+    out[k] = ['requests', 'errors', 'completion_tokens', 'text_events', 'daemon_decode_steps'].includes(k)
+      ? v.reduce((a, x) => a + x, 0) : v.includes(null) ? null : median(v);
   }
   return out;
 }
@@ -328,6 +358,8 @@ function ratios(rows, levels) {
   return r;
 }
 
+const stepCell = (ms) => (ms === null || ms === undefined ? '-' : f(ms, 2));
+
 // The sweep's tables, through LOG (console.log, or console.error beside --json).
 function printSweep(sum, log) {
   const m = sum.meta;
@@ -337,14 +369,15 @@ function printSweep(sum, log) {
     (m.rounds > 1 ? ' (medians of the rounds)' : '') + '.');
   if (sum.builds.length > 1) log(`order: ${m.order}`);
   log('\n| qwen3d | clients | requests | errors | tokens | wall s | total tok/s | ITL p50 ms | ITL p95 ms | ' +
-    'TTFT p50 ms | TTFT p95 ms |');
-  log('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
+    'TTFT p50 ms | TTFT p95 ms | decode step ms | prompt step ms |');
+  log('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
   for (const b of sum.builds) {
     for (const r of b.rows) {
       log(`| ${b.label} | ${r.clients} | ${r.requests} | ${r.errors} | ${r.completion_tokens}` +
         (r.text_events !== r.completion_tokens ? ` (${r.text_events} events)` : '') +
         ` | ${f(r.wall_s, 1)} | ${f(r.tokens_per_s, 1)} | ${f(r.itl_p50_ms, 1)} | ${f(r.itl_p95_ms, 1)} | ` +
-        `${f(r.ttft_p50_ms, 0)} | ${f(r.ttft_p95_ms, 0)} |`);
+        `${f(r.ttft_p50_ms, 0)} | ${f(r.ttft_p95_ms, 0)} | ${stepCell(r.daemon_decode_step_ms)} | ` +
+        `${stepCell(r.daemon_prompt_step_ms)} |`);
     }
   }
   const top = sum.builds[0].ratios.top_clients;
@@ -398,15 +431,19 @@ async function sweep(o) {
         const step = r * levels.length + li;
         const order = step % 2 === 0 ? builds : builds.slice().reverse();
         for (const b of order) {
+          const before = await stepTotals(b.url);
           const run = await closedLoop(b.url, levels[li], perLevel[li],
             (j) => completionBody(b.model, o, first(r, li) + j));
+          const steps = stepMeans(before, await stepTotals(b.url));
           const s = summarize(run);
-          b.rounds[li].push(levelFigures(s));
+          b.rounds[li].push(levelFigures(s, steps));
           if (s.errors && !b.first_error) b.first_error = s.first_error;
-          const rec = { mode: 'sweep-level', build: b.label, round: r + 1, clients: levels[li], ...levelFigures(s) };
+          const rec = { mode: 'sweep-level', build: b.label, round: r + 1, clients: levels[li],
+            ...levelFigures(s, steps) };
           if (o.json) console.log(JSON.stringify(rec));
           else console.error(`round ${r + 1}, ${b.label}, ${levels[li]} clients: ${f(s.tokens_per_s, 1)} tok/s, ` +
             `ITL p50 ${f(s.itl_ms.p50, 1)} ms, TTFT p50 ${f(s.ttft_ms.p50, 0)} ms, ${f(s.wall_s, 1)} s` +
+            (steps.daemon_decode_step_ms !== null ? `, decode step ${f(steps.daemon_decode_step_ms, 2)} ms` : '') +
             (s.errors ? `, ${s.errors} errors` : ''));
         }
       }

@@ -25,6 +25,8 @@ static const double QUEUE_BOUNDS[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25
 /* Per step, in rows and tokens; 0 counts the steps that had none. */
 static const double BATCH_BOUNDS[] = {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256};
 static const double PREFILL_STEP_BOUNDS[] = {0, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
+/* A decode step of one small session takes milliseconds, a step with a long prompt chunk seconds. */
+static const double STEP_BOUNDS[] = {0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
 /* Token counts of one request. */
 static const double TOKEN_BOUNDS[] = {1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
@@ -66,6 +68,7 @@ struct srv_metrics {
     code_count requests[SRV_EP_COUNT][MAX_CODES];
     uint64_t prompt_tokens, generation_tokens;
     histogram ttft, itl, duration, queue, prefill, batch, prefill_step;
+    histogram step_decode, step_prompt; /* step times: decode rows only, or prompt tokens fed too */
     int64_t sessions_active, requests_waiting;
     uint64_t kv_bytes, weight_bytes;
     eng_prefix_stats prefix;
@@ -122,6 +125,8 @@ srv_metrics *srv_metrics_new(const char *version)
     hist_init(&m->decode, DURATION_BOUNDS, sizeof DURATION_BOUNDS / sizeof *DURATION_BOUNDS);
     hist_init(&m->batch, BATCH_BOUNDS, sizeof BATCH_BOUNDS / sizeof *BATCH_BOUNDS);
     hist_init(&m->prefill_step, PREFILL_STEP_BOUNDS, sizeof PREFILL_STEP_BOUNDS / sizeof *PREFILL_STEP_BOUNDS);
+    hist_init(&m->step_decode, STEP_BOUNDS, sizeof STEP_BOUNDS / sizeof *STEP_BOUNDS);
+    hist_init(&m->step_prompt, STEP_BOUNDS, sizeof STEP_BOUNDS / sizeof *STEP_BOUNDS);
     struct timeval tv;
     gettimeofday(&tv, NULL);
     m->start_time = (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
@@ -170,9 +175,10 @@ void srv_metrics_prefill(srv_metrics *m, double s) { LOCKED(hist_observe(&m->pre
 void srv_metrics_inter_token(srv_metrics *m, double s) { LOCKED(hist_observe(&m->itl, s)); }
 void srv_metrics_queue_wait(srv_metrics *m, double s) { LOCKED(hist_observe(&m->queue, s)); }
 void srv_metrics_set_waiting(srv_metrics *m, int64_t n) { LOCKED(m->requests_waiting = n); }
-void srv_metrics_step(srv_metrics *m, uint64_t rows, uint64_t prompt_tokens)
+void srv_metrics_step(srv_metrics *m, uint64_t rows, uint64_t prompt_tokens, double seconds)
 {
-    LOCKED(hist_observe(&m->batch, (double)rows); hist_observe(&m->prefill_step, (double)prompt_tokens));
+    LOCKED(hist_observe(&m->batch, (double)rows); hist_observe(&m->prefill_step, (double)prompt_tokens);
+           hist_observe(prompt_tokens ? &m->step_prompt : &m->step_decode, seconds));
 }
 
 void srv_metrics_set_sessions(srv_metrics *m, int64_t active, uint64_t kv_bytes)
@@ -269,10 +275,9 @@ static void family(out *o, const char *name, const char *type, const char *help)
     outf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* A histogram's samples; LABELS ("" or 'a="b",...') go before le. */
-static void hist_render_labels(out *o, const char *name, const char *help, const char *labels, const histogram *h)
+/* A histogram's samples, without the family's header; LABELS ("" or 'a="b",...') go before le. */
+static void hist_samples(out *o, const char *name, const char *labels, const histogram *h)
 {
-    family(o, name, "histogram", help);
     const char *sep = *labels ? "," : "";
     uint64_t cum = 0;
     for (size_t i = 0; i < h->n_bounds; i++) {
@@ -286,6 +291,12 @@ static void hist_render_labels(out *o, const char *name, const char *help, const
              (unsigned long long)h->count);
     else
         outf(o, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
+}
+
+static void hist_render_labels(out *o, const char *name, const char *help, const char *labels, const histogram *h)
+{
+    family(o, name, "histogram", help);
+    hist_samples(o, name, labels, h);
 }
 
 static void hist_render(out *o, const char *name, const char *help, const histogram *h)
@@ -394,6 +405,10 @@ char *srv_metrics_render(srv_metrics *m, size_t *len)
     hist_render(&o, "qwen3d_prefill_tokens_per_step",
                 "Prompt tokens fed in one step of the model, beside its decode rows (0: a decode-only step).",
                 &m->prefill_step);
+    family(&o, "qwen3d_step_seconds", "histogram",
+           "Duration of one step of the model: kind \"decode\", decode rows only; \"prompt\", prompt tokens fed too.");
+    hist_samples(&o, "qwen3d_step_seconds", "kind=\"decode\"", &m->step_decode);
+    hist_samples(&o, "qwen3d_step_seconds", "kind=\"prompt\"", &m->step_prompt);
     family(&o, "qwen3d_sessions_active", "gauge", "Sessions generating now.");
     outf(&o, "qwen3d_sessions_active %lld\n", (long long)m->sessions_active);
     family(&o, "qwen3d_requests_waiting", "gauge", "Requests queued for a session.");

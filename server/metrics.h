@@ -61,8 +61,8 @@ void srv_metrics_ttft(srv_metrics *m, double seconds);
 void srv_metrics_prefill(srv_metrics *m, double seconds);
 void srv_metrics_inter_token(srv_metrics *m, double seconds);
 void srv_metrics_queue_wait(srv_metrics *m, double seconds);
-/* One step of the model: ROWS sessions decoded a token, PROMPT_TOKENS prompt ids were fed. */
-void srv_metrics_step(srv_metrics *m, uint64_t rows, uint64_t prompt_tokens);
+/* One step of the model, SECONDS long: ROWS sessions decoded a token, PROMPT_TOKENS prompt ids were fed. */
+void srv_metrics_step(srv_metrics *m, uint64_t rows, uint64_t prompt_tokens, double seconds);
 void srv_metrics_set_sessions(srv_metrics *m, int64_t active, uint64_t kv_bytes);
 void srv_metrics_set_waiting(srv_metrics *m, int64_t waiting);
 /* The prompt-prefix cache's counters and bytes now (all zero without a cache). */

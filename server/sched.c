@@ -1143,7 +1143,7 @@ static void step_all(srv_sched *s, batch *b)
     for (int i = 0; i < n; i++)
         fed += eng_gen_last(slots[i].gen)->prompt_fed;
     learn_step(s, decoding, fed, now - t0);
-    srv_metrics_step(s->metrics, decoding, fed);
+    srv_metrics_step(s->metrics, decoding, fed, now - t0);
     for (int i = 0; i < n; i++)
         if (eng_gen_last(slots[i].gen)->prefilled)
             fork_choices(s, b, &slots[i]);

@@ -155,6 +155,16 @@ async function scrapedAfter(t, ms) {
   // One decode row per token after a request's first, in the steps' batch sizes.
   await expect(`qwen3d_batch_size_sum{${sel}}`, counted.completion - counted.withTokens);
   await expect(`qwen3d_prefill_tokens_per_step_count{${sel}} - qwen3d_batch_size_count{${sel}}`, 0);
+  // Each step's duration under its kind: decode-only steps are those that fed no prompt token.
+  const steps = await scalar(`qwen3d_prefill_tokens_per_step_count{${sel}}`);
+  const decodeSteps = await scalar(`qwen3d_prefill_tokens_per_step_bucket{${sel},le="0"}`);
+  assert.ok(steps - decodeSteps >= 1, `${steps} steps, ${decodeSteps} of them decode-only: no prompt was fed`);
+  await expect(`qwen3d_step_seconds_count{${sel},kind="decode"}`, decodeSteps);
+  await expect(`qwen3d_step_seconds_bucket{${sel},kind="prompt",le="+Inf"}`, steps - decodeSteps);
+  await expect(`qwen3d_step_seconds_count{${sel},kind="prompt"}`, steps - decodeSteps);
+  const promptSeconds = await scalar(`qwen3d_step_seconds_sum{${sel},kind="prompt"}`);
+  assert.ok(promptSeconds > 0, `qwen3d_step_seconds_sum{kind="prompt"} ${promptSeconds}: prompt steps take time`);
+  results.push(`qwen3d_step_seconds_sum{kind="prompt"} = ${promptSeconds}`);
   const generation = Object.entries(counted.requests).filter(([k]) => k.startsWith(CMPL) || k.startsWith(CHAT))
     .reduce((a, [, n]) => a + n, 0);
   await expect(`qwen3d_request_duration_seconds_count{${sel}}`, generation);
