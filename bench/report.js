@@ -183,7 +183,9 @@ function machine(model) {
   const mm = [...new Set(nodes.filter((n) => n.op === 'MatMulNBits').flatMap((n) => n.kernel.match(/mmnb[\w.]*/g) || [n.kernel]))];
   return [`Machine: ${cpu}, ${os.cpus().length} logical CPUs, Linux ${os.release()}; load average ` +
     `${os.loadavg().map((x) => x.toFixed(1)).join(' / ')} (1 / 5 / 15 min) when the runs ended.`,
-    `Kernel level (qwen3d inspect): ${level}${process.env.QWEN3D_KERNELS ? ` (QWEN3D_KERNELS=${process.env.QWEN3D_KERNELS})` : ''}.`,
+    // inspect names a QWEN3D_KERNELS override itself; older builds did not.
+    `Kernel level (qwen3d inspect): ${level}${process.env.QWEN3D_KERNELS && !level.includes('QWEN3D_KERNELS')
+      ? ` (QWEN3D_KERNELS=${process.env.QWEN3D_KERNELS})` : ''}.`,
     `MatMulNBits kernels: ${mm.join('; ') || '-'}.`];
 }
 
