@@ -1,8 +1,9 @@
 // A strict reader of the Prometheus text exposition format 0.0.4, for the
 // serve tests: every sample must belong to a family declared by # TYPE (with
 // # HELP), names and labels must be well formed, counters must end in
-// _total, histograms must have cumulative buckets ending in le="+Inf" equal
-// to _count, plus _sum. Throws on the first violation.
+// _total, each series of a histogram (one per label set) must have
+// cumulative buckets ending in le="+Inf" equal to _count, plus _sum. Throws
+// on the first violation.
 'use strict';
 
 const NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
@@ -74,22 +75,36 @@ function parseMetrics(text) {
     fam.samples.push(s);
     samples.push(s);
   }
+  // A histogram family may hold several series, one per label set (le aside): each is checked alone.
+  const seriesKey = (labels) => JSON.stringify(Object.entries(labels).filter(([k]) => k !== 'le').sort());
   for (const f of families.values()) {
     if (f.type !== 'histogram') continue;
-    const buckets = f.samples.filter((s) => s.name === f.name + '_bucket');
-    const count = f.samples.find((s) => s.name === f.name + '_count');
-    const sum = f.samples.find((s) => s.name === f.name + '_sum');
-    if (!buckets.length || !count || !sum) throw new Error(`histogram ${f.name} lacks buckets, _sum or _count`);
-    let prevLe = -Infinity, prev = 0;
-    for (const b of buckets) {
-      const le = b.labels.le === '+Inf' ? Infinity : Number(b.labels.le);
-      if (!(le > prevLe)) throw new Error(`histogram ${f.name}: le not increasing at ${b.labels.le}`);
-      if (b.value < prev) throw new Error(`histogram ${f.name}: buckets not cumulative at le=${b.labels.le}`);
-      prevLe = le;
-      prev = b.value;
+    const series = new Map();
+    for (const s of f.samples) {
+      const k = seriesKey(s.labels);
+      if (!series.has(k)) series.set(k, []);
+      series.get(k).push(s);
     }
-    if (prevLe !== Infinity) throw new Error(`histogram ${f.name}: no le="+Inf" bucket`);
-    if (prev !== count.value) throw new Error(`histogram ${f.name}: +Inf bucket ${prev} != _count ${count.value}`);
+    if (!series.size) throw new Error(`histogram ${f.name} lacks buckets, _sum or _count`);
+    for (const [k, ss] of series) {
+      const what = k === '[]' ? f.name : `${f.name} ${k}`;
+      const buckets = ss.filter((s) => s.name === f.name + '_bucket');
+      const count = ss.find((s) => s.name === f.name + '_count');
+      const sum = ss.find((s) => s.name === f.name + '_sum');
+      if (!buckets.length || !count || !sum) throw new Error(`histogram ${what} lacks buckets, _sum or _count`);
+      if (ss.filter((s) => s.name !== f.name + '_bucket').length !== 2)
+        throw new Error(`histogram ${what}: more than one _sum or _count`);
+      let prevLe = -Infinity, prev = 0;
+      for (const b of buckets) {
+        const le = b.labels.le === '+Inf' ? Infinity : Number(b.labels.le);
+        if (!(le > prevLe)) throw new Error(`histogram ${what}: le not increasing at ${b.labels.le}`);
+        if (b.value < prev) throw new Error(`histogram ${what}: buckets not cumulative at le=${b.labels.le}`);
+        prevLe = le;
+        prev = b.value;
+      }
+      if (prevLe !== Infinity) throw new Error(`histogram ${what}: no le="+Inf" bucket`);
+      if (prev !== count.value) throw new Error(`histogram ${what}: +Inf bucket ${prev} != _count ${count.value}`);
+    }
   }
   const same = (a, b) => {
     const ka = Object.keys(a), kb = Object.keys(b);
