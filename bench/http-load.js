@@ -316,8 +316,7 @@ async function stepTotals(url) {
 function stepMeans(a, b) {
   const mean = (k) => (a && b && b[k].count > a[k].count
     ? (1000 * (b[k].sum - a[k].sum)) / (b[k].count - a[k].count) : null);
-  return { daemon_decode_step_ms: mean('decode'), daemon_prompt_step_ms: mean('prompt'),
-    daemon_decode_steps: a && b ? b.decode.count - a.decode.count : null };
+  return { daemon_decode_step_ms: mean('decode'), daemon_prompt_step_ms: mean('prompt') };
 }
 
 // The figures of one level, from one round (STEPS: stepMeans over its run).
@@ -335,7 +334,7 @@ function combineRounds(rounds) {
   const out = {};
   for (const k of Object.keys(rounds[0])) {
     const v = rounds.map((r) => r[k]);
-    out[k] = ['requests', 'errors', 'completion_tokens', 'text_events', 'daemon_decode_steps'].includes(k)
+    out[k] = ['requests', 'errors', 'completion_tokens', 'text_events'].includes(k)
       ? v.reduce((a, x) => a + x, 0) : v.includes(null) ? null : median(v);
   }
   return out;
