@@ -939,7 +939,7 @@ END_TEST
 
 /*
  * Batch invariance: a row's output must not depend on which rows share the
- * call. Every level computes M rows at once (M = 3, 8, 9, 13, 17: register
+ * call. Every level computes M rows at once (M = 3, 8, 9, 13, 17, 37: register
  * tiles of several sizes and their tails) and each row again alone (M = 1),
  * in both modes, the int8 one in place and from repacked weights with fp32
  * and bfloat16 scale records; the two must be the same bits. Odd N (a tile
@@ -984,7 +984,7 @@ static void rows_alone_case(const krn_table *lv, const qweights *q, const float 
 
 START_TEST(mmnb_rows_batch_invariant)
 {
-    static const size_t ms[] = {3, 8, 9, 13, 17};
+    static const size_t ms[] = {3, 8, 9, 13, 17, 37};
     static const size_t shapes[][2] = {{37, 100}, {23, 96}, {41, 1000}, {8, 64}};
     krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
