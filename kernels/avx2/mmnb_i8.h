@@ -205,8 +205,14 @@ static KRN_AVX2_TGT void store_tile(const krn_mmnb_args *a, size_t m0, size_t mr
 #define ROW_BLOCK 64
 #define MR_TILE 4 /* rows per register tile in the GEMM case */
 
-/* Software prefetch distance in the packed weight stream (bytes). */
+/* Software prefetch distance in the packed weight stream (bytes), into L1. */
 #define PF_DIST 2048
+/*
+ * The same stream asked of L2 this far ahead, so that the L1 prefetches find
+ * their lines there. At the AVX2 level (AVX-VNNI kernel) of an Emerald Rapids
+ * Xeon, 0.6b decode steps took 20% less time on 1 and on 2 threads.
+ */
+#define PF_L2_DIST 16384
 
 /* Eight bfloat16 values at p as floats: each is the upper half of its float. */
 INLINE __m256 bf16x8(const uint8_t *p)
@@ -261,13 +267,16 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
         /*
          * The hardware prefetcher alone leaves the stream at ~13 GB/s on the
          * machines measured; asking for the lines 2 KiB ahead (prefetches
-         * never fault, also past the end) brings it to ~16-19 GB/s. A block's
+         * never fault, also past the end) brings it to ~16-19 GB/s, and
+         * asking L2 for them PF_L2_DIST ahead further still. A block's
          * two records are asked for together: with NH = 1 the pass over the
          * tile's other eight columns then reads them from cache.
          */
         if (pf)
-            UNROLL for (int l = 0; l < 5; l++)
+            UNROLL for (int l = 0; l < 5; l++) {
                 _mm_prefetch((const char *)g + PF_DIST + 64 * l, _MM_HINT_T0);
+                _mm_prefetch((const char *)g + PF_L2_DIST + 64 * l, _MM_HINT_T1);
+            }
         /* The block's record of these eight columns, then with NH = 2 the tile's other eight. */
         UNROLL for (int e = 0; e < NH; e++) {
             const uint8_t *ge = g + (size_t)e * rec;

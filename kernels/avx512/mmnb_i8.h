@@ -241,7 +241,15 @@ static KRN_TGT void i8_bs16(const krn_mmnb_args *a, size_t m, size_t n)
  * (80 KiB) 7% faster. */
 #define WIDE_TILE_BYTES (128 * 1024)
 #define ROW_BLOCK_PK 64 /* rows whose activations stay in L2 while the range's tiles pass */
-#define PF_DIST_PK 4096 /* bytes ahead in each tile's stream */
+#define PF_DIST_PK 4096 /* bytes ahead in each tile's stream, into L1 */
+/*
+ * Each block also asks L2 for its lines this far ahead: the L1 prefetches
+ * then find them there instead of waiting on memory. On Emerald Rapids
+ * (2 cores) 0.6b decode steps took 9% (1 thread) and 13% (2 threads) less
+ * time, M = 8 products ran 3-5% faster, prompts unchanged; 8-64 KiB ahead
+ * measured alike.
+ */
+#define PF_L2_DIST_PK 16384
 
 /* The 4 int8 activations at p in all sixteen 32-bit lanes. */
 INLINE __m512i bcast4_512(const int8_t *p)
@@ -323,8 +331,10 @@ INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, __mmask16 cols
     for (size_t b = 0; b < kb; b++, g0 += 2 * rec, g1 += 2 * rec, q += 32) {
         /* Past the tile's end the stream goes on into the next tile's first lines. */
         if (pf)
-            UNROLL for (int l = 0; l < 5; l++)
+            UNROLL for (int l = 0; l < 5; l++) {
                 _mm_prefetch((const char *)g0 + PF_DIST_PK + 64 * l, _MM_HINT_T0);
+                _mm_prefetch((const char *)g0 + PF_L2_DIST_PK + 64 * l, _MM_HINT_T1);
+            }
         /* The block's 128 weight bytes, unpacked once for all MR rows. */
         __m512i lo[4], hi[4];
         UNROLL for (int h = 0; h < 4; h++) {
@@ -395,6 +405,8 @@ INLINE void pk_cols(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const 
     const char *g = (const char *)krn_q4p_half(a->w.packed, first, a->w.k_blocks, BF16);
     for (size_t o = 0; o < PF_DIST_PK; o += 64)
         _mm_prefetch(g + o, _MM_HINT_T0); /* past the last tile: a prefetch never faults */
+    for (size_t o = PF_DIST_PK; o < PF_L2_DIST_PK; o += 64)
+        _mm_prefetch(g + o, _MM_HINT_T1);
     for (size_t mb = 0; mb < a->m; mb += ROW_BLOCK_PK) {
         size_t me = a->m - mb < ROW_BLOCK_PK ? a->m : mb + ROW_BLOCK_PK;
         for (size_t n0 = first; n0 < n_end; n0 += KRN_Q4_PACK_TILE) {
