@@ -9,7 +9,8 @@
  * read patterns, each as the median over R passes:
  *   seq        one sequential stream of 32-byte loads (AVX2 when the CPU has it)
  *   seq+pf     the same with software prefetch of every line 2 KiB ahead
- *              (what the int8 GEMV does on its packed weights)
+ *   seq+l2pf   the same with every line also asked of L2 16 KiB ahead (what
+ *              the int8 GEMV does on its packed weights)
  *   4 streams  four interleaved sequential streams, the access pattern of a
  *              kernel that reads four weight rows side by side (rows of
  *              --row bytes, default 512: K = 1024 in int4)
@@ -38,8 +39,8 @@
 #define BW_X86 0
 #endif
 
-typedef enum { PAT_SEQ, PAT_SEQ_PF, PAT_STREAMS4, PAT_MEMSET, PAT_COUNT } pattern;
-static const char *const pat_names[PAT_COUNT] = {"seq", "seq+pf", "4 streams", "memset"};
+typedef enum { PAT_SEQ, PAT_SEQ_PF, PAT_SEQ_L2PF, PAT_STREAMS4, PAT_MEMSET, PAT_COUNT } pattern;
+static const char *const pat_names[PAT_COUNT] = {"seq", "seq+pf", "seq+l2pf", "4 streams", "memset"};
 
 static double now_s(void)
 {
@@ -50,13 +51,17 @@ static double now_s(void)
 
 /* The loops only need to keep the loads alive; an OR of everything read does. */
 #if BW_X86
-__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n, int pf)
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n, int pf, int l2pf)
 {
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
     for (size_t i = 0; i + 128 <= n; i += 128) {
-        if (pf) { /* as the GEMV does: every line, 2 KiB ahead */
+        if (pf) { /* every line, 2 KiB ahead */
             _mm_prefetch((const char *)p + i + 2048, _MM_HINT_T0);
             _mm_prefetch((const char *)p + i + 2048 + 64, _MM_HINT_T0);
+        }
+        if (l2pf) { /* and into L2, 16 KiB ahead */
+            _mm_prefetch((const char *)p + i + 16384, _MM_HINT_T1);
+            _mm_prefetch((const char *)p + i + 16384 + 64, _MM_HINT_T1);
         }
         a0 = _mm256_or_si256(a0, _mm256_load_si256((const __m256i *)(const void *)(p + i)));
         a1 = _mm256_or_si256(a1, _mm256_load_si256((const __m256i *)(const void *)(p + i + 32)));
@@ -107,8 +112,9 @@ static uint64_t run_pattern(pattern pat, uint8_t *p, size_t n)
 #if BW_X86
     case PAT_SEQ:
     case PAT_SEQ_PF:
+    case PAT_SEQ_L2PF:
         if (have_avx2)
-            return read_avx2(p, n, pat == PAT_SEQ_PF);
+            return read_avx2(p, n, pat != PAT_SEQ, pat == PAT_SEQ_L2PF);
         return read_scalar(p, n);
     case PAT_STREAMS4:
         if (have_avx2)
