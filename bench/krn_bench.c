@@ -4,7 +4,7 @@
  *
  * Usage: bench/krn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all]
  *                        [--mode i8|f32|both] [--m M] [--min-ms T] [--hot] [--packed]
- *                        [--threads N] [--roofline]
+ *                        [--zero-points] [--threads N] [--roofline]
  *
  * For each shape (N x K, block 32, no zero points, as the exported graph) it
  * reports the median time of one call over the whole column range and the
@@ -14,7 +14,9 @@
  * exceed the last-level cache (--hot reuses one copy instead, which shows the
  * compute ceiling for matrices that fit in cache). --packed gives the int8 kernels of levels
  * that read repacked weights (krn_q4_pack) the packed copy; the GB/s figure always counts the
- * ONNX bytes (int4 data plus scales), which the packed copy matches. Activation quantization
+ * ONNX bytes (int4 data plus scales), which the packed copy matches. --zero-points gives the
+ * weights random 4-bit zero points (an asymmetric export; the packed copy then holds them
+ * too, one byte per column and block, which the GB/s figure does not count). Activation quantization
  * (int8 mode) is timed separately; it is O(K) per row. --threads N splits each call's columns
  * over N pinned threads as the engine's pool does; --roofline adds, per shape, the rate at
  * which the same threads read memory at that moment and the kernel's share of it (see
@@ -196,11 +198,12 @@ static double roofline_gbs(void)
 typedef struct wcopy {
     uint8_t *b;
     float *scales;
+    uint8_t *zp;  /* packed 4-bit zero points, when requested */
     void *packed; /* krn_q4_pack of b and scales, when requested */
 } wcopy;
 
 static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size_t m, int mode_mask,
-                        double min_ms, bool hot, bool pack)
+                        double min_ms, bool hot, bool pack, bool zp)
 {
     const size_t bs = 32, kb = (sh->k + bs - 1) / bs;
     const size_t b_bytes = sh->n * kb * bs / 2, s_bytes = sh->n * kb * sizeof(float);
@@ -220,9 +223,15 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
         }
         for (size_t i = 0; i < sh->n * kb; i++)
             w[c].scales[i] = ((float)(rnext() >> 40) / 16777216.0f - 0.5f) * 0.02f;
+        if (zp) {
+            size_t zb = sh->n * ((kb + 1) / 2);
+            w[c].zp = bench_alloc("krn_bench", zb);
+            for (size_t i = 0; i < zb; i++)
+                w[c].zp[i] = (uint8_t)rnext();
+        }
         if (pack) {
-            krn_q4_weights qw = {.b_data = w[c].b, .scales = w[c].scales, .n = sh->n, .k = sh->k,
-                                 .block_size = bs, .k_blocks = kb};
+            krn_q4_weights qw = {.b_data = w[c].b, .scales = w[c].scales, .zero_pts = w[c].zp, .n = sh->n,
+                                 .k = sh->k, .block_size = bs, .k_blocks = kb, .packed_zp = zp};
             w[c].packed = bench_alloc("krn_bench", krn_q4_pack_size(&qw));
             krn_q4_pack(&qw, w[c].packed);
         }
@@ -258,6 +267,8 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
                 wcopy *c = &w[(size_t)reps % copies];
                 args.w.b_data = c->b;
                 args.w.scales = c->scales;
+                args.w.zero_pts = c->zp;
+                args.w.packed_zp = zp;
                 args.w.packed = mode && tab->q4_packed ? c->packed : NULL;
                 double t0 = bench_now_ms();
                 team_run(fn, &args);
@@ -269,7 +280,8 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
             double med = times[reps / 2];
             double roof = rl_buf ? roofline_gbs() : 0.0;
             printf("%-5s %-8s N=%6zu K=%5zu M=%3zu  %-20s %-6s %9.3f ms  %6.2f GB/s  %7.2f GMAC/s",
-                   sh->model, sh->what, sh->n, sh->k, m, name, args.w.packed ? "packed" : "onnx", med,
+                   sh->model, sh->what, sh->n, sh->k, m, name,
+                   args.w.packed ? (zp ? "pk+zp" : "packed") : (zp ? "onnx+zp" : "onnx"), med,
                    w_bytes / med / 1e6,
                    (double)m * sh->n * sh->k / med / 1e6);
             if (mode)
@@ -283,6 +295,7 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
         free(w[c].b);
         free(w[c].scales);
         free(w[c].packed);
+        free(w[c].zp);
     }
     free(w);
     free(a);
@@ -293,7 +306,8 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
 static void usage(void)
 {
     fprintf(stderr, "usage: krn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all] "
-                    "[--mode i8|f32|both] [--m M] [--min-ms T] [--hot] [--packed] [--threads N] [--roofline]\n");
+                    "[--mode i8|f32|both] [--m M] [--min-ms T] [--hot] [--packed] [--zero-points] [--threads N] "
+                    "[--roofline]\n");
     exit(2);
 }
 
@@ -302,7 +316,7 @@ int main(int argc, char **argv)
     const char *level = "all", *which = "all", *mode = "both";
     size_t m = 1;
     double min_ms = 300;
-    bool hot = false, pack = false;
+    bool hot = false, pack = false, zp = false;
     int threads = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hot")) {
@@ -311,6 +325,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(argv[i], "--packed")) {
             pack = true;
+            continue;
+        }
+        if (!strcmp(argv[i], "--zero-points")) {
+            zp = true;
             continue;
         }
         if (!strcmp(argv[i], "--roofline")) {
@@ -364,7 +382,7 @@ int main(int argc, char **argv)
     team_start(threads);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         if (!strcmp(which, "all") || !strcmp(which, shapes[s].model))
-            bench_shape(&shapes[s], tabs, n_tabs, m, mode_mask, min_ms, hot, pack);
+            bench_shape(&shapes[s], tabs, n_tabs, m, mode_mask, min_ms, hot, pack, zp);
     team_stop();
     return 0;
 }

@@ -89,7 +89,11 @@ static void do_quant(const void *c, size_t b, size_t e)
 /* What the kernel name adds for the weights' packed form. */
 const char *plan_pack_note(const krn_q4_weights *w)
 {
-    return !w->packed ? "" : w->packed_bf16 ? " (packed, bf16 scales)" : " (packed)";
+    if (!w->packed)
+        return "";
+    if (w->packed_zp)
+        return w->packed_bf16 ? " (packed, bf16 scales, zero points)" : " (packed, zero points)";
+    return w->packed_bf16 ? " (packed, bf16 scales)" : " (packed)";
 }
 
 static int prep_mmnb(plan_builder *b, step *s)
@@ -141,6 +145,8 @@ static int prep_mmnb(plan_builder *b, step *s)
     if (packing && !plan_size_packs(b))
         PREP_FAIL(b, s, "out of memory sizing the repacked weights");
     m->w.packed_bf16 = packing && b->scales_bf16[n - b->p->g->nodes];
+    /* Zero points all 8 pack as none (the same bits, smaller records), as node_pack_size sized them. */
+    m->w.packed_zp = packing && zp && !plan_q4_zp_all_8(zp->data, zp->n_elems, (uint64_t)N, kb);
     uint64_t resident = B->nbytes + sc->nbytes;
     size_t pack = packing ? krn_q4_pack_size(&m->w) : 0;
     if (pack) {
@@ -250,12 +256,13 @@ int plan_prep_q4(plan_builder *b, step *s, const q4_src *src, const char *what)
     krn_q4_weights_set_blocks(&m->w);
     m->qdq = src;
     m->int8 = !b->p->opts.matmul_fp32;
-    bool packing = m->int8 && b->p->krn.q4_packed && src->zp_all_8;
+    bool packing = m->int8 && b->p->krn.q4_packed;
     size_t kb = m->w.k_blocks;
     if (packing) {
         if (!plan_size_packs(b))
             PREP_FAIL(b, s, "out of memory sizing the repacked weights");
         m->w.packed_bf16 = b->scales_bf16[s - b->p->steps]; /* plan_q4_scales_bf16(), or the cache's record */
+        m->w.packed_zp = !src->zp_all_8;
         uint64_t counted = 0;
         void *buf = plan_packed_slot(b, s, krn_q4_pack_size(&m->w), &counted);
         if (!buf)
@@ -276,7 +283,8 @@ int plan_prep_q4(plan_builder *b, step *s, const q4_src *src, const char *what)
     }
     if (m->int8)
         snprintf(s->kernel, sizeof s->kernel, "%s: %s + %s%s%s", what, b->p->krn.quant_a8.name,
-                 b->p->krn.mmnb_i8.name, plan_pack_note(&m->w), src->zp_all_8 ? "" : " (zero points)");
+                 b->p->krn.mmnb_i8.name, plan_pack_note(&m->w),
+                 src->zp_all_8 || m->w.packed ? "" : " (zero points)");
     else
         snprintf(s->kernel, sizeof s->kernel, "%s: %s%s", what, b->p->krn.mmnb_f32.name,
                  src->zp_all_8 ? "" : " (zero points)");

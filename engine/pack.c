@@ -70,6 +70,19 @@ bool plan_q4_scales_bf16(const q4_src *src)
     return true;
 }
 
+bool plan_q4_zp_all_8(const uint8_t *zp, uint64_t bytes, uint64_t n, uint64_t k_blocks)
+{
+    /* Rows of (k_blocks + 1) / 2 bytes; an odd count leaves the last high nibble unused. */
+    uint64_t row = (k_blocks + 1) / 2;
+    if (!zp || bytes != n * row)
+        return false;
+    for (uint64_t r = 0; r < n; r++)
+        for (uint64_t j = 0; j < k_blocks; j++)
+            if (((zp[r * row + j / 2] >> (4 * (j & 1))) & 15) != 8)
+                return false;
+    return true;
+}
+
 /* Nibble i of a 4-bit tensor. */
 static inline unsigned nib(const uint8_t *t, uint64_t i)
 {
@@ -110,10 +123,11 @@ void plan_q4_fill(const q4_src *src, size_t n0, size_t n1, uint8_t *b, float *sc
 }
 
 /*
- * Bytes of krn_q4_pack for a MatMulNBits node as its attributes and scales
- * describe it, or for a lowered DequantizeLinear weight as the lowering
- * found it (0 when the packed form does not apply), and in *bf16 the form of
- * its scales.
+ * Bytes of krn_q4_pack for a MatMulNBits node as its attributes, scales and
+ * zero points describe it, or for a lowered DequantizeLinear weight as the
+ * lowering found it (0 when the packed form does not apply), and in *bf16
+ * the form of its scales. Zero points other than 8 pack into the records
+ * (packed_zp), as prep_mmnb and plan_prep_q4 decide alike.
  */
 static size_t node_pack_size(const eng_plan *p, size_t i, bool *bf16)
 {
@@ -123,26 +137,29 @@ static size_t node_pack_size(const eng_plan *p, size_t i, bool *bf16)
     *bf16 = false;
     if (s->op == &op_matmulnbits && s->p.mmnb.qdq) {
         const q4_src *src = s->p.mmnb.qdq;
-        if (p->opts.matmul_fp32 || !p->krn.q4_packed || !src->zp_all_8)
+        if (p->opts.matmul_fp32 || !p->krn.q4_packed)
             return 0;
         *bf16 = cached >= 0 ? cached : plan_q4_scales_bf16(src);
-        krn_q4_weights w = {.n = src->n, .k = src->k, .block_size = 32, .packed_bf16 = *bf16};
+        krn_q4_weights w = {.n = src->n, .k = src->k, .block_size = 32, .packed_bf16 = *bf16,
+                            .packed_zp = !src->zp_all_8};
         krn_q4_weights_set_blocks(&w);
         return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;
     }
     if (strcmp(n->op_type, "MatMulNBits") || eng_node_attr_int(n, "bits", 4) != 4 ||
-        eng_node_attr_int(n, "block_size", 0) != 32 || eng_node_attr_int(n, "accuracy_level", 0) != 4 ||
-        (n->n_inputs > 3 && n->input_values[3] >= 0))
+        eng_node_attr_int(n, "block_size", 0) != 32 || eng_node_attr_int(n, "accuracy_level", 0) != 4)
         return 0;
     int64_t N = eng_node_attr_int(n, "N", 0), K = eng_node_attr_int(n, "K", 0);
     mmnb_sizes z;
-    const eng_tensor *scales;
+    const eng_tensor *scales, *zp = NULL;
+    bool has_zp = n->n_inputs > 3 && n->input_values[3] >= 0;
     /* Only a node prep_mmnb will accept counts, so no size below overflows. */
     if (N <= 0 || K <= 0 || !mmnb_sizes_of(K, N, 32, &z) || !node_init(p, n, 1, ENG_DT_UINT8, z.b_bytes) ||
-        !(scales = node_init(p, n, 2, ENG_DT_FLOAT, z.n_scales)))
+        !(scales = node_init(p, n, 2, ENG_DT_FLOAT, z.n_scales)) ||
+        (has_zp && !(zp = node_init(p, n, 3, ENG_DT_UINT8, z.zp_bytes))))
         return 0;
     *bf16 = cached >= 0 ? cached : node_scales_bf16(scales);
-    krn_q4_weights w = {.n = (size_t)N, .k = (size_t)K, .block_size = 32, .packed_bf16 = *bf16};
+    krn_q4_weights w = {.n = (size_t)N, .k = (size_t)K, .block_size = 32, .packed_bf16 = *bf16,
+                        .packed_zp = zp && !plan_q4_zp_all_8(zp->data, zp->n_elems, z.n_scales / z.kb, z.kb)};
     krn_q4_weights_set_blocks(&w);
     return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;
 }
@@ -258,20 +275,23 @@ static bool pack_qdq(mmnb_params *m)
         plan_q4_fill(src, 0, src->n, (uint8_t *)m->w.b_data, (float *)m->w.scales, (uint8_t *)m->w.zero_pts);
         return true;
     }
+    bool zp = m->w.packed_zp;
     size_t tile = krn_q4_pack_size(&(krn_q4_weights){.n = 1, .k = m->w.k, .block_size = 32, .k_blocks = kb,
-                                                     .packed_bf16 = m->w.packed_bf16});
+                                                     .packed_bf16 = m->w.packed_bf16, .packed_zp = zp});
     uint8_t *tb = malloc(KRN_Q4_PACK_TILE * 16 * kb);
     float *ts = malloc(KRN_Q4_PACK_TILE * sizeof(float) * kb);
-    for (size_t n0 = 0; tb && ts && n0 < src->n; n0 += KRN_Q4_PACK_TILE) {
+    uint8_t *tz = zp ? malloc(KRN_Q4_PACK_TILE * ((kb + 1) / 2)) : NULL;
+    bool ok = tb && ts && (!zp || tz);
+    for (size_t n0 = 0; ok && n0 < src->n; n0 += KRN_Q4_PACK_TILE) {
         size_t n1 = n0 + KRN_Q4_PACK_TILE < src->n ? n0 + KRN_Q4_PACK_TILE : src->n;
-        plan_q4_fill(src, n0, n1, tb, ts, NULL);
-        krn_q4_weights t = {.b_data = tb, .scales = ts, .n = n1 - n0, .k = m->w.k, .block_size = 32, .k_blocks = kb,
-                            .packed_bf16 = m->w.packed_bf16};
+        plan_q4_fill(src, n0, n1, tb, ts, tz);
+        krn_q4_weights t = {.b_data = tb, .scales = ts, .zero_pts = tz, .n = n1 - n0, .k = m->w.k,
+                            .block_size = 32, .k_blocks = kb, .packed_bf16 = m->w.packed_bf16, .packed_zp = zp};
         krn_q4_pack(&t, (uint8_t *)m->w.packed + n0 / KRN_Q4_PACK_TILE * tile);
     }
-    bool ok = tb && ts;
     free(tb);
     free(ts);
+    free(tz);
     return ok;
 }
 

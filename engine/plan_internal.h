@@ -406,6 +406,8 @@ void *plan_packed_slot(plan_builder *b, const step *s, size_t bytes, uint64_t *c
 bool plan_pack_all(eng_plan *p);
 /* Whether every scale of a lowered weight is a bfloat16 value (the packed copy keeps 16 bits). */
 bool plan_q4_scales_bf16(const q4_src *src);
+/* Whether MatMulNBits' packed 4-bit zero points (ZP, BYTES bytes) are all 8: the weights then pack without them. */
+bool plan_q4_zp_all_8(const uint8_t *zp, uint64_t bytes, uint64_t n, uint64_t k_blocks);
 void plan_release_mapped(const eng_tensor *t);
 /* Memory for packed weights: huge-page aligned when large (a hint), freed with free(). */
 void *plan_alloc_weights(size_t bytes);

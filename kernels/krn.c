@@ -349,9 +349,10 @@ void krn_q4_weights_set_blocks(krn_q4_weights *w)
 
 size_t krn_q4_pack_size(const krn_q4_weights *w)
 {
-    if (w->block_size != 32 || w->zero_pts || !w->n || w->k_blocks != (w->k + 31) / 32)
+    if (w->block_size != 32 || (w->zero_pts && !w->packed_zp) || !w->n || w->k_blocks != (w->k + 31) / 32)
         return 0;
-    return (w->n + KRN_Q4_PACK_TILE - 1) / KRN_Q4_PACK_TILE * krn_q4p_tile_bytes(w->k_blocks, w->packed_bf16);
+    return (w->n + KRN_Q4_PACK_TILE - 1) / KRN_Q4_PACK_TILE *
+           krn_q4p_tile_bytes(w->k_blocks, w->packed_bf16, w->packed_zp);
 }
 
 krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n)
@@ -367,7 +368,7 @@ krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n)
     if (w->bias)
         s.bias = w->bias + off;
     if (w->packed) /* tiles of KRN_Q4_PACK_TILE columns follow each other */
-        s.packed = krn_q4p_half(w->packed, off, w->k_blocks, w->packed_bf16);
+        s.packed = krn_q4p_half(w->packed, off, w->k_blocks, w->packed_bf16, w->packed_zp);
     return s;
 }
 
@@ -390,12 +391,14 @@ int krn_q4_pack(const krn_q4_weights *w, void *dst)
         return KRN_EINVAL;
     if (w->packed_bf16 && !krn_q4_scales_fit_bf16(w->scales, w->n * w->k_blocks))
         return KRN_EINVAL;
-    size_t kb = w->k_blocks, rec = krn_q4p_block_bytes(w->packed_bf16);
+    if (w->packed_zp && !w->zero_pts)
+        return KRN_EINVAL;
+    size_t kb = w->k_blocks, rec = krn_q4p_block_bytes(w->packed_bf16, w->packed_zp);
     size_t padded = (w->n + KRN_Q4_PACK_TILE - 1) / KRN_Q4_PACK_TILE * KRN_Q4_PACK_TILE;
     /* Every record of every tile, the padding half of a last one included. */
     for (size_t n0 = 0; n0 < padded; n0 += KRN_Q4P_NR)
         for (size_t b = 0; b < kb; b++) {
-            uint8_t *out = (uint8_t *)krn_q4p_half(dst, n0, kb, w->packed_bf16) + 2 * b * rec;
+            uint8_t *out = (uint8_t *)krn_q4p_half(dst, n0, kb, w->packed_bf16, w->packed_zp) + 2 * b * rec;
             uint32_t sc[KRN_Q4P_NR];
             for (size_t c = 0; c < KRN_Q4P_NR; c++) {
                 size_t n = n0 + c;
@@ -416,6 +419,9 @@ int krn_q4_pack(const krn_q4_weights *w, void *dst)
                 }
             else
                 memcpy(out + KRN_Q4P_WEIGHT_BYTES, sc, sizeof sc);
+            if (w->packed_zp)
+                for (size_t c = 0; c < KRN_Q4P_NR; c++)
+                    out[krn_q4p_zp_offset(w->packed_bf16) + c] = (uint8_t)(n0 + c < w->n ? krn_q4_zp(w, n0 + c, b) : 0);
         }
     return KRN_OK;
 }
@@ -423,10 +429,11 @@ int krn_q4_pack(const krn_q4_weights *w, void *dst)
 void krn_q4_dequant_row(const krn_q4_weights *w, size_t n, float *out)
 {
     size_t kb = w->k_blocks, bs = w->block_size;
-    if (w->packed && !w->zero_pts) {
-        /* record (tile, block): four 32-byte vectors whose lane c holds 4 weight bytes of column c, then scales */
-        size_t rec = krn_q4p_block_bytes(w->packed_bf16), c = n % KRN_Q4P_NR;
-        const uint8_t *half = krn_q4p_half(w->packed, n - c, kb, w->packed_bf16);
+    if (w->packed && (w->packed_zp || !w->zero_pts)) {
+        /* record (tile, block): four 32-byte vectors whose lane c holds 4 weight bytes of column c, then
+         * scales (and zero points) */
+        size_t rec = krn_q4p_block_bytes(w->packed_bf16, w->packed_zp), c = n % KRN_Q4P_NR;
+        const uint8_t *half = krn_q4p_half(w->packed, n - c, kb, w->packed_bf16, w->packed_zp);
         for (size_t b = 0; b < kb; b++) {
             const uint8_t *r = half + 2 * b * rec;
             float sc;
@@ -437,12 +444,13 @@ void krn_q4_dequant_row(const krn_q4_weights *w, size_t n, float *out)
             } else {
                 memcpy(&sc, r + KRN_Q4P_WEIGHT_BYTES + 4 * c, sizeof sc);
             }
+            int zp = w->packed_zp ? r[krn_q4p_zp_offset(w->packed_bf16) + c] : 8;
             for (size_t j = 0; j < 16 && b * 32 + 2 * j < w->k; j++) {
                 uint8_t byte = r[32 * (j / 4) + 4 * c + j % 4];
                 size_t k = b * 32 + 2 * j;
-                out[k] = (float)((int)(byte & 15) - 8) * sc;
+                out[k] = (float)((int)(byte & 15) - zp) * sc;
                 if (k + 1 < w->k)
-                    out[k + 1] = (float)((int)(byte >> 4) - 8) * sc;
+                    out[k + 1] = (float)((int)(byte >> 4) - zp) * sc;
             }
         }
         return;

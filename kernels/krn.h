@@ -94,6 +94,7 @@ typedef struct krn_q4_weights {
     const uint8_t *b_data;   /* [n, k_blocks, block_size / 2] */
     const void *packed;      /* NULL, or krn_q4_pack() of these weights (see below) */
     bool packed_bf16;        /* the packed copy holds the scales as bfloat16 (see below) */
+    bool packed_zp;          /* the packed copy holds a zero point per column and block (see below) */
     const float *scales;     /* [n * k_blocks]; may be negative */
     const uint8_t *zero_pts; /* [n, (k_blocks + 1) / 2], even block in the low nibble; NULL = 8 */
     const float *bias;       /* [n] or NULL */
@@ -133,11 +134,14 @@ void krn_q4_weights_set_blocks(krn_q4_weights *w);
  * followed by their eight scales, so a tile is one sequential stream and the
  * GEMM needs no horizontal reduction.
  * The packed copy has the same size as b_data plus scales (up to the padding
- * of a last partial tile). It only exists for
- * block_size 32 without zero points (the form of the exported Qwen3 graphs):
- * krn_q4_pack_size() is 0 otherwise. Tables whose q4_packed flag is set run
- * mmnb_i8 from w.packed when it is non-NULL; every other kernel keeps reading
- * b_data and scales, which must stay valid. The layout is private to kernels/.
+ * of a last partial tile). It only exists for block_size 32 (the form of
+ * the exported Qwen3 graphs): krn_q4_pack_size() is 0 otherwise. Weights
+ * with zero points pack only with packed_zp set, and then each record also
+ * holds its eight columns' zero points, one byte each (one byte per column
+ * and block more than b_data plus scales, against the half byte of
+ * zero_pts). Tables whose q4_packed flag is set run mmnb_i8 from w.packed
+ * when it is non-NULL; every other kernel keeps reading b_data, scales and
+ * zero_pts, which must stay valid. The layout is private to kernels/.
  */
 size_t krn_q4_pack_size(const krn_q4_weights *w);
 
@@ -162,7 +166,7 @@ krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n);
  * outside the process (the engine's prepared-weights cache) are keyed by
  * it: raise it with any change to what krn_q4_pack() writes.
  */
-#define KRN_Q4_PACK_LAYOUT 2
+#define KRN_Q4_PACK_LAYOUT 3
 
 /*
  * With packed_bf16 set, the packed copy keeps each scale as its upper 16
@@ -178,8 +182,8 @@ bool krn_q4_scales_fit_bf16(const float *scales, size_t count);
 
 /*
  * Writes krn_q4_pack_size(w) bytes to dst (64-byte aligned): KRN_OK, or
- * KRN_EINVAL (the form does not apply, or packed_bf16 is set and a scale
- * does not fit).
+ * KRN_EINVAL (the form does not apply, packed_bf16 is set and a scale
+ * does not fit, or packed_zp is set without zero_pts).
  */
 int krn_q4_pack(const krn_q4_weights *w, void *dst);
 

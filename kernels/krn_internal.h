@@ -206,8 +206,9 @@ static inline int krn_q4_zp(const krn_q4_weights *w, size_t n, size_t b)
  * bytes 4h..4h+3 of block b of that column (low nibbles k = 8h + 2j, high
  * nibbles k = 8h + 2j + 1 for byte j), then the eight scales: fp32
  * (160-byte records) or, with packed_bf16, their upper halves (144-byte
- * records). Columns past n are zero bytes with scale 0, which add exact
- * zeros. An AVX-512 kernel reads a block's two records as one sixteen-lane
+ * records); with packed_zp the eight zero points follow, one byte each
+ * (168 and 152 bytes). Columns past n are zero bytes with scale 0 (and zero
+ * point 0), which add exact zeros. An AVX-512 kernel reads a block's two records as one sixteen-lane
  * record, so a tile is one stream; layout 1 (tiles of eight, two adjacent
  * tiles read side by side as two streams) decoded 15-25% slower on a Zen 5
  * server. An AVX2 kernel reads both records of a block in one pass (decode)
@@ -237,22 +238,28 @@ _Static_assert(sizeof(krn_q4p_record_bf16) == KRN_Q4P_BLOCK_BYTES_BF16, "bf16 re
 _Static_assert(offsetof(krn_q4p_record_f32, scales) == KRN_Q4P_WEIGHT_BYTES, "scales follow the weights");
 _Static_assert(offsetof(krn_q4p_record_bf16, scales) == KRN_Q4P_WEIGHT_BYTES, "scales follow the weights");
 
-static inline size_t krn_q4p_block_bytes(bool bf16)
+/* Offset of a record's zero points (packed_zp), right after its scales. */
+static inline size_t krn_q4p_zp_offset(bool bf16)
 {
     return bf16 ? KRN_Q4P_BLOCK_BYTES_BF16 : KRN_Q4P_BLOCK_BYTES_F32;
 }
 
-/* Bytes of a tile of sixteen columns: two records per block. */
-static inline size_t krn_q4p_tile_bytes(size_t k_blocks, bool bf16)
+static inline size_t krn_q4p_block_bytes(bool bf16, bool zp)
 {
-    return 2 * k_blocks * krn_q4p_block_bytes(bf16);
+    return krn_q4p_zp_offset(bf16) + (zp ? KRN_Q4P_NR : 0);
+}
+
+/* Bytes of a tile of sixteen columns: two records per block. */
+static inline size_t krn_q4p_tile_bytes(size_t k_blocks, bool bf16, bool zp)
+{
+    return 2 * k_blocks * krn_q4p_block_bytes(bf16, zp);
 }
 
 /* The first record of the eight columns from n0 (a multiple of 8); the next block's is two records on. */
-static inline const uint8_t *krn_q4p_half(const void *packed, size_t n0, size_t k_blocks, bool bf16)
+static inline const uint8_t *krn_q4p_half(const void *packed, size_t n0, size_t k_blocks, bool bf16, bool zp)
 {
-    return (const uint8_t *)packed + n0 / KRN_Q4_PACK_TILE * krn_q4p_tile_bytes(k_blocks, bf16) +
-           (n0 / KRN_Q4P_NR % 2) * krn_q4p_block_bytes(bf16);
+    return (const uint8_t *)packed + n0 / KRN_Q4_PACK_TILE * krn_q4p_tile_bytes(k_blocks, bf16, zp) +
+           (n0 / KRN_Q4P_NR % 2) * krn_q4p_block_bytes(bf16, zp);
 }
 
 /* A bfloat16 (its bits) widened to fp32, exactly. */

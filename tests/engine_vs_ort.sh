@@ -2,7 +2,9 @@
 # Model-level: qwen3d's teacher-forced logits against ONNX Runtime's on the
 # same folder, for the tiny preset and a 0.6b-width model with 4 layers, and
 # on each written again by another ONNX writer; the tiny preset once more
-# with full fp32 weights (scales that fit no 16-bit form). A 7-id prompt, then 32
+# with full fp32 weights (scales that fit no 16-bit form), and once with
+# every projection quantized asymmetrically (zero points, as an export with
+# int4_is_symmetric=false has them). A 7-id prompt, then 32
 # teacher-forced decode steps: 33 logits rows per run. The tolerance comes
 # from ONNX Runtime itself (accuracy_level 4 against 0), see compare-logits.js.
 # Greedy output must also be identical for 1 and 2 threads and across runs.
@@ -85,6 +87,13 @@ done
 "$QWEN3D" inspect --model "$work/tiny-f32" | grep -q "packed, bf16 scales" &&
   ort_fail "inspect shows bf16 scales on the fp32-weight tiny model"
 
+# An asymmetric export: MatMulNBits with zero points, which the packed copy
+# holds beside the scales.
+ort_node asymmetric-model.js --in "$work/tiny" --out "$work/tiny-zp" 2>"$work/asym.log" ||
+  ort_fail "asymmetric-model.js failed: $(tail -n 3 "$work/asym.log")"
+"$QWEN3D" inspect --model "$work/tiny-zp" | grep -q "(packed.*, zero points)" ||
+  ort_fail "inspect shows no packed projection with zero points on the asymmetric tiny model"
+
 # The kernel tables, natively as far as the CPU goes, then emulated.
 flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
 has() {
@@ -121,9 +130,9 @@ for t in $tables; do
   # matmul ten times the native one's time; test_kernels holds both to the
   # definitions on every shape of the real models.
   case $t in
-  ref) models=tiny ;;
-  emu-*) models="tiny tiny-f32" ;;
-  *) models="tiny w06l4 tiny-f32" ;;
+  ref) models="tiny tiny-zp" ;;
+  emu-*) models="tiny tiny-f32 tiny-zp" ;;
+  *) models="tiny w06l4 tiny-f32 tiny-zp" ;;
   esac
   for m in $models; do
     compare "$m.$t" "$work/$m" "$work/$m" "$t"

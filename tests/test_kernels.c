@@ -550,6 +550,7 @@ static void mmnb_bf16_case(const krn_table *lv, const qweights *q, size_t m, con
     krn_q4_weights w = q->w;
     size_t n = w.n, count = n * w.k_blocks;
     w.packed_bf16 = true;
+    w.packed_zp = w.zero_pts != NULL;
     if (!krn_q4_scales_fit_bf16(w.scales, count)) {
         uint8_t probe[64];
         ck_assert_int_eq(krn_q4_pack(&w, probe), KRN_EINVAL);
@@ -567,7 +568,7 @@ static void mmnb_bf16_case(const krn_table *lv, const qweights *q, size_t m, con
     for (int v = 0; v < 2; v++) {
         w.packed_bf16 = v == 1;
         size_t sz = krn_q4_pack_size(&w);
-        ck_assert_uint_eq(sz, (n + 15) / 16 * 2 * w.k_blocks * (v ? 144 : 160));
+        ck_assert_uint_eq(sz, (n + 15) / 16 * 2 * w.k_blocks * ((v ? 144 : 160) + (w.packed_zp ? 8 : 0)));
         void *pk = aligned_alloc(64, (sz + 63) & ~(size_t)63);
         ck_assert_ptr_nonnull(pk);
         ck_assert_int_eq(krn_q4_pack(&w, pk), KRN_OK);
@@ -593,6 +594,42 @@ static void mmnb_bf16_case(const krn_table *lv, const qweights *q, size_t m, con
 }
 
 /*
+ * Zero points in the records (packed_zp) that are all 8 must give the bits of
+ * the records without them: zq * zp8_sum is then exactly zp8_sum. Q has no
+ * zero points.
+ */
+static void mmnb_zp8_case(const krn_table *lv, const qweights *q, size_t m, const void *qa, size_t ldy)
+{
+    size_t n = q->w.n, zbytes = n * ((q->w.k_blocks + 1) / 2);
+    uint8_t *eights = xmalloc(zbytes);
+    memset(eights, 0x88, zbytes);
+    float *y[2];
+    for (int v = 0; v < 2; v++) {
+        krn_q4_weights w = q->w;
+        w.zero_pts = v ? eights : NULL;
+        w.packed_zp = v == 1;
+        size_t sz = krn_q4_pack_size(&w);
+        ck_assert_uint_eq(sz, (n + 15) / 16 * 2 * w.k_blocks * (v ? 168 : 160));
+        void *pk = aligned_alloc(64, (sz + 63) & ~(size_t)63);
+        ck_assert_ptr_nonnull(pk);
+        ck_assert_int_eq(krn_q4_pack(&w, pk), KRN_OK);
+        w.packed = pk;
+        y[v] = xmalloc(m * ldy * sizeof(float));
+        krn_mmnb_args args = {.w = w, .m = m, .qa = qa, .y = y[v], .y_ld = ldy};
+        lv->mmnb_i8.fn(&args, 0, n);
+        free(pk);
+    }
+    for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < n; j++)
+            ck_assert_msg(memcmp(&y[0][i * ldy + j], &y[1][i * ldy + j], sizeof(float)) == 0,
+                          "%s (packed, zero points 8) m=%zu n=%zu k=%zu at (%zu,%zu): %a vs %a", lv->mmnb_i8.name, m,
+                          n, q->w.k, i, j, (double)y[1][i * ldy + j], (double)y[0][i * ldy + j]);
+    free(y[0]);
+    free(y[1]);
+    free(eights);
+}
+
+/*
  * One shape, every table of tabs against the reference (evaluated once) in
  * both modes.
  * fp32 mode: both sides form identical W_k and differ only in summation order
@@ -601,9 +638,10 @@ static void mmnb_bf16_case(const krn_table *lv, const qweights *q, size_t m, con
  * kb products isum_b * d_b (d_b identical) in different orders and lane
  * splits: |diff| <= 2 (kb + 16) u (sum_b |d_b| sum_j |qa_j||q_j - zp| + |bias|).
  * Packed weights take the zero point off in floating point instead, per block
- * t_b = fl(sA_b * dot_b - 8 * fl(sA_b * qsum_b)) then acc += t_b * sB_b: that
- * adds at most u * 8 |sA_b qsum_b| (1 + u) to each block's term before sB_b,
- * covered by 2 u sum_b |d_b| 8 |qsum_b| on top (and, for subnormal d_b, the
+ * t_b = fl(sA_b * dot_b - fl(zp_b * fl(sA_b * qsum_b))) then acc += t_b * sB_b
+ * (zp_b * fl(...) exact for zp_b = 8): that adds at most (2 u + u^2) zp_b
+ * |sA_b qsum_b| to each block's term before sB_b, covered by
+ * (2 u + u^2) sum_b |d_b| zp_b |qsum_b| on top (and, for subnormal d_b, the
  * reference's own rounding of d_b times the block's integer sums).
  * Columns outside the range must stay untouched.
  */
@@ -638,8 +676,9 @@ static void mmnb_case(const krn_table *tabs, int nt, size_t m, size_t n, size_t 
     }
     free(qal);
 
-    /* Tables that read repacked weights run the int8 mode a second time from them. */
+    /* Tables that read repacked weights run the int8 mode a second time from them (zero points in the records). */
     void *packed = NULL;
+    q.w.packed_zp = zp;
     size_t psize = krn_q4_pack_size(&q.w);
     if (any_packed && psize) {
         packed = aligned_alloc(64, (psize + 63) & ~(size_t)63);
@@ -675,11 +714,12 @@ static void mmnb_case(const krn_table *tabs, int nt, size_t m, size_t n, size_t 
                             mag += d * abs(prod);
                             isum += prod;
                         }
-                        zp_tol += 2.0 * U * d * 8.0 * abs(qs[b]);
+                        int zpb = krn_q4_zp(&q.w, j, b);
+                        zp_tol += (2.0 * U + U * U) * d * zpb * abs(qs[b]);
                         /* The reference's d_b = fl(sA_b sB_b) may be subnormal: its absolute
                          * error 2^-150 comes back times |isum_b|; the packed kernel's terms
                          * are products of normal numbers until the last one. */
-                        zp_tol += 0x1p-150 * (double)(labs(isum) + 8L * abs(qs[b]));
+                        zp_tol += 0x1p-150 * (double)(labs(isum) + (long)zpb * abs(qs[b]));
                     }
                     tol = 2.0 * (kb + 16) * U * mag;
                     if (mode == 2)
@@ -734,8 +774,11 @@ static void mmnb_case(const krn_table *tabs, int nt, size_t m, size_t n, size_t 
         }
     }
     for (int t = 0; t < nt && packed; t++)
-        if (tabs[t].q4_packed)
+        if (tabs[t].q4_packed) {
             mmnb_bf16_case(&tabs[t], &q, m, a, lda, qa, ldy);
+            if (!zp)
+                mmnb_zp8_case(&tabs[t], &q, m, qa, ldy);
+        }
     free(packed);
     free(a);
     free(yr);
@@ -934,6 +977,10 @@ START_TEST(mmnb_levels_block_sizes_and_edges)
     mmnb_case(tabs, nl, 3, 31, 100, 32, true, false, 1e-30f, 1e3f, &r);
     mmnb_case(tabs, nl, 2, 7, 64, 32, false, false, 1e-39f, 1.0f, &r); /* subnormal A */
     mmnb_case(tabs, nl, 2, 7, 64, 32, false, true, 1.0f, 1e-20f, &r);
+    /* The same with zero points (packed into the records where a table packs). */
+    mmnb_case(tabs, nl, 3, 31, 100, 32, true, false, 1e30f, 1e-3f, &r);
+    mmnb_case(tabs, nl, 2, 7, 64, 32, true, false, 1e-39f, 1.0f, &r);
+    mmnb_case(tabs, nl, 17, 7, 64, 32, true, true, 1.0f, 1e-20f, &r);
 }
 END_TEST
 
@@ -955,6 +1002,7 @@ static void rows_alone_case(const krn_table *lv, const qweights *q, const float 
     krn_q4_weights w = q->w;
     w.packed = pk;
     w.packed_bf16 = bf16;
+    w.packed_zp = w.zero_pts != NULL; /* the records hold Q's zero points */
     void *qa = qa_alloc(m, k, bs), *qa1 = qa_alloc(1, k, bs);
     krn_quant_args qargs = {.a = a, .a_ld = lda, .m = m, .k = k, .block_size = bs, .qa = qa};
     ref.quant_a8.fn(&qargs, 0, m);
@@ -993,8 +1041,9 @@ START_TEST(mmnb_rows_batch_invariant)
     rng r = {4242};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         size_t n = shapes[s][0], k = shapes[s][1], lda = k + 5;
+        bool zp = s % 2 == 0; /* asymmetric weights too: zero points in the packed records */
         qweights q;
-        qw_make(&q, n, k, 32, false, s & 1, 0.1f, &r);
+        qw_make(&q, n, k, 32, zp, s & 1, 0.1f, &r);
         /* Scales cut to bfloat16 values, so that both records can hold them. */
         for (size_t i = 0; i < n * q.w.k_blocks; i++) {
             uint32_t u;
@@ -1006,6 +1055,7 @@ START_TEST(mmnb_rows_batch_invariant)
         for (int v = 0; v < 2; v++) {
             krn_q4_weights w = q.w;
             w.packed_bf16 = v == 1;
+            w.packed_zp = zp;
             size_t sz = krn_q4_pack_size(&w);
             pk[v] = aligned_alloc(64, (sz + 63) & ~(size_t)63);
             ck_assert_ptr_nonnull(pk[v]);
@@ -1023,7 +1073,7 @@ START_TEST(mmnb_rows_batch_invariant)
                 }
             }
             free(a);
-            mmnb_case(tabs + 1, nt - 1, m, n, k, 32, false, s & 1, 2.0f, 0.1f, &r);
+            mmnb_case(tabs + 1, nt - 1, m, n, k, 32, zp, s & 1, 2.0f, 0.1f, &r);
         }
         free(pk[0]);
         free(pk[1]);
@@ -1033,17 +1083,23 @@ START_TEST(mmnb_rows_batch_invariant)
 END_TEST
 
 /*
- * Repacking: only block 32 without zero points; the size covers whole
- * 16-column tiles of two 8-column records per block; every weight byte and
- * scale (fp32 or bfloat16 record) lands where krn_internal.h says, padding
- * columns (a whole padding record included) are zero.
+ * Repacking: only block 32, and zero points only into records that hold
+ * them (packed_zp); the size covers whole 16-column tiles of two 8-column
+ * records per block; every weight byte, scale (fp32 or bfloat16 record) and
+ * zero point lands where krn_internal.h says, padding columns (a whole
+ * padding record included) are zero.
  */
 START_TEST(q4_pack_layout)
 {
     rng r = {555};
     qweights q;
     qw_make(&q, 6, 100, 32, true, false, 0.1f, &r);
-    ck_assert_uint_eq(krn_q4_pack_size(&q.w), 0); /* zero points */
+    ck_assert_uint_eq(krn_q4_pack_size(&q.w), 0); /* zero points, records without them */
+    qw_free(&q);
+    qw_make(&q, 6, 100, 32, false, false, 0.1f, &r);
+    q.w.packed_zp = true;
+    uint8_t probe[64];
+    ck_assert_int_eq(krn_q4_pack(&q.w, probe), KRN_EINVAL); /* records with zero points, none given */
     qw_free(&q);
     qw_make(&q, 6, 100, 16, false, false, 0.1f, &r);
     ck_assert_uint_eq(krn_q4_pack_size(&q.w), 0); /* block 16 */
@@ -1051,9 +1107,11 @@ START_TEST(q4_pack_layout)
 
     static const size_t ns[] = {1, 4, 8, 9, 16, 21, 33}, ks[] = {32, 96, 100, 1024};
     for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++)
-        for (size_t ik = 0; ik < sizeof ks / sizeof ks[0]; ik++) {
-            size_t n = ns[in], k = ks[ik];
-            qw_make(&q, n, k, 32, false, false, 0.1f, &r);
+        for (size_t ik = 0; ik < 2 * sizeof ks / sizeof ks[0]; ik++) {
+            size_t n = ns[in], k = ks[ik / 2];
+            bool zp = ik & 1;
+            qw_make(&q, n, k, 32, zp, false, 0.1f, &r);
+            q.w.packed_zp = zp;
             size_t kb = q.w.k_blocks, tiles = (n + 15) / 16;
             size_t sz = krn_q4_pack_size(&q.w);
             uint8_t *pk = aligned_alloc(64, (sz + 63) & ~(size_t)63);
@@ -1069,7 +1127,7 @@ START_TEST(q4_pack_layout)
                     }
                     q.w.packed_bf16 = true;
                 }
-                size_t rec = v ? 144 : 160;
+                size_t rec = (v ? 144 : 160) + (zp ? 8 : 0);
                 ck_assert_uint_eq(krn_q4_pack_size(&q.w), tiles * 2 * kb * rec);
                 memset(pk, 0xEE, sz);
                 ck_assert_int_eq(krn_q4_pack(&q.w, pk), KRN_OK);
@@ -1090,6 +1148,8 @@ START_TEST(q4_pack_layout)
                                 memcpy(&got, g + 128 + 4 * c, 4);
                             }
                             ck_assert_uint_eq(got, want);
+                            if (zp)
+                                ck_assert_int_eq(g[(v ? 144 : 160) + c], have ? krn_q4_zp(&q.w, col, b) : 0);
                             for (size_t h = 0; h < 4; h++)
                                 for (size_t j = 0; j < 4; j++)
                                     ck_assert_int_eq(g[32 * h + 4 * c + j],
@@ -1097,7 +1157,8 @@ START_TEST(q4_pack_layout)
                         }
                     }
             }
-            ck_assert(pk[tiles * 2 * kb * 144] == 0xEE); /* nothing written past the smaller copy */
+            /* nothing written past the smaller copy */
+            ck_assert(pk[tiles * 2 * kb * (144 + (zp ? 8 : 0))] == 0xEE);
             free(pk);
             qw_free(&q);
         }
@@ -2145,7 +2206,8 @@ END_TEST
 
 /*
  * krn_q4_dequant_row: each row of the weights, from the packed copy (fp32 and
- * bfloat16 scales) and from the ONNX layout (with and without zero points),
+ * bfloat16 scales, with and without zero points) and from the ONNX layout
+ * (with and without zero points),
  * equals (q - zp) * scale computed here from the definition, bit for bit
  * (a 4-bit difference times a scale is exact in fp32 for these scales).
  * Odd row counts (a partial last tile), K with a partial last block.
@@ -2156,12 +2218,14 @@ START_TEST(q4_dequant_rows)
     static const size_t ns[] = {1, 7, 9, 21}, ks[] = {32, 40, 96, 100};
     for (size_t in = 0; in < 4; in++)
         for (size_t ik = 0; ik < 4; ik++)
-            for (int form = 0; form < 4; form++) {
+            for (int form = 0; form < 6; form++) {
+                /* packed fp32, packed bf16, ONNX, ONNX with zero points, packed fp32 / bf16 with zero points */
                 size_t n = ns[in], k = ks[ik];
+                bool bf16 = form == 1 || form == 5, packed = form < 2 || form >= 4;
                 qweights q;
-                qw_make(&q, n, k, 32, form == 3, false, 0.1f, &r);
+                qw_make(&q, n, k, 32, form >= 3, false, 0.1f, &r);
                 size_t kb = q.w.k_blocks;
-                if (form == 1) /* scales exact in bfloat16: the packed copy keeps their upper halves */
+                if (bf16) /* scales exact in bfloat16: the packed copy keeps their upper halves */
                     for (size_t i = 0; i < n * kb; i++) {
                         uint32_t u;
                         memcpy(&u, &q.scales[i], 4);
@@ -2169,8 +2233,9 @@ START_TEST(q4_dequant_rows)
                         memcpy(&q.scales[i], &u, 4);
                     }
                 uint8_t *pk = NULL;
-                if (form < 2) {
-                    q.w.packed_bf16 = form == 1;
+                if (packed) {
+                    q.w.packed_bf16 = bf16;
+                    q.w.packed_zp = form >= 4;
                     size_t sz = krn_q4_pack_size(&q.w);
                     pk = aligned_alloc(64, (sz + 63) & ~(size_t)63);
                     ck_assert_ptr_nonnull(pk);

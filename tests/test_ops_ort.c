@@ -723,6 +723,7 @@ static void build_cases(void)
         {1, 1, 1024, 32, 4, false, false, true},    {7, 127, 1024, 32, 4, true, false, false},
         {16, 33, 256, 32, 1, false, true, false},   {1, 129, 33, 32, 4, true, true, false},
         {33, 16, 64, 32, 4, false, false, true},    {2, 48, 136, 128, 0, true, false, false},
+        {37, 40, 256, 32, 4, true, true, false},    {9, 24, 100, 32, 4, true, false, true},
     };
     for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++)
         case_mmnb(&mm[i]);

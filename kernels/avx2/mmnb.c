@@ -3,8 +3,8 @@
  * the activation quantizer of the int8 mode.
  *
  * int8 mode (ONNX Runtime's accuracy_level 4 numerics). Weights repacked at
- * load (krn_q4_pack, block_size 32 without zero points: the exported Qwen3
- * graphs) are read eight columns (one record of a sixteen-column tile) at a
+ * load (krn_q4_pack, block_size 32: the exported Qwen3 graphs; with zero
+ * points too) are read eight columns (one record of a sixteen-column tile) at a
  * time, one column per 32-bit lane:
  * per block, four 32-byte vectors whose low and high nibbles meet broadcasts
  * of the quantizer's even and odd activations in _mm256_maddubs_epi16 (the
@@ -13,7 +13,7 @@
  * each block's int32 dot of the unsigned q is exact, and per block and row
  * one FMA takes off the zero point's share in floating point (sA * dot -
  * 8 * sA * qsum, the second term from the quantizer, as ONNX Runtime's
- * block-sum form does) and one more applies sB to all eight columns (read
+ * block-sum form does; zp / 8 times it with zero points) and one more applies sB to all eight columns (read
  * as fp32, or widened from the bfloat16 record of scales that fit it); an
  * integer correction cost three more instructions per row, among them a
  * transfer from a general register. Register tiles are MR rows x 8

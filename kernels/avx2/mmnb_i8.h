@@ -229,6 +229,16 @@ INLINE __m256 bf16x8(const uint8_t *p)
 }
 
 /* The 4 int8 activations at p in all eight 32-bit lanes. */
+/*
+ * A record's eight zero points (packed_zp) over 8, exact, as floats: zq * zp8_sum
+ * is then zp * (sA * qsum) with one rounding, 8 * (sA * qsum) exactly when zp = 8.
+ */
+INLINE __m256 zp_over8(const uint8_t *p)
+{
+    __m128i z = _mm_loadl_epi64((const __m128i *)(const void *)p);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(z)), _mm256_set1_ps(0.125f));
+}
+
 INLINE __m256i bcast4(const int8_t *p)
 {
     int32_t v;
@@ -249,16 +259,18 @@ INLINE __m256i bcast4(const int8_t *p)
  * int16 to at most 30480, exact; one widening multiply-add gives the block's
  * int32 dot per column (at most 32 * 15 * 127 in magnitude, exact as a
  * float), then t = sA * dot - zp8_sum (the zero point, one FMA) and
- * acc += t * sB (another). The weights of a
+ * acc += t * sB (another). With zero points in the records (ZP) the
+ * subtrahend is zq * zp8_sum, zq the column's zero point over 8 (zp_over8):
+ * one multiply more per row, the same bits where zp is 8. The weights of a
  * block are unpacked once for all MR rows. PF prefetches the stream ahead
  * (the first row tile of a row block is the one that reads it from memory).
  */
 INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *out, const int MR, const int NH,
-                          const bool BF16, bool pf)
+                          const bool BF16, const bool ZP, bool pf)
 {
     const krn_q4_weights *w = &a->w;
-    const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, 32), rec = krn_q4p_block_bytes(BF16);
-    const uint8_t *g = krn_q4p_half(w->packed, n0, kb, BF16);
+    const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, 32), rec = krn_q4p_block_bytes(BF16, ZP);
+    const uint8_t *g = krn_q4p_half(w->packed, n0, kb, BF16, ZP);
     const int8_t *q = krn_qa_q((void *)a->qa, m0, kb, 32);
     const float *sa = krn_qa_scale((void *)a->qa, m0, kb, 32);
     const float *zs = krn_qa_zp8_sum((void *)a->qa, m0, kb, 32);
@@ -311,6 +323,7 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
             }
             const __m256 sb = BF16 ? bf16x8(ge + KRN_Q4P_WEIGHT_BYTES)
                                    : _mm256_loadu_ps((const float *)(const void *)(ge + KRN_Q4P_WEIGHT_BYTES));
+            const __m256 zq = ZP ? zp_over8(ge + krn_q4p_zp_offset(BF16)) : _mm256_setzero_ps();
             UNROLL for (int i = 0; i < MR; i++) {
                 const size_t ro = (size_t)i * rb; /* the next row's statistics, in bytes */
                 const float *sai = (const float *)(const void *)((const char *)sa + ro);
@@ -320,7 +333,8 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
 #else
                 __m256 d = _mm256_cvtepi32_ps(_mm256_madd_epi16(dot[i], ones));
 #endif
-                __m256 t = _mm256_fmsub_ps(d, _mm256_broadcast_ss(sai + b), _mm256_broadcast_ss(zsi + b));
+                __m256 z = ZP ? _mm256_mul_ps(zq, _mm256_broadcast_ss(zsi + b)) : _mm256_broadcast_ss(zsi + b);
+                __m256 t = _mm256_fmsub_ps(d, _mm256_broadcast_ss(sai + b), z);
                 acc[e][i] = _mm256_fmadd_ps(t, sb, acc[e][i]);
             }
         }
@@ -340,10 +354,10 @@ INLINE void i8_tile_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0
                          const int NH, const bool ZP, const bool BF16, bool pf)
 {
     switch (mr) {
-    case 4: PACKED ? i8_lanes_tile(a, m0, n0, out, 4, 1, BF16, pf) : i8_tile32(a, m0, n0, out, 4, ZP); break;
-    case 3: PACKED ? i8_lanes_tile(a, m0, n0, out, 3, 1, BF16, pf) : i8_tile32(a, m0, n0, out, 3, ZP); break;
-    case 2: PACKED ? i8_lanes_tile(a, m0, n0, out, 2, NH, BF16, pf) : i8_tile32(a, m0, n0, out, 2, ZP); break;
-    default: PACKED ? i8_lanes_tile(a, m0, n0, out, 1, NH, BF16, pf) : i8_tile32(a, m0, n0, out, 1, ZP); break;
+    case 4: PACKED ? i8_lanes_tile(a, m0, n0, out, 4, 1, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 4, ZP); break;
+    case 3: PACKED ? i8_lanes_tile(a, m0, n0, out, 3, 1, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 3, ZP); break;
+    case 2: PACKED ? i8_lanes_tile(a, m0, n0, out, 2, NH, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 2, ZP); break;
+    default: PACKED ? i8_lanes_tile(a, m0, n0, out, 1, NH, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 1, ZP); break;
     }
 }
 
@@ -433,8 +447,12 @@ KRN_AVX2_TGT void KRN_I8_FN(const krn_mmnb_args *a, size_t n_begin, size_t n_end
     const krn_q4_weights *w = &a->w;
     if (n_begin >= n_end)
         return;
-    bool packed = w->packed && !w->zero_pts;
-    if (w->block_size == 32 && packed && w->packed_bf16)
+    bool packed = w->packed && (w->packed_zp || !w->zero_pts);
+    if (w->block_size == 32 && packed && w->packed_zp && w->packed_bf16)
+        i8_cols32(a, n_begin, n_end, true, true, true);
+    else if (w->block_size == 32 && packed && w->packed_zp)
+        i8_cols32(a, n_begin, n_end, true, true, false);
+    else if (w->block_size == 32 && packed && w->packed_bf16)
         i8_cols32(a, n_begin, n_end, true, false, true);
     else if (w->block_size == 32 && packed)
         i8_cols32(a, n_begin, n_end, true, false, false);

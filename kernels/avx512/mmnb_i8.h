@@ -243,7 +243,8 @@ static KRN_TGT void i8_bs16(const krn_mmnb_args *a, size_t m, size_t n)
  * exact int32 either way (VPDPBUSD adds the four products of a lane
  * directly; without VNNI the int16 pair sums stay below 30480 as in AVX2),
  * and the float steps are the AVX2 kernel's, in its order: t = sA * dot -
- * zp8_sum, acc += t * sB. So every column comes out
+ * zp8_sum (with zero points in the records, - zq * zp8_sum), acc += t * sB.
+ * So every column comes out
  * bit for bit as the AVX2 kernel computes it, whichever level runs. Rows of a
  * register tile share only the unpacked weight vectors: each row's operations
  * are the same at every tile size, so its output does not depend on the rows
@@ -327,6 +328,14 @@ INLINE __m512 scales_pair(const uint8_t *p0, const uint8_t *p1, const bool BF16)
                                                _mm256_castps_pd(_mm256_loadu_ps((const float *)(const void *)p1)), 1));
 }
 
+/* The zero points of both records (packed_zp) over 8, exact (avx2/mmnb_i8.h, zp_over8). */
+INLINE __m512 zp_pair_over8(const uint8_t *p0, const uint8_t *p1)
+{
+    __m128i z = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(const void *)p0),
+                                   _mm_loadl_epi64((const __m128i *)(const void *)p1));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(z)), _mm512_set1_ps(0.125f));
+}
+
 /*
  * Rows [m0, m0 + MR) times the sixteen columns of the tile at n0 (a multiple
  * of 16): per block its two records, the first eight columns in the low half
@@ -337,11 +346,11 @@ INLINE __m512 scales_pair(const uint8_t *p0, const uint8_t *p1, const bool BF16)
  * Zen 4 EPYC, and 5% of a one-row decode.)
  */
 INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, __mmask16 cols, const int MR, const bool BF16,
-                    bool pf)
+                    const bool ZP, bool pf)
 {
     const krn_q4_weights *w = &a->w;
-    const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, 32), rec = krn_q4p_block_bytes(BF16);
-    const uint8_t *g0 = krn_q4p_half(w->packed, n0, kb, BF16);
+    const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, 32), rec = krn_q4p_block_bytes(BF16, ZP);
+    const uint8_t *g0 = krn_q4p_half(w->packed, n0, kb, BF16, ZP);
     const uint8_t *g1 = g0 + rec;
     const int8_t *q = krn_qa_q((void *)a->qa, m0, kb, 32);
     const float *sa = krn_qa_scale((void *)a->qa, m0, kb, 32);
@@ -366,6 +375,8 @@ INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, __mmask16 cols
             hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
         }
         const __m512 sb = scales_pair(g0 + KRN_Q4P_WEIGHT_BYTES, g1 + KRN_Q4P_WEIGHT_BYTES, BF16);
+        const __m512 zq = ZP ? zp_pair_over8(g0 + krn_q4p_zp_offset(BF16), g1 + krn_q4p_zp_offset(BF16))
+                             : _mm512_setzero_ps();
         /* Each row's block scale and zero-point sum sit at the same distance
          * from its codes: one pointer per row, stepped by the row size. */
         const ptrdiff_t to_sa = (const char *)(sa + b) - (const char *)q;
@@ -392,7 +403,8 @@ INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, __mmask16 cols
                                                              _mm512_maddubs_epi16(hi[h], bcast4_512(qi + 16 + 4 * h))));
             __m512 d = _mm512_cvtepi32_ps(_mm512_madd_epi16(s16, _mm512_set1_epi16(1)));
 #endif
-            __m512 t = _mm512_fmsub_ps(d, _mm512_set1_ps(sai), _mm512_set1_ps(zsi));
+            __m512 z = ZP ? _mm512_mul_ps(zq, _mm512_set1_ps(zsi)) : _mm512_set1_ps(zsi);
+            __m512 t = _mm512_fmsub_ps(d, _mm512_set1_ps(sai), z);
             acc[i] = _mm512_fmadd_ps(t, sb, acc[i]);
         }
     }
@@ -402,17 +414,18 @@ INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, __mmask16 cols
         _mm512_mask_storeu_ps(a->y + (m0 + i) * a->y_ld + n0, cols, _mm512_add_ps(acc[i], bias));
 }
 
-INLINE void pk_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, __mmask16 cols, const bool BF16, bool pf)
+INLINE void pk_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, __mmask16 cols, const bool BF16,
+                    const bool ZP, bool pf)
 {
     switch (mr) {
-    case 8: pk_tile(a, m0, n0, cols, 8, BF16, pf); break;
-    case 7: pk_tile(a, m0, n0, cols, 7, BF16, pf); break;
-    case 6: pk_tile(a, m0, n0, cols, 6, BF16, pf); break;
-    case 5: pk_tile(a, m0, n0, cols, 5, BF16, pf); break;
-    case 4: pk_tile(a, m0, n0, cols, 4, BF16, pf); break;
-    case 3: pk_tile(a, m0, n0, cols, 3, BF16, pf); break;
-    case 2: pk_tile(a, m0, n0, cols, 2, BF16, pf); break;
-    default: pk_tile(a, m0, n0, cols, 1, BF16, pf); break;
+    case 8: pk_tile(a, m0, n0, cols, 8, BF16, ZP, pf); break;
+    case 7: pk_tile(a, m0, n0, cols, 7, BF16, ZP, pf); break;
+    case 6: pk_tile(a, m0, n0, cols, 6, BF16, ZP, pf); break;
+    case 5: pk_tile(a, m0, n0, cols, 5, BF16, ZP, pf); break;
+    case 4: pk_tile(a, m0, n0, cols, 4, BF16, ZP, pf); break;
+    case 3: pk_tile(a, m0, n0, cols, 3, BF16, ZP, pf); break;
+    case 2: pk_tile(a, m0, n0, cols, 2, BF16, ZP, pf); break;
+    default: pk_tile(a, m0, n0, cols, 1, BF16, ZP, pf); break;
     }
 }
 
@@ -421,11 +434,12 @@ INLINE void pk_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, __m
  * one holding n_begin (a range cut inside a tile computes it whole and stores
  * its own columns), then register tiles of MR_PK_WIDE rows (VNNI) and MR_PK.
  */
-INLINE void pk_cols(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool BF16, const bool WIDE)
+INLINE void pk_cols(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool BF16, const bool ZP,
+                    const bool WIDE)
 {
     size_t first = n_begin / KRN_Q4_PACK_TILE * KRN_Q4_PACK_TILE;
     /* The tiles prefetch PF_DIST_PK bytes ahead: the first tile's opening lines are asked for here. */
-    const char *g = (const char *)krn_q4p_half(a->w.packed, first, a->w.k_blocks, BF16);
+    const char *g = (const char *)krn_q4p_half(a->w.packed, first, a->w.k_blocks, BF16, ZP);
     for (size_t o = 0; o < PF_DIST_PK; o += 64)
         _mm_prefetch(g + o, _MM_HINT_T0); /* past the last tile: a prefetch never faults */
     for (size_t o = PF_DIST_PK; o < PF_L2_DIST_PK; o += 64)
@@ -437,36 +451,45 @@ INLINE void pk_cols(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const 
             __mmask16 cols = (__mmask16)(((1u << j1) - 1) & ~((1u << j0) - 1));
             for (size_t m0 = mb; m0 < me;) {
                 if (WIDE && me - m0 >= MR_PK_WIDE) {
-                    pk_tile(a, m0, n0, cols, MR_PK_WIDE, BF16, m0 == mb);
+                    pk_tile(a, m0, n0, cols, MR_PK_WIDE, BF16, ZP, m0 == mb);
                     m0 += MR_PK_WIDE;
                     continue;
                 }
                 size_t mr = me - m0 < MR_PK ? me - m0 : MR_PK;
-                pk_rows(a, m0, mr, n0, cols, BF16, m0 == mb);
+                pk_rows(a, m0, mr, n0, cols, BF16, ZP, m0 == mb);
                 m0 += mr;
             }
         }
     }
 }
 
-static KRN_TGT void i8_packed(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
+/* The packed kernel for one record form: BF16 scales or fp32, zero points in the records (ZP) or 8. */
+INLINE void i8_packed_form(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool BF16, const bool ZP)
 {
     const bool wide = KRN_VNNI && MR_PK_WIDE * a->w.k_blocks * (32 + 2 * sizeof(float)) <= WIDE_TILE_BYTES;
-    if (wide && a->w.packed_bf16)
-        pk_cols(a, n_begin, n_end, true, true);
-    else if (wide)
-        pk_cols(a, n_begin, n_end, false, true);
-    else if (a->w.packed_bf16)
-        pk_cols(a, n_begin, n_end, true, false);
+    if (wide)
+        pk_cols(a, n_begin, n_end, BF16, ZP, true);
     else
-        pk_cols(a, n_begin, n_end, false, false);
+        pk_cols(a, n_begin, n_end, BF16, ZP, false);
+}
+
+static KRN_TGT void i8_packed(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
+{
+    if (a->w.packed_zp && a->w.packed_bf16)
+        i8_packed_form(a, n_begin, n_end, true, true);
+    else if (a->w.packed_zp)
+        i8_packed_form(a, n_begin, n_end, false, true);
+    else if (a->w.packed_bf16)
+        i8_packed_form(a, n_begin, n_end, true, false);
+    else
+        i8_packed_form(a, n_begin, n_end, false, false);
 }
 
 KRN_TGT void KRN_I8_FN(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
 {
     if (n_begin >= n_end)
         return;
-    if (a->w.packed && !a->w.zero_pts && a->w.block_size == 32) {
+    if (a->w.packed && (a->w.packed_zp || !a->w.zero_pts) && a->w.block_size == 32) {
         i8_packed(a, n_begin, n_end);
         return;
     }

@@ -103,8 +103,10 @@ static inline simde__m512i qd_emu_mm512_cvtps_epi32(simde__m512 a)
         return simde__m512i_from_private(r);           \
     }
 QD_EMU_WIDEN16(qd_emu_mm512_cvtepi8_epi32, _m128i, i8)   /* VPMOVSXBD: sign-extended */
+QD_EMU_WIDEN16(qd_emu_mm512_cvtepu8_epi32, _m128i, u8)   /* VPMOVZXBD: zero-extended */
 QD_EMU_WIDEN16(qd_emu_mm512_cvtepu16_epi32, _m256i, u16) /* VPMOVZXWD: zero-extended */
 #define _mm512_cvtepi8_epi32(a) qd_emu_mm512_cvtepi8_epi32(a)
+#define _mm512_cvtepu8_epi32(a) qd_emu_mm512_cvtepu8_epi32(a)
 #define _mm512_cvtepu16_epi32(a) qd_emu_mm512_cvtepu16_epi32(a)
 
 #endif

@@ -409,7 +409,7 @@ function main() {
   rewriteModel(o);
 }
 
-module.exports = { rewriteModel };
+module.exports = { rewriteModel, loadOnnx, dataTensors, resolveExternal, LOC_EXTERNAL };
 
 if (require.main === module) {
   try {
