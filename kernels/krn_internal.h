@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <xmmintrin.h> /* _mm_prefetch: SSE, part of x86-64 */
 
 #include "kernels/krn.h"
 
@@ -186,6 +187,27 @@ static inline unsigned krn_q4_get(const krn_q4_weights *w, size_t n, size_t k)
     size_t b = k / w->block_size;
     uint8_t byte = w->b_data[(n * w->k_blocks + b) * (w->block_size / 2) + (k % w->block_size) / 2];
     return (k & 1) ? (unsigned)(byte >> 4) : (unsigned)(byte & 0x0F);
+}
+
+/*
+ * The int8 kernels that read ONNX-layout weights in place (zero points
+ * without a packed copy, block sizes other than 32) read one stream per
+ * column of their tile. Each line of them is asked of L1 2 KiB ahead and of
+ * L2 8 KiB ahead; the hardware prefetchers alone left a one-row product
+ * (decode) at 7-8 GB/s on one thread and 12-17 on two of an Emerald Rapids
+ * Xeon, these reach 11-13 and 22-26 (bench/krn_bench without --packed).
+ * Only a tile's first rows ask: the later row tiles of the same columns find
+ * the lines in cache.
+ */
+#define KRN_PF_DIST_ONNX 2048
+#define KRN_PF_L2_DIST_ONNX 8192
+
+/* Always inlined: as a call inside the kernels' unrolled loops (every vector
+ * register is caller-saved) it halved their one-row rate. */
+static inline __attribute__((always_inline)) void krn_prefetch_onnx_line(const void *p)
+{
+    _mm_prefetch((const char *)p + KRN_PF_DIST_ONNX, _MM_HINT_T0);
+    _mm_prefetch((const char *)p + KRN_PF_L2_DIST_ONNX, _MM_HINT_T1);
 }
 
 /* Zero point of block b of row n: 8 when the graph gives none. */

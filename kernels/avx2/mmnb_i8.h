@@ -84,11 +84,12 @@ INLINE __m256 scales4x2(const float *s0, const float *s1, const float *s2, const
  * block dots; the zero point comes in as zp * qsum(block) (zp = 8 is a shift),
  * so the int32 dot is exact as in the reference; then one conversion and one
  * FMA with the products sA * sB for all eight (column, block) pairs.
- * Reads the ONNX rows in place (weights that were not repacked, e.g. with
- * zero points); an odd last block goes through 128-bit code. MR and ZP are
- * constants at every call site.
+ * Reads the ONNX rows in place (weights that were not repacked); an odd
+ * last block goes through 128-bit code. MR and ZP are constants at every
+ * call site; PF (the first row tile of a row block) prefetches the columns.
  */
-INLINE void i8_tile32(const krn_mmnb_args *a, size_t m0, size_t n0, float *out, const int MR, const bool ZP)
+INLINE void i8_tile32(const krn_mmnb_args *a, size_t m0, size_t n0, float *out, const int MR, const bool ZP,
+                      bool pf)
 {
     const krn_q4_weights *w = &a->w;
     const size_t kb = w->k_blocks;
@@ -117,13 +118,10 @@ INLINE void i8_tile32(const krn_mmnb_args *a, size_t m0, size_t n0, float *out, 
     const size_t np = kb / 2;
     for (size_t p = 0; p < np; p++) {
         __m256i lo[4], hi[4];
-        /* Each column's stream asked of L1 2 KiB and of L2 8 KiB ahead, a line per two steps
-         * (avx512/mmnb_i8.h, PF_DIST_ONNX: the hardware prefetchers alone leave it far below memory). */
-        if (p % 2 == 0)
-            UNROLL for (int j = 0; j < 4; j++) {
-                _mm_prefetch((const char *)(wr[j] + 32 * p) + 2048, _MM_HINT_T0);
-                _mm_prefetch((const char *)(wr[j] + 32 * p) + 8192, _MM_HINT_T1);
-            }
+        /* Each column's stream ahead, a line per two steps (krn_prefetch_onnx_line). */
+        if (pf && p % 2 == 0)
+            UNROLL for (int j = 0; j < 4; j++)
+                krn_prefetch_onnx_line(wr[j] + 32 * p);
         UNROLL for (int j = 0; j < 4; j++)
             unpack64(_mm256_loadu_si256((const __m256i *)(const void *)(wr[j] + 32 * p)), &lo[j], &hi[j]);
         __m256 sb = scales4x2(sr[0] + 2 * p, sr[1] + 2 * p, sr[2] + 2 * p, sr[3] + 2 * p);
@@ -354,10 +352,18 @@ INLINE void i8_tile_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0
                          const int NH, const bool ZP, const bool BF16, bool pf)
 {
     switch (mr) {
-    case 4: PACKED ? i8_lanes_tile(a, m0, n0, out, 4, 1, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 4, ZP); break;
-    case 3: PACKED ? i8_lanes_tile(a, m0, n0, out, 3, 1, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 3, ZP); break;
-    case 2: PACKED ? i8_lanes_tile(a, m0, n0, out, 2, NH, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 2, ZP); break;
-    default: PACKED ? i8_lanes_tile(a, m0, n0, out, 1, NH, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 1, ZP); break;
+    case 4:
+        PACKED ? i8_lanes_tile(a, m0, n0, out, 4, 1, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 4, ZP, pf);
+        break;
+    case 3:
+        PACKED ? i8_lanes_tile(a, m0, n0, out, 3, 1, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 3, ZP, pf);
+        break;
+    case 2:
+        PACKED ? i8_lanes_tile(a, m0, n0, out, 2, NH, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 2, ZP, pf);
+        break;
+    default:
+        PACKED ? i8_lanes_tile(a, m0, n0, out, 1, NH, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 1, ZP, pf);
+        break;
     }
 }
 

@@ -72,23 +72,6 @@ INLINE float hsum512(__m512 v)
     return _mm_cvtss_f32(s);
 }
 
-/*
- * The ONNX-layout kernel below reads one stream per column of its tile.
- * Each line of them is asked of L1 2 KiB ahead and of L2 8 KiB ahead; the
- * hardware prefetchers alone left a one-row product (decode) at 7-8 GB/s on
- * one thread and 12-17 on two of an Emerald Rapids Xeon, these reach 11-13
- * and 22-26 (bench/krn_bench without --packed: models with zero points or
- * block sizes other than 32 run this kernel).
- */
-#define PF_DIST_ONNX 2048
-#define PF_L2_DIST_ONNX 8192
-
-INLINE void prefetch_onnx_line(const uint8_t *p)
-{
-    _mm_prefetch((const char *)p + PF_DIST_ONNX, _MM_HINT_T0);
-    _mm_prefetch((const char *)p + PF_L2_DIST_ONNX, _MM_HINT_T1);
-}
-
 /* Adds the 32-element block b of rows/columns of the tile with 256-bit code. */
 INLINE void block32(const krn_mmnb_args *a, size_t b, const int MR, const int NR,
                     const int8_t *const *qrow, const float *const *sarow, const uint8_t *const *wrow,
@@ -140,9 +123,9 @@ INLINE void i8_tile(const krn_mmnb_args *a, size_t m0, size_t n0, const int MR, 
         for (; b + 2 <= kb; b += 2) {
             __m512i wabs[4];
             __mmask64 neg[4];
-            if (b % 4 == 0) /* 64 bytes of each column per two steps */
+            if (m0 == 0 && b % 4 == 0) /* 64 bytes of each column per two steps (krn_prefetch_onnx_line) */
                 UNROLL for (int j = 0; j < NR; j++)
-                    prefetch_onnx_line(wrow[j] + b * 16);
+                    krn_prefetch_onnx_line(wrow[j] + b * 16);
             UNROLL for (int j = 0; j < NR; j++) {
                 __m512i zp = pair_epi8(krn_q4_zp(w, n0 + j, b), krn_q4_zp(w, n0 + j, b + 1));
                 __m512i ws = _mm512_sub_epi8(unpack64(wrow[j] + b * 16), zp);
@@ -171,9 +154,9 @@ INLINE void i8_tile(const krn_mmnb_args *a, size_t m0, size_t n0, const int MR, 
             for (size_t c = 0; c < bs; c += 64) {
                 __m512i wabs[4];
                 __mmask64 neg[4];
-                if ((b * blob + c / 2) % 64 == 0)
+                if (m0 == 0 && (b * blob + c / 2) % 64 == 0)
                     UNROLL for (int j = 0; j < NR; j++)
-                        prefetch_onnx_line(wrow[j] + b * blob + c / 2);
+                        krn_prefetch_onnx_line(wrow[j] + b * blob + c / 2);
                 UNROLL for (int j = 0; j < NR; j++) {
                     __m512i ws = _mm512_sub_epi8(unpack64(wrow[j] + b * blob + c / 2),
                                                  _mm512_set1_epi8((char)krn_q4_zp(w, n0 + j, b)));
