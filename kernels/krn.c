@@ -429,7 +429,7 @@ int krn_q4_pack(const krn_q4_weights *w, void *dst)
 void krn_q4_dequant_row(const krn_q4_weights *w, size_t n, float *out)
 {
     size_t kb = w->k_blocks, bs = w->block_size;
-    if (w->packed && (w->packed_zp || !w->zero_pts)) {
+    if (krn_q4_reads_packed(w)) {
         /* record (tile, block): four 32-byte vectors whose lane c holds 4 weight bytes of column c, then
          * scales (and zero points) */
         size_t rec = krn_q4p_block_bytes(w->packed_bf16, w->packed_zp), c = n % KRN_Q4P_NR;

@@ -260,6 +260,12 @@ _Static_assert(sizeof(krn_q4p_record_bf16) == KRN_Q4P_BLOCK_BYTES_BF16, "bf16 re
 _Static_assert(offsetof(krn_q4p_record_f32, scales) == KRN_Q4P_WEIGHT_BYTES, "scales follow the weights");
 _Static_assert(offsetof(krn_q4p_record_bf16, scales) == KRN_Q4P_WEIGHT_BYTES, "scales follow the weights");
 
+/* Whether W's packed copy holds everything a product needs (zero points, if any, in its records). */
+static inline bool krn_q4_reads_packed(const krn_q4_weights *w)
+{
+    return w->packed && (w->packed_zp || !w->zero_pts);
+}
+
 /* Offset of a record's zero points (packed_zp), right after its scales. */
 static inline size_t krn_q4p_zp_offset(bool bf16)
 {

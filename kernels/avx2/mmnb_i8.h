@@ -226,7 +226,6 @@ INLINE __m256 bf16x8(const uint8_t *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
 
-/* The 4 int8 activations at p in all eight 32-bit lanes. */
 /*
  * A record's eight zero points (packed_zp) over 8, exact, as floats: zq * zp8_sum
  * is then zp * (sA * qsum) with one rounding, 8 * (sA * qsum) exactly when zp = 8.
@@ -237,6 +236,7 @@ INLINE __m256 zp_over8(const uint8_t *p)
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(z)), _mm256_set1_ps(0.125f));
 }
 
+/* The 4 int8 activations at p in all eight 32-bit lanes. */
 INLINE __m256i bcast4(const int8_t *p)
 {
     int32_t v;
@@ -453,7 +453,7 @@ KRN_AVX2_TGT void KRN_I8_FN(const krn_mmnb_args *a, size_t n_begin, size_t n_end
     const krn_q4_weights *w = &a->w;
     if (n_begin >= n_end)
         return;
-    bool packed = w->packed && (w->packed_zp || !w->zero_pts);
+    bool packed = krn_q4_reads_packed(w);
     if (w->block_size == 32 && packed && w->packed_zp && w->packed_bf16)
         i8_cols32(a, n_begin, n_end, true, true, true);
     else if (w->block_size == 32 && packed && w->packed_zp)

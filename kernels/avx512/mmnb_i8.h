@@ -472,7 +472,7 @@ KRN_TGT void KRN_I8_FN(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
 {
     if (n_begin >= n_end)
         return;
-    if (a->w.packed && (a->w.packed_zp || !a->w.zero_pts) && a->w.block_size == 32) {
+    if (krn_q4_reads_packed(&a->w) && a->w.block_size == 32) {
         i8_packed(a, n_begin, n_end);
         return;
     }
