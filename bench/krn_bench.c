@@ -4,7 +4,7 @@
  *
  * Usage: bench/krn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all]
  *                        [--mode i8|f32|both] [--m M] [--min-ms T] [--hot] [--packed]
- *                        [--zero-points] [--threads N] [--roofline]
+ *                        [--zero-points] [--block-size B] [--threads N] [--roofline]
  *
  * For each shape (N x K, block 32, no zero points, as the exported graph) it
  * reports the median time of one call over the whole column range and the
@@ -16,7 +16,9 @@
  * that read repacked weights (krn_q4_pack) the packed copy; the GB/s figure always counts the
  * ONNX bytes (int4 data plus scales), which the packed copy matches. --zero-points gives the
  * weights random 4-bit zero points (an asymmetric export; the packed copy then holds them
- * too, one byte per column and block, which the GB/s figure does not count). Activation quantization
+ * too, one byte per column and block, which the GB/s figure does not count). --block-size B (a
+ * power of 2 from 16 to 256) quantizes the weights in blocks of B along K instead of 32, as
+ * exports made with another int4_block_size are. Activation quantization
  * (int8 mode) is timed separately; it is O(K) per row. --threads N splits each call's columns
  * over N pinned threads as the engine's pool does; --roofline adds, per shape, the rate at
  * which the same threads read memory at that moment and the kernel's share of it (see
@@ -203,9 +205,9 @@ typedef struct wcopy {
 } wcopy;
 
 static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size_t m, int mode_mask,
-                        double min_ms, bool hot, bool pack, bool zp)
+                        double min_ms, bool hot, bool pack, bool zp, size_t bs)
 {
-    const size_t bs = 32, kb = (sh->k + bs - 1) / bs;
+    const size_t kb = (sh->k + bs - 1) / bs;
     const size_t b_bytes = sh->n * kb * bs / 2, s_bytes = sh->n * kb * sizeof(float);
     const size_t w_bytes = b_bytes + s_bytes;
     size_t copies = COLD_BYTES / w_bytes + 1;
@@ -279,8 +281,11 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
             qsort(times, (size_t)reps, sizeof times[0], bench_cmp_double);
             double med = times[reps / 2];
             double roof = rl_buf ? roofline_gbs() : 0.0;
-            printf("%-5s %-8s N=%6zu K=%5zu M=%3zu  %-20s %-6s %9.3f ms  %6.2f GB/s  %7.2f GMAC/s",
-                   sh->model, sh->what, sh->n, sh->k, m, name,
+            char blocks[16] = ""; /* named only when not the exported graphs' 32 */
+            if (bs != 32)
+                snprintf(blocks, sizeof blocks, " bs%zu", bs);
+            printf("%-5s %-8s N=%6zu K=%5zu M=%3zu%s  %-20s %-6s %9.3f ms  %6.2f GB/s  %7.2f GMAC/s",
+                   sh->model, sh->what, sh->n, sh->k, m, blocks, name,
                    args.w.packed ? (zp ? "pk+zp" : "packed") : (zp ? "onnx+zp" : "onnx"), med,
                    w_bytes / med / 1e6,
                    (double)m * sh->n * sh->k / med / 1e6);
@@ -306,15 +311,15 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
 static void usage(void)
 {
     fprintf(stderr, "usage: krn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all] "
-                    "[--mode i8|f32|both] [--m M] [--min-ms T] [--hot] [--packed] [--zero-points] [--threads N] "
-                    "[--roofline]\n");
+                    "[--mode i8|f32|both] [--m M] [--min-ms T] [--hot] [--packed] [--zero-points] [--block-size B] "
+                    "[--threads N] [--roofline]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
     const char *level = "all", *which = "all", *mode = "both";
-    size_t m = 1;
+    size_t m = 1, bs = 32;
     double min_ms = 300;
     bool hot = false, pack = false, zp = false;
     int threads = 1;
@@ -350,10 +355,12 @@ int main(int argc, char **argv)
             min_ms = strtod(argv[++i], NULL);
         else if (!strcmp(argv[i], "--threads"))
             threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--block-size"))
+            bs = (size_t)strtoul(argv[++i], NULL, 10);
         else
             usage();
     }
-    if (m < 1 || m > 4096 || threads < 1 || threads > 16)
+    if (m < 1 || m > 4096 || threads < 1 || threads > 16 || bs < 16 || bs > 256 || (bs & (bs - 1)))
         usage();
     int mode_mask = !strcmp(mode, "both") ? 3 : !strcmp(mode, "i8") ? 2 : !strcmp(mode, "f32") ? 1 : 0;
     if (!mode_mask)
@@ -382,7 +389,7 @@ int main(int argc, char **argv)
     team_start(threads);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         if (!strcmp(which, "all") || !strcmp(which, shapes[s].model))
-            bench_shape(&shapes[s], tabs, n_tabs, m, mode_mask, min_ms, hot, pack, zp);
+            bench_shape(&shapes[s], tabs, n_tabs, m, mode_mask, min_ms, hot, pack, zp, bs);
     team_stop();
     return 0;
 }

@@ -145,20 +145,21 @@ static size_t node_pack_size(const eng_plan *p, size_t i, bool *bf16)
         krn_q4_weights_set_blocks(&w);
         return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;
     }
-    if (strcmp(n->op_type, "MatMulNBits") || eng_node_attr_int(n, "bits", 4) != 4 ||
-        eng_node_attr_int(n, "block_size", 0) != 32 || eng_node_attr_int(n, "accuracy_level", 0) != 4)
+    int64_t bs = eng_node_attr_int(n, "block_size", 0);
+    if (strcmp(n->op_type, "MatMulNBits") || eng_node_attr_int(n, "bits", 4) != 4 || bs < 16 || (bs & (bs - 1)) ||
+        eng_node_attr_int(n, "accuracy_level", 0) != 4)
         return 0;
     int64_t N = eng_node_attr_int(n, "N", 0), K = eng_node_attr_int(n, "K", 0);
     mmnb_sizes z;
     const eng_tensor *scales, *zp = NULL;
     bool has_zp = n->n_inputs > 3 && n->input_values[3] >= 0;
     /* Only a node prep_mmnb will accept counts, so no size below overflows. */
-    if (N <= 0 || K <= 0 || !mmnb_sizes_of(K, N, 32, &z) || !node_init(p, n, 1, ENG_DT_UINT8, z.b_bytes) ||
+    if (N <= 0 || K <= 0 || !mmnb_sizes_of(K, N, bs, &z) || !node_init(p, n, 1, ENG_DT_UINT8, z.b_bytes) ||
         !(scales = node_init(p, n, 2, ENG_DT_FLOAT, z.n_scales)) ||
         (has_zp && !(zp = node_init(p, n, 3, ENG_DT_UINT8, z.zp_bytes))))
         return 0;
     *bf16 = cached >= 0 ? cached : node_scales_bf16(scales);
-    krn_q4_weights w = {.n = (size_t)N, .k = (size_t)K, .block_size = 32, .packed_bf16 = *bf16,
+    krn_q4_weights w = {.n = (size_t)N, .k = (size_t)K, .block_size = (size_t)bs, .packed_bf16 = *bf16,
                         .packed_zp = zp && !plan_q4_zp_all_8(zp->data, zp->n_elems, z.n_scales / z.kb, z.kb)};
     krn_q4_weights_set_blocks(&w);
     return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;

@@ -349,10 +349,11 @@ void krn_q4_weights_set_blocks(krn_q4_weights *w)
 
 size_t krn_q4_pack_size(const krn_q4_weights *w)
 {
-    if (w->block_size != 32 || (w->zero_pts && !w->packed_zp) || !w->n || w->k_blocks != (w->k + 31) / 32)
+    size_t groups = krn_q4p_groups(w);
+    if (!groups || (w->zero_pts && !w->packed_zp) || !w->n || w->k_blocks != (w->k + w->block_size - 1) / w->block_size)
         return 0;
     return (w->n + KRN_Q4_PACK_TILE - 1) / KRN_Q4_PACK_TILE *
-           krn_q4p_tile_bytes(w->k_blocks, w->packed_bf16, w->packed_zp);
+           krn_q4p_tile_bytes(w->k_blocks, groups, w->packed_bf16, w->packed_zp);
 }
 
 krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n)
@@ -368,7 +369,7 @@ krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n)
     if (w->bias)
         s.bias = w->bias + off;
     if (w->packed) /* tiles of KRN_Q4_PACK_TILE columns follow each other */
-        s.packed = krn_q4p_half(w->packed, off, w->k_blocks, w->packed_bf16, w->packed_zp);
+        s.packed = krn_q4p_half(w->packed, off, w->k_blocks, krn_q4p_groups(w), w->packed_bf16, w->packed_zp);
     return s;
 }
 
@@ -393,21 +394,24 @@ int krn_q4_pack(const krn_q4_weights *w, void *dst)
         return KRN_EINVAL;
     if (w->packed_zp && !w->zero_pts)
         return KRN_EINVAL;
-    size_t kb = w->k_blocks, rec = krn_q4p_block_bytes(w->packed_bf16, w->packed_zp);
+    size_t kb = w->k_blocks, groups = krn_q4p_groups(w), blob = w->block_size / 2;
+    size_t rec = krn_q4p_block_bytes(groups, w->packed_bf16, w->packed_zp), so = krn_q4p_scales_offset(groups);
     size_t padded = (w->n + KRN_Q4_PACK_TILE - 1) / KRN_Q4_PACK_TILE * KRN_Q4_PACK_TILE;
     /* Every record of every tile, the padding half of a last one included. */
     for (size_t n0 = 0; n0 < padded; n0 += KRN_Q4P_NR)
         for (size_t b = 0; b < kb; b++) {
-            uint8_t *out = (uint8_t *)krn_q4p_half(dst, n0, kb, w->packed_bf16, w->packed_zp) + 2 * b * rec;
+            uint8_t *out = (uint8_t *)krn_q4p_half(dst, n0, kb, groups, w->packed_bf16, w->packed_zp) + 2 * b * rec;
             uint32_t sc[KRN_Q4P_NR];
             for (size_t c = 0; c < KRN_Q4P_NR; c++) {
                 size_t n = n0 + c;
-                for (size_t h = 0; h < 4; h++) {
-                    if (n < w->n)
-                        memcpy(out + 32 * h + 4 * c, w->b_data + (n * kb + b) * 16 + 4 * h, 4);
-                    else
-                        memset(out + 32 * h + 4 * c, 0, 4);
-                }
+                for (size_t g = 0; g < groups; g++)
+                    for (size_t h = 0; h < 4; h++) {
+                        uint8_t *lane = out + KRN_Q4P_WEIGHT_BYTES * g + 32 * h + 4 * c;
+                        if (n < w->n)
+                            memcpy(lane, w->b_data + (n * kb + b) * blob + 16 * g + 4 * h, 4);
+                        else
+                            memset(lane, 0, 4);
+                    }
                 sc[c] = 0; /* the bits of +0.0f */
                 if (n < w->n)
                     memcpy(&sc[c], &w->scales[n * kb + b], sizeof sc[c]);
@@ -415,13 +419,14 @@ int krn_q4_pack(const krn_q4_weights *w, void *dst)
             if (w->packed_bf16)
                 for (size_t c = 0; c < KRN_Q4P_NR; c++) {
                     uint16_t hi = (uint16_t)(sc[c] >> 16);
-                    memcpy(out + KRN_Q4P_WEIGHT_BYTES + 2 * c, &hi, sizeof hi);
+                    memcpy(out + so + 2 * c, &hi, sizeof hi);
                 }
             else
-                memcpy(out + KRN_Q4P_WEIGHT_BYTES, sc, sizeof sc);
+                memcpy(out + so, sc, sizeof sc);
             if (w->packed_zp)
                 for (size_t c = 0; c < KRN_Q4P_NR; c++)
-                    out[krn_q4p_zp_offset(w->packed_bf16) + c] = (uint8_t)(n0 + c < w->n ? krn_q4_zp(w, n0 + c, b) : 0);
+                    out[krn_q4p_zp_offset(groups, w->packed_bf16) + c] =
+                        (uint8_t)(n0 + c < w->n ? krn_q4_zp(w, n0 + c, b) : 0);
         }
     return KRN_OK;
 }
@@ -430,24 +435,25 @@ void krn_q4_dequant_row(const krn_q4_weights *w, size_t n, float *out)
 {
     size_t kb = w->k_blocks, bs = w->block_size;
     if (krn_q4_reads_packed(w)) {
-        /* record (tile, block): four 32-byte vectors whose lane c holds 4 weight bytes of column c, then
-         * scales (and zero points) */
-        size_t rec = krn_q4p_block_bytes(w->packed_bf16, w->packed_zp), c = n % KRN_Q4P_NR;
-        const uint8_t *half = krn_q4p_half(w->packed, n - c, kb, w->packed_bf16, w->packed_zp);
+        /* record (tile, block): G groups of four 32-byte vectors whose lane c holds 4 weight bytes of
+         * column c, then scales (and zero points) */
+        size_t groups = krn_q4p_groups(w), so = krn_q4p_scales_offset(groups), c = n % KRN_Q4P_NR;
+        size_t rec = krn_q4p_block_bytes(groups, w->packed_bf16, w->packed_zp);
+        const uint8_t *half = krn_q4p_half(w->packed, n - c, kb, groups, w->packed_bf16, w->packed_zp);
         for (size_t b = 0; b < kb; b++) {
             const uint8_t *r = half + 2 * b * rec;
             float sc;
             if (w->packed_bf16) {
                 uint16_t h;
-                memcpy(&h, r + KRN_Q4P_WEIGHT_BYTES + 2 * c, sizeof h);
+                memcpy(&h, r + so + 2 * c, sizeof h);
                 sc = krn_bf16_to_f32(h);
             } else {
-                memcpy(&sc, r + KRN_Q4P_WEIGHT_BYTES + 4 * c, sizeof sc);
+                memcpy(&sc, r + so + 4 * c, sizeof sc);
             }
-            int zp = w->packed_zp ? r[krn_q4p_zp_offset(w->packed_bf16) + c] : 8;
-            for (size_t j = 0; j < 16 && b * 32 + 2 * j < w->k; j++) {
-                uint8_t byte = r[32 * (j / 4) + 4 * c + j % 4];
-                size_t k = b * 32 + 2 * j;
+            int zp = w->packed_zp ? r[krn_q4p_zp_offset(groups, w->packed_bf16) + c] : 8;
+            for (size_t j = 0; j < bs / 2 && b * bs + 2 * j < w->k; j++) {
+                uint8_t byte = r[KRN_Q4P_WEIGHT_BYTES * (j / 16) + 32 * (j % 16 / 4) + 4 * c + j % 4];
+                size_t k = b * bs + 2 * j;
                 out[k] = (float)((int)(byte & 15) - zp) * sc;
                 if (k + 1 < w->k)
                     out[k + 1] = (float)((int)(byte >> 4) - zp) * sc;

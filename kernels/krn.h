@@ -134,8 +134,9 @@ void krn_q4_weights_set_blocks(krn_q4_weights *w);
  * followed by their eight scales, so a tile is one sequential stream and the
  * GEMM needs no horizontal reduction.
  * The packed copy has the same size as b_data plus scales (up to the padding
- * of a last partial tile). It only exists for block_size 32 (the form of
- * the exported Qwen3 graphs): krn_q4_pack_size() is 0 otherwise. Weights
+ * of a last partial tile). It exists for block sizes 32 (the form of the
+ * exported Qwen3 graphs) to 256, where a record holds one block (block_size
+ * / 32 groups of 32 k); krn_q4_pack_size() is 0 for the others. Weights
  * with zero points pack only with packed_zp set, and then each record also
  * holds its eight columns' zero points, one byte each (one byte per column
  * and block more than b_data plus scales, against the half byte of
@@ -166,7 +167,7 @@ krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n);
  * outside the process (the engine's prepared-weights cache) are keyed by
  * it: raise it with any change to what krn_q4_pack() writes.
  */
-#define KRN_Q4_PACK_LAYOUT 3
+#define KRN_Q4_PACK_LAYOUT 4
 
 /*
  * With packed_bf16 set, the packed copy keeps each scale as its upper 16

@@ -224,25 +224,28 @@ static inline int krn_q4_zp(const krn_q4_weights *w, size_t n, size_t b)
  * each tile one contiguous run of k_blocks pairs of records. Record (b, e)
  * of tile t, half e of its block b, at packed + t * krn_q4p_tile_bytes() +
  * (2b + e) * krn_q4p_block_bytes(), covers the eight columns 16t + 8e + c:
- * four 32-byte vectors h = 0..3 whose 32-bit lane c is the ONNX weight
- * bytes 4h..4h+3 of block b of that column (low nibbles k = 8h + 2j, high
- * nibbles k = 8h + 2j + 1 for byte j), then the eight scales: fp32
- * (160-byte records) or, with packed_bf16, their upper halves (144-byte
- * records); with packed_zp the eight zero points follow, one byte each
- * (168 and 152 bytes). Columns past n are zero bytes with scale 0 (and zero
- * point 0), which add exact zeros. An AVX-512 kernel reads a block's two records as one sixteen-lane
- * record, so a tile is one stream; layout 1 (tiles of eight, two adjacent
- * tiles read side by side as two streams) decoded 15-25% slower on a Zen 5
- * server. An AVX2 kernel reads both records of a block in one pass (decode)
- * or one record every other record (the other eight columns' pass then
- * reads them from cache).
+ * G = block_size / 32 groups of 128 weight bytes, group s covering the
+ * block's k = 32s .. 32s + 31 as four 32-byte vectors h = 0..3 whose 32-bit
+ * lane c is the ONNX weight bytes 16s + 4h .. 16s + 4h + 3 of block b of
+ * that column (low nibbles k = 32s + 8h + 2j, high nibbles k = 32s + 8h +
+ * 2j + 1 for byte j), then the eight scales: fp32 or, with packed_bf16,
+ * their upper halves; with packed_zp the eight zero points follow, one byte
+ * each. With block_size 32 (G = 1) that is 160 / 144 bytes, 168 / 152 with
+ * zero points. Columns past n are zero bytes with scale 0 (and zero point
+ * 0), which add exact zeros. An AVX-512 kernel reads a block's two records
+ * as one sixteen-lane record, so a tile is one stream; layout 1 (tiles of
+ * eight, two adjacent tiles read side by side as two streams) decoded 15-25%
+ * slower on a Zen 5 server. An AVX2 kernel reads both records of a block in
+ * one pass (decode) or one record every other record (the other eight
+ * columns' pass then reads them from cache).
  */
 #define KRN_Q4P_NR 8 /* columns per record: a tile holds two side by side */
-#define KRN_Q4P_WEIGHT_BYTES 128
+#define KRN_Q4P_WEIGHT_BYTES 128 /* per group of 32 k */
+#define KRN_Q4P_MAX_GROUPS 8     /* block_size 256 */
 #define KRN_Q4P_BLOCK_BYTES_F32 (KRN_Q4P_WEIGHT_BYTES + KRN_Q4P_NR * 4)
 #define KRN_Q4P_BLOCK_BYTES_BF16 (KRN_Q4P_WEIGHT_BYTES + KRN_Q4P_NR * 2)
 
-/* The two record forms, as the packer writes and the kernels read them. */
+/* The two record forms at block_size 32, as the packer writes and the kernels read them. */
 typedef struct krn_q4p_record_f32 {
     uint8_t weights[4][32];           /* vector h, lane c (4 bytes): column 8t + c, bytes 4h..4h+3 */
     float scales[KRN_Q4P_NR];
@@ -253,12 +256,19 @@ typedef struct krn_q4p_record_bf16 {
     uint16_t scales[KRN_Q4P_NR];      /* the upper halves of the fp32 scales */
 } krn_q4p_record_bf16;
 
-_Static_assert(KRN_Q4P_WEIGHT_BYTES == KRN_Q4P_NR * 32 / 2, "a record holds one 32-weight block of eight columns");
+_Static_assert(KRN_Q4P_WEIGHT_BYTES == KRN_Q4P_NR * 32 / 2, "a group holds 32 k of eight columns");
 _Static_assert(KRN_Q4_PACK_TILE == 2 * KRN_Q4P_NR, "a tile is two records wide");
 _Static_assert(sizeof(krn_q4p_record_f32) == KRN_Q4P_BLOCK_BYTES_F32, "fp32 records are unpadded");
 _Static_assert(sizeof(krn_q4p_record_bf16) == KRN_Q4P_BLOCK_BYTES_BF16, "bf16 records are unpadded");
 _Static_assert(offsetof(krn_q4p_record_f32, scales) == KRN_Q4P_WEIGHT_BYTES, "scales follow the weights");
 _Static_assert(offsetof(krn_q4p_record_bf16, scales) == KRN_Q4P_WEIGHT_BYTES, "scales follow the weights");
+
+/* Groups of 32 k per block of W's packed records (block_size 32..256), else 0: not packed. */
+static inline size_t krn_q4p_groups(const krn_q4_weights *w)
+{
+    size_t bs = w->block_size;
+    return bs >= 32 && bs <= 32 * KRN_Q4P_MAX_GROUPS && (bs & (bs - 1)) == 0 ? bs / 32 : 0;
+}
 
 /* Whether W's packed copy holds everything a product needs (zero points, if any, in its records). */
 static inline bool krn_q4_reads_packed(const krn_q4_weights *w)
@@ -266,28 +276,35 @@ static inline bool krn_q4_reads_packed(const krn_q4_weights *w)
     return w->packed && (w->packed_zp || !w->zero_pts);
 }
 
-/* Offset of a record's zero points (packed_zp), right after its scales. */
-static inline size_t krn_q4p_zp_offset(bool bf16)
+/* Offset of a record's scales: after its G groups of weights. */
+static inline size_t krn_q4p_scales_offset(size_t groups)
 {
-    return bf16 ? KRN_Q4P_BLOCK_BYTES_BF16 : KRN_Q4P_BLOCK_BYTES_F32;
+    return groups * KRN_Q4P_WEIGHT_BYTES;
 }
 
-static inline size_t krn_q4p_block_bytes(bool bf16, bool zp)
+/* Offset of a record's zero points (packed_zp), right after its scales. */
+static inline size_t krn_q4p_zp_offset(size_t groups, bool bf16)
 {
-    return krn_q4p_zp_offset(bf16) + (zp ? KRN_Q4P_NR : 0);
+    return krn_q4p_scales_offset(groups) + KRN_Q4P_NR * (bf16 ? 2 : 4);
+}
+
+static inline size_t krn_q4p_block_bytes(size_t groups, bool bf16, bool zp)
+{
+    return krn_q4p_zp_offset(groups, bf16) + (zp ? KRN_Q4P_NR : 0);
 }
 
 /* Bytes of a tile of sixteen columns: two records per block. */
-static inline size_t krn_q4p_tile_bytes(size_t k_blocks, bool bf16, bool zp)
+static inline size_t krn_q4p_tile_bytes(size_t k_blocks, size_t groups, bool bf16, bool zp)
 {
-    return 2 * k_blocks * krn_q4p_block_bytes(bf16, zp);
+    return 2 * k_blocks * krn_q4p_block_bytes(groups, bf16, zp);
 }
 
 /* The first record of the eight columns from n0 (a multiple of 8); the next block's is two records on. */
-static inline const uint8_t *krn_q4p_half(const void *packed, size_t n0, size_t k_blocks, bool bf16, bool zp)
+static inline const uint8_t *krn_q4p_half(const void *packed, size_t n0, size_t k_blocks, size_t groups, bool bf16,
+                                          bool zp)
 {
-    return (const uint8_t *)packed + n0 / KRN_Q4_PACK_TILE * krn_q4p_tile_bytes(k_blocks, bf16, zp) +
-           (n0 / KRN_Q4P_NR % 2) * krn_q4p_block_bytes(bf16, zp);
+    return (const uint8_t *)packed + n0 / KRN_Q4_PACK_TILE * krn_q4p_tile_bytes(k_blocks, groups, bf16, zp) +
+           (n0 / KRN_Q4P_NR % 2) * krn_q4p_block_bytes(groups, bf16, zp);
 }
 
 /* A bfloat16 (its bits) widened to fp32, exactly. */

@@ -2,9 +2,10 @@
 # Model-level: qwen3d's teacher-forced logits against ONNX Runtime's on the
 # same folder, for the tiny preset and a 0.6b-width model with 4 layers, and
 # on each written again by another ONNX writer; the tiny preset once more
-# with full fp32 weights (scales that fit no 16-bit form), and once with
+# with full fp32 weights (scales that fit no 16-bit form), once with
 # every projection quantized asymmetrically (zero points, as an export with
-# int4_is_symmetric=false has them). A 7-id prompt, then 32
+# int4_is_symmetric=false has them), and twice in larger blocks (128 without
+# and 64 with zero points). A 7-id prompt, then 32
 # teacher-forced decode steps: 33 logits rows per run. The tolerance comes
 # from ONNX Runtime itself (accuracy_level 4 against 0), see compare-logits.js.
 # Greedy output must also be identical for 1 and 2 threads and across runs.
@@ -89,10 +90,20 @@ done
 
 # An asymmetric export: MatMulNBits with zero points, which the packed copy
 # holds beside the scales.
-ort_node asymmetric-model.js --in "$work/tiny" --out "$work/tiny-zp" 2>"$work/asym.log" ||
-  ort_fail "asymmetric-model.js failed: $(tail -n 3 "$work/asym.log")"
+ort_node requantize-model.js --in "$work/tiny" --out "$work/tiny-zp" 2>"$work/asym.log" ||
+  ort_fail "requantize-model.js failed: $(tail -n 3 "$work/asym.log")"
 "$QWEN3D" inspect --model "$work/tiny-zp" | grep -q "(packed.*, zero points)" ||
   ort_fail "inspect shows no packed projection with zero points on the asymmetric tiny model"
+# Exports quantized in larger blocks (int4_block_size 128, symmetric; 64 with
+# zero points), whose packed records hold several groups of 32 k per block.
+ort_node requantize-model.js --in "$work/tiny" --out "$work/tiny-b128" --block-size 128 --zero-points off \
+  2>"$work/b128.log" || ort_fail "requantize-model.js --block-size 128 failed: $(tail -n 3 "$work/b128.log")"
+ort_node requantize-model.js --in "$work/tiny" --out "$work/tiny-b64zp" --block-size 64 \
+  2>"$work/b64.log" || ort_fail "requantize-model.js --block-size 64 failed: $(tail -n 3 "$work/b64.log")"
+for m in tiny-b128 tiny-b64zp; do
+  [ "$("$QWEN3D" inspect --model "$work/$m" | grep -c "mmnb_i8.*(packed")" -gt 0 ] ||
+    ort_fail "inspect shows no packed projection on $m"
+done
 
 # The kernel tables, natively as far as the CPU goes, then emulated.
 flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
@@ -130,9 +141,9 @@ for t in $tables; do
   # matmul ten times the native one's time; test_kernels holds both to the
   # definitions on every shape of the real models.
   case $t in
-  ref) models="tiny tiny-zp" ;;
-  emu-*) models="tiny tiny-f32 tiny-zp" ;;
-  *) models="tiny w06l4 tiny-f32 tiny-zp" ;;
+  ref) models="tiny tiny-zp tiny-b128 tiny-b64zp" ;;
+  emu-*) models="tiny tiny-f32 tiny-zp tiny-b128 tiny-b64zp" ;;
+  *) models="tiny w06l4 tiny-f32 tiny-zp tiny-b128 tiny-b64zp" ;;
   esac
   for m in $models; do
     compare "$m.$t" "$work/$m" "$work/$m" "$t"

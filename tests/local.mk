@@ -108,7 +108,7 @@ endif
 # model with 4 layers, each also as written by another writer), and greedy
 # determinism across thread counts.
 TESTS += tests/engine_vs_ort.sh
-EXTRA_DIST += tests/engine_vs_ort.sh tests/ort/compare-logits.js tests/ort/asymmetric-model.js
+EXTRA_DIST += tests/engine_vs_ort.sh tests/ort/compare-logits.js tests/ort/requantize-model.js
 
 # The standard contracts (int4-qdq, float, float32) against ONNX Runtime and
 # against the ORT form: tiny here; make check-long adds the 0.6b-width model.

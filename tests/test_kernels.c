@@ -568,7 +568,7 @@ static void mmnb_bf16_case(const krn_table *lv, const qweights *q, size_t m, con
     for (int v = 0; v < 2; v++) {
         w.packed_bf16 = v == 1;
         size_t sz = krn_q4_pack_size(&w);
-        ck_assert_uint_eq(sz, (n + 15) / 16 * 2 * w.k_blocks * ((v ? 144 : 160) + (w.packed_zp ? 8 : 0)));
+        ck_assert_uint_eq(sz, (n + 15) / 16 * 2 * w.k_blocks * (w.block_size * 4 + (v ? 16 : 32) + (w.packed_zp ? 8 : 0)));
         void *pk = aligned_alloc(64, (sz + 63) & ~(size_t)63);
         ck_assert_ptr_nonnull(pk);
         ck_assert_int_eq(krn_q4_pack(&w, pk), KRN_OK);
@@ -609,7 +609,7 @@ static void mmnb_zp8_case(const krn_table *lv, const qweights *q, size_t m, cons
         w.zero_pts = v ? eights : NULL;
         w.packed_zp = v == 1;
         size_t sz = krn_q4_pack_size(&w);
-        ck_assert_uint_eq(sz, (n + 15) / 16 * 2 * w.k_blocks * (v ? 168 : 160));
+        ck_assert_uint_eq(sz, (n + 15) / 16 * 2 * w.k_blocks * (w.block_size * 4 + 32 + (v ? 8 : 0)));
         void *pk = aligned_alloc(64, (sz + 63) & ~(size_t)63);
         ck_assert_ptr_nonnull(pk);
         ck_assert_int_eq(krn_q4_pack(&w, pk), KRN_OK);
@@ -971,7 +971,14 @@ START_TEST(mmnb_levels_block_sizes_and_edges)
             mmnb_case(tabs, nl, 1, 9, bs * 3, bs, zp, true, 2.0f, 0.1f, &r);
             mmnb_case(tabs, nl, 5, 7, bs * 2 + 8, bs, zp, false, 2.0f, 0.1f, &r);
             mmnb_case(tabs, nl, 2, 33, 24, bs, zp, true, 2.0f, 0.1f, &r); /* k < one block */
+            /* Register tiles of several rows over several column tiles, a partial last block. */
+            mmnb_case(tabs, nl, 17, 40, bs * 5 + 40, bs, zp, !zp, 2.0f, 0.1f, &r);
         }
+    /* Blocks of several groups: huge and tiny magnitudes, the Qwen3 widths. */
+    mmnb_case(tabs, nl, 3, 31, 300, 128, false, false, 1e30f, 1e-3f, &r);
+    mmnb_case(tabs, nl, 3, 31, 300, 64, true, false, 1e-30f, 1e3f, &r);
+    mmnb_case(tabs, nl, 8, 48, 1024, 128, false, false, 2.0f, 0.1f, &r);
+    mmnb_case(tabs, nl, 1, 129, 3072, 128, true, true, 2.0f, 0.1f, &r);
     /* Huge and tiny magnitudes, both in activations and in scales. */
     mmnb_case(tabs, nl, 3, 31, 100, 32, false, false, 1e30f, 1e-3f, &r);
     mmnb_case(tabs, nl, 3, 31, 100, 32, true, false, 1e-30f, 1e3f, &r);
@@ -1033,17 +1040,19 @@ static void rows_alone_case(const krn_table *lv, const qweights *q, const float 
 START_TEST(mmnb_rows_batch_invariant)
 {
     static const size_t ms[] = {3, 8, 9, 13, 17, 37};
-    /* 9 x 6656: K past the packed AVX-512 VNNI kernel's 16-row tiles, which then runs 8-row ones. */
-    static const size_t shapes[][2] = {{37, 100}, {23, 96}, {41, 1000}, {8, 64}, {9, 6656}};
+    /* 9 x 6656: K past the packed AVX-512 VNNI kernel's 16-row tiles, which then runs 8-row ones.
+     * Then blocks of 64, 128 and 256 (records of several groups), one with a partial last block. */
+    static const size_t shapes[][3] = {{37, 100, 32}, {23, 96, 32}, {41, 1000, 32}, {8, 64, 32},
+                                       {9, 6656, 32}, {33, 1000, 128}, {19, 320, 64}, {17, 768, 256}};
     krn_table tabs[MAX_TABS + 1];
     tabs[0] = ref_tab();
     int nt = 1 + simd_tables(tabs + 1, true);
     rng r = {4242};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        size_t n = shapes[s][0], k = shapes[s][1], lda = k + 5;
+        size_t n = shapes[s][0], k = shapes[s][1], bs = shapes[s][2], lda = k + 5;
         bool zp = s % 2 == 0; /* asymmetric weights too: zero points in the packed records */
         qweights q;
-        qw_make(&q, n, k, 32, zp, s & 1, 0.1f, &r);
+        qw_make(&q, n, k, bs, zp, s & 1, 0.1f, &r);
         /* Scales cut to bfloat16 values, so that both records can hold them. */
         for (size_t i = 0; i < n * q.w.k_blocks; i++) {
             uint32_t u;
@@ -1073,7 +1082,7 @@ START_TEST(mmnb_rows_batch_invariant)
                 }
             }
             free(a);
-            mmnb_case(tabs + 1, nt - 1, m, n, k, 32, zp, s & 1, 2.0f, 0.1f, &r);
+            mmnb_case(tabs + 1, nt - 1, m, n, k, bs, zp, s & 1, 2.0f, 0.1f, &r);
         }
         free(pk[0]);
         free(pk[1]);
@@ -1083,8 +1092,9 @@ START_TEST(mmnb_rows_batch_invariant)
 END_TEST
 
 /*
- * Repacking: only block 32, and zero points only into records that hold
- * them (packed_zp); the size covers whole 16-column tiles of two 8-column
+ * Repacking: block sizes 32 to 256 (one record per block holds block_size /
+ * 32 groups of 32 k), and zero points only into records that hold them
+ * (packed_zp); the size covers whole 16-column tiles of two 8-column
  * records per block; every weight byte, scale (fp32 or bfloat16 record) and
  * zero point lands where krn_internal.h says, padding columns (a whole
  * padding record included) are zero.
@@ -1104,15 +1114,21 @@ START_TEST(q4_pack_layout)
     qw_make(&q, 6, 100, 16, false, false, 0.1f, &r);
     ck_assert_uint_eq(krn_q4_pack_size(&q.w), 0); /* block 16 */
     qw_free(&q);
+    qw_make(&q, 6, 1000, 512, false, false, 0.1f, &r);
+    ck_assert_uint_eq(krn_q4_pack_size(&q.w), 0); /* block 512 */
+    qw_free(&q);
 
-    static const size_t ns[] = {1, 4, 8, 9, 16, 21, 33}, ks[] = {32, 96, 100, 1024};
+    static const size_t ns[] = {1, 4, 8, 9, 16, 21, 33}, ks[] = {32, 96, 100, 1024}, bss[] = {32, 64, 128, 256};
+    for (size_t ib = 0; ib < sizeof bss / sizeof bss[0]; ib++)
     for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++)
         for (size_t ik = 0; ik < 2 * sizeof ks / sizeof ks[0]; ik++) {
-            size_t n = ns[in], k = ks[ik / 2];
+            size_t n = ns[in], k = ks[ik / 2], bs = bss[ib], groups = bs / 32;
             bool zp = ik & 1;
-            qw_make(&q, n, k, 32, zp, false, 0.1f, &r);
+            if (bs > 32 && in % 2) /* fewer column counts at the larger blocks */
+                continue;
+            qw_make(&q, n, k, bs, zp, false, 0.1f, &r);
             q.w.packed_zp = zp;
-            size_t kb = q.w.k_blocks, tiles = (n + 15) / 16;
+            size_t kb = q.w.k_blocks, tiles = (n + 15) / 16, wb = 128 * groups;
             size_t sz = krn_q4_pack_size(&q.w);
             uint8_t *pk = aligned_alloc(64, (sz + 63) & ~(size_t)63);
             ck_assert_ptr_nonnull(pk);
@@ -1127,7 +1143,7 @@ START_TEST(q4_pack_layout)
                     }
                     q.w.packed_bf16 = true;
                 }
-                size_t rec = (v ? 144 : 160) + (zp ? 8 : 0);
+                size_t rec = wb + (v ? 16 : 32) + (zp ? 8 : 0);
                 ck_assert_uint_eq(krn_q4_pack_size(&q.w), tiles * 2 * kb * rec);
                 memset(pk, 0xEE, sz);
                 ck_assert_int_eq(krn_q4_pack(&q.w, pk), KRN_OK);
@@ -1142,23 +1158,25 @@ START_TEST(q4_pack_layout)
                                 memcpy(&want, &q.scales[col * kb + b], 4);
                             if (v) {
                                 uint16_t hi;
-                                memcpy(&hi, g + 128 + 2 * c, 2);
+                                memcpy(&hi, g + wb + 2 * c, 2);
                                 got = (uint32_t)hi << 16;
                             } else {
-                                memcpy(&got, g + 128 + 4 * c, 4);
+                                memcpy(&got, g + wb + 4 * c, 4);
                             }
                             ck_assert_uint_eq(got, want);
                             if (zp)
-                                ck_assert_int_eq(g[(v ? 144 : 160) + c], have ? krn_q4_zp(&q.w, col, b) : 0);
-                            for (size_t h = 0; h < 4; h++)
-                                for (size_t j = 0; j < 4; j++)
-                                    ck_assert_int_eq(g[32 * h + 4 * c + j],
-                                                     have ? q.b[(col * kb + b) * 16 + 4 * h + j] : 0);
+                                ck_assert_int_eq(g[wb + (v ? 16 : 32) + c], have ? krn_q4_zp(&q.w, col, b) : 0);
+                            for (size_t gi = 0; gi < groups; gi++)
+                                for (size_t h = 0; h < 4; h++)
+                                    for (size_t j = 0; j < 4; j++)
+                                        ck_assert_int_eq(g[128 * gi + 32 * h + 4 * c + j],
+                                                         have ? q.b[(col * kb + b) * (bs / 2) + 16 * gi + 4 * h + j]
+                                                              : 0);
                         }
                     }
             }
             /* nothing written past the smaller copy */
-            ck_assert(pk[tiles * 2 * kb * (144 + (zp ? 8 : 0))] == 0xEE);
+            ck_assert(pk[tiles * 2 * kb * (wb + 16 + (zp ? 8 : 0))] == 0xEE);
             free(pk);
             qw_free(&q);
         }

@@ -724,6 +724,9 @@ static void build_cases(void)
         {16, 33, 256, 32, 1, false, true, false},   {1, 129, 33, 32, 4, true, true, false},
         {33, 16, 64, 32, 4, false, false, true},    {2, 48, 136, 128, 0, true, false, false},
         {37, 40, 256, 32, 4, true, true, false},    {9, 24, 100, 32, 4, true, false, true},
+        /* int8 products over blocks of several 32-k groups (packed records of 64 to 256 k) */
+        {9, 40, 1000, 128, 4, true, false, false},  {17, 33, 768, 256, 4, false, false, true},
+        {1, 48, 320, 64, 4, true, true, false},
     };
     for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++)
         case_mmnb(&mm[i]);

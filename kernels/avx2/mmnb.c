@@ -79,27 +79,32 @@ static inline void store_chunk32(int8_t *dst, __m256i v0, __m256i v1, __m256i v2
 }
 
 /*
- * The q64/sa8/qs8 part of a block-32 record (krn_internal.h): chunk p is
- * [evens of 2p | evens of 2p+1 | odds of 2p | odds of 2p+1], i.e. the 128-bit
- * halves of the two blocks' per-block storage regrouped. Same bytes as the
- * portable krn_qa_fill_ext.
+ * The q64/sa8/qs8 part of a record (krn_internal.h) for block_size 32 or
+ * more: chunk p of q64 is [evens | odds] of k = 64p .. 64p + 63, i.e. the
+ * 128-bit halves of the two 32-k storage chunks at 64p regrouped (two blocks
+ * with block_size 32, one block's pair of chunks with more). Same bytes as
+ * the portable krn_qa_fill_ext.
  */
-static void fill_ext32(void *qa, size_t m, size_t kb)
+static void fill_ext(void *qa, size_t m, size_t kb, size_t bs)
 {
-    int8_t *rec = krn_qa_q(qa, m, kb, 32);
-    const float *sa = krn_qa_scale(qa, m, kb, 32);
-    const int32_t *qs = krn_qa_qsum(qa, m, kb, 32);
-    int8_t *q64 = krn_qa_q64(qa, m, kb, 32);
-    float *sa8 = krn_qa_sa8(qa, m, kb, 32);
-    int32_t *qs8 = krn_qa_qs8(qa, m, kb, 32);
-    memset(rec + kb * 32 + 12 * kb, 0, krn_qa_ext_offset(kb, 32) - kb * 32 - 12 * kb);
+    int8_t *rec = krn_qa_q(qa, m, kb, bs);
+    const float *sa = krn_qa_scale(qa, m, kb, bs);
+    const int32_t *qs = krn_qa_qsum(qa, m, kb, bs);
+    int8_t *q64 = krn_qa_q64(qa, m, kb, bs);
+    float *sa8 = krn_qa_sa8(qa, m, kb, bs);
+    int32_t *qs8 = krn_qa_qs8(qa, m, kb, bs);
+    const size_t values = kb * bs;
+    memset(rec + values + 12 * kb, 0, krn_qa_ext_offset(kb, bs) - values - 12 * kb);
+    for (size_t c = 0; c < krn_qa_chunks(kb, bs); c++) {
+        bool second = 64 * c + 32 < values;
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(const void *)(rec + 64 * c));
+        __m256i b1 = second ? _mm256_loadu_si256((const __m256i *)(const void *)(rec + 64 * c + 32))
+                            : _mm256_setzero_si256();
+        _mm256_storeu_si256((__m256i *)(void *)(q64 + 64 * c), _mm256_permute2x128_si256(b0, b1, 0x20));
+        _mm256_storeu_si256((__m256i *)(void *)(q64 + 64 * c + 32), _mm256_permute2x128_si256(b0, b1, 0x31));
+    }
     for (size_t p = 0; p < krn_qa_pairs(kb); p++) {
         bool second = 2 * p + 1 < kb;
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)(const void *)(rec + 64 * p));
-        __m256i b1 = second ? _mm256_loadu_si256((const __m256i *)(const void *)(rec + 64 * p + 32))
-                            : _mm256_setzero_si256();
-        _mm256_storeu_si256((__m256i *)(void *)(q64 + 64 * p), _mm256_permute2x128_si256(b0, b1, 0x20));
-        _mm256_storeu_si256((__m256i *)(void *)(q64 + 64 * p + 32), _mm256_permute2x128_si256(b0, b1, 0x31));
         float s1 = second ? sa[2 * p + 1] : 0.0f;
         int32_t c1 = second ? qs[2 * p + 1] : 0;
         _mm256_storeu_ps(sa8 + 8 * p, _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(sa[2 * p])));
@@ -168,8 +173,8 @@ void krn_avx2_quant_row(const float *a, size_t k, size_t bs, void *qa, size_t m)
             qsum[b] = _mm_cvtsi128_si32(s4);
             zp8[b] = 8.0f * (scale[b] * (float)qsum[b]);
         }
-        if (bs == 32)
-            fill_ext32(qa, m, kb);
+        if (bs >= 32)
+            fill_ext(qa, m, kb, bs);
         else
             krn_qa_fill_ext(qa, m, kb, bs);
     }

@@ -264,14 +264,17 @@ INLINE __m256i bcast4(const int8_t *p)
  * (the first row tile of a row block is the one that reads it from memory).
  */
 INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *out, const int MR, const int NH,
-                          const bool BF16, const bool ZP, bool pf)
+                          const bool BF16, const bool ZP, const bool GROUPED, bool pf)
 {
     const krn_q4_weights *w = &a->w;
-    const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, 32), rec = krn_q4p_block_bytes(BF16, ZP);
-    const uint8_t *g = krn_q4p_half(w->packed, n0, kb, BF16, ZP);
-    const int8_t *q = krn_qa_q((void *)a->qa, m0, kb, 32);
-    const float *sa = krn_qa_scale((void *)a->qa, m0, kb, 32);
-    const float *zs = krn_qa_zp8_sum((void *)a->qa, m0, kb, 32);
+    const size_t G = GROUPED ? krn_q4p_groups(w) : 1, bs = 32 * G;
+    const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, bs), rec = krn_q4p_block_bytes(G, BF16, ZP);
+    const size_t pf_lines = GROUPED ? (2 * rec + 63) / 64 : 5;
+    const size_t so = krn_q4p_scales_offset(G), zo = krn_q4p_zp_offset(G, BF16);
+    const uint8_t *g = krn_q4p_half(w->packed, n0, kb, G, BF16, ZP);
+    const int8_t *q = krn_qa_q((void *)a->qa, m0, kb, bs);
+    const float *sa = krn_qa_scale((void *)a->qa, m0, kb, bs);
+    const float *zs = krn_qa_zp8_sum((void *)a->qa, m0, kb, bs);
 #if !KRN_AVXVNNI
     const __m256i ones = _mm256_set1_epi16(1);
 #endif
@@ -280,7 +283,7 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
     UNROLL for (int e = 0; e < NH; e++)
         UNROLL for (int i = 0; i < MR; i++)
             acc[e][i] = _mm256_setzero_ps();
-    for (size_t b = 0; b < kb; b++, g += 2 * rec, q += 32) {
+    for (size_t b = 0; b < kb; b++, g += 2 * rec, q += bs) {
         /*
          * The hardware prefetcher alone leaves the stream at ~13 GB/s on the
          * machines measured; asking for the lines 2 KiB ahead (prefetches
@@ -290,38 +293,49 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
          * tile's other eight columns then reads them from cache.
          */
         if (pf)
-            UNROLL for (int l = 0; l < 5; l++) {
+            UNROLL for (size_t l = 0; l < pf_lines; l++) {
                 _mm_prefetch((const char *)g + PF_DIST + 64 * l, _MM_HINT_T0);
                 _mm_prefetch((const char *)g + PF_L2_DIST + 64 * l, _MM_HINT_T1);
             }
         /* The block's record of these eight columns, then with NH = 2 the tile's other eight. */
         UNROLL for (int e = 0; e < NH; e++) {
             const uint8_t *ge = g + (size_t)e * rec;
-            /* Per row, the block's partial dots: int16 pair sums of all products
-             * without VNNI; with VNNI int32 sums of the low nibbles' products in
-             * dot and of the high nibbles' in dot_hi (two chains, added at the end). */
-            __m256i dot[MR_TILE];
+            /* Per row, the block's partial dots: with VNNI int32 sums of the low
+             * nibbles' products in dot and of the high nibbles' in dot_hi (two
+             * chains, added at the end); without, int16 pair sums of all of a
+             * group's products in dot (and with GROUPED the groups' int32 sums
+             * in dot_hi). */
+            __m256i dot[MR_TILE], dot_hi[MR_TILE];
+            if (GROUPED)
+                UNROLL for (int i = 0; i < MR; i++)
+                    dot[i] = dot_hi[i] = _mm256_setzero_si256();
+            for (size_t gi = 0; gi < G; gi++) {
+                const uint8_t *gw = ge + KRN_Q4P_WEIGHT_BYTES * gi;
+                UNROLL for (int h = 0; h < 4; h++) {
+                    __m256i lo, hi;
+                    unpack64(_mm256_loadu_si256((const __m256i *)(const void *)(gw + 32 * h)), &lo, &hi);
+                    UNROLL for (int i = 0; i < MR; i++) {
+                        const int8_t *qi = q + (size_t)i * rb + 32 * gi;
 #if KRN_AVXVNNI
-            __m256i dot_hi[MR_TILE];
-#endif
-            UNROLL for (int h = 0; h < 4; h++) {
-                __m256i lo, hi;
-                unpack64(_mm256_loadu_si256((const __m256i *)(const void *)(ge + 32 * h)), &lo, &hi);
-                UNROLL for (int i = 0; i < MR; i++) {
-                    const int8_t *qi = q + (size_t)i * rb;
-#if KRN_AVXVNNI
-                    dot[i] = dpbusd8(h ? dot[i] : _mm256_setzero_si256(), lo, bcast4(qi + 4 * h));
-                    dot_hi[i] = dpbusd8(h ? dot_hi[i] : _mm256_setzero_si256(), hi, bcast4(qi + 16 + 4 * h));
+                        dot[i] = dpbusd8(GROUPED || h ? dot[i] : _mm256_setzero_si256(), lo, bcast4(qi + 4 * h));
+                        dot_hi[i] = dpbusd8(GROUPED || h ? dot_hi[i] : _mm256_setzero_si256(), hi,
+                                            bcast4(qi + 16 + 4 * h));
 #else
-                    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(qi + 4 * h)),
-                                                 _mm256_maddubs_epi16(hi, bcast4(qi + 16 + 4 * h)));
-                    dot[i] = h ? _mm256_add_epi16(dot[i], p) : p;
+                        __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(qi + 4 * h)),
+                                                     _mm256_maddubs_epi16(hi, bcast4(qi + 16 + 4 * h)));
+                        dot[i] = h ? _mm256_add_epi16(dot[i], p) : p;
 #endif
+                    }
                 }
+#if !KRN_AVXVNNI
+                if (GROUPED) /* the group's int16 sums widened before the next group's */
+                    UNROLL for (int i = 0; i < MR; i++) {
+                        dot_hi[i] = _mm256_add_epi32(dot_hi[i], _mm256_madd_epi16(dot[i], ones));
+                    }
+#endif
             }
-            const __m256 sb = BF16 ? bf16x8(ge + KRN_Q4P_WEIGHT_BYTES)
-                                   : _mm256_loadu_ps((const float *)(const void *)(ge + KRN_Q4P_WEIGHT_BYTES));
-            const __m256 zq = ZP ? zp_over8(ge + krn_q4p_zp_offset(BF16)) : _mm256_setzero_ps();
+            const __m256 sb = BF16 ? bf16x8(ge + so) : _mm256_loadu_ps((const float *)(const void *)(ge + so));
+            const __m256 zq = ZP ? zp_over8(ge + zo) : _mm256_setzero_ps();
             UNROLL for (int i = 0; i < MR; i++) {
                 const size_t ro = (size_t)i * rb; /* the next row's statistics, in bytes */
                 const float *sai = (const float *)(const void *)((const char *)sa + ro);
@@ -329,7 +343,7 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
 #if KRN_AVXVNNI
                 __m256 d = _mm256_cvtepi32_ps(_mm256_add_epi32(dot[i], dot_hi[i]));
 #else
-                __m256 d = _mm256_cvtepi32_ps(_mm256_madd_epi16(dot[i], ones));
+                __m256 d = _mm256_cvtepi32_ps(GROUPED ? dot_hi[i] : _mm256_madd_epi16(dot[i], ones));
 #endif
                 __m256 z = ZP ? _mm256_mul_ps(zq, _mm256_broadcast_ss(zsi + b)) : _mm256_broadcast_ss(zsi + b);
                 __m256 t = _mm256_fmsub_ps(d, _mm256_broadcast_ss(sai + b), z);
@@ -349,34 +363,35 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
  * one.
  */
 INLINE void i8_tile_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, float *out, const bool PACKED,
-                         const int NH, const bool ZP, const bool BF16, bool pf)
+                         const int NH, const bool ZP, const bool BF16, const bool GROUPED, bool pf)
 {
     switch (mr) {
     case 4:
-        PACKED ? i8_lanes_tile(a, m0, n0, out, 4, 1, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 4, ZP, pf);
+        PACKED ? i8_lanes_tile(a, m0, n0, out, 4, 1, BF16, ZP, GROUPED, pf) : i8_tile32(a, m0, n0, out, 4, ZP, pf);
         break;
     case 3:
-        PACKED ? i8_lanes_tile(a, m0, n0, out, 3, 1, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 3, ZP, pf);
+        PACKED ? i8_lanes_tile(a, m0, n0, out, 3, 1, BF16, ZP, GROUPED, pf) : i8_tile32(a, m0, n0, out, 3, ZP, pf);
         break;
     case 2:
-        PACKED ? i8_lanes_tile(a, m0, n0, out, 2, NH, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 2, ZP, pf);
+        PACKED ? i8_lanes_tile(a, m0, n0, out, 2, NH, BF16, ZP, GROUPED, pf) : i8_tile32(a, m0, n0, out, 2, ZP, pf);
         break;
     default:
-        PACKED ? i8_lanes_tile(a, m0, n0, out, 1, NH, BF16, ZP, pf) : i8_tile32(a, m0, n0, out, 1, ZP, pf);
+        PACKED ? i8_lanes_tile(a, m0, n0, out, 1, NH, BF16, ZP, GROUPED, pf) : i8_tile32(a, m0, n0, out, 1, ZP, pf);
         break;
     }
 }
 
 /*
- * Columns [n_begin, n_end) of every row, block_size 32: row blocks, column
- * tiles (packed: eight columns from a multiple of 8, or with at most two
- * rows the whole sixteen-column tile, one stream, from a multiple of 16; a
- * range cut inside a tile computes it whole; in place: four from wherever
- * the range starts), register tiles of MR_TILE rows. PACKED and ZP are
+ * Columns [n_begin, n_end) of every row, block_size 32 (or packed with
+ * GROUPED, block_size 64 to 256): row blocks, column tiles (packed: eight
+ * columns from a multiple of 8, or with at most two rows the whole
+ * sixteen-column tile, one stream, from a multiple of 16; a range cut inside
+ * a tile computes it whole; in place: four from wherever the range starts),
+ * register tiles of MR_TILE rows. PACKED, ZP, BF16 and GROUPED are
  * constants at every call.
  */
 INLINE void i8_cols32(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool PACKED, const bool ZP,
-                      const bool BF16)
+                      const bool BF16, const bool GROUPED)
 {
     const int nh = PACKED && a->m <= 2 ? 2 : 1;
     const size_t nt = PACKED ? KRN_Q4P_NR * (size_t)nh : 4;
@@ -388,9 +403,9 @@ INLINE void i8_cols32(const krn_mmnb_args *a, size_t n_begin, size_t n_end, cons
             for (size_t m0 = mb; m0 < me; m0 += MR_TILE) {
                 size_t mr = me - m0 < MR_TILE ? me - m0 : MR_TILE;
                 if (nh == 2) /* NH a constant in each call: it sizes the register tile */
-                    i8_tile_rows(a, m0, mr, n0, out, PACKED, 2, ZP, BF16, m0 == mb);
+                    i8_tile_rows(a, m0, mr, n0, out, PACKED, 2, ZP, BF16, GROUPED, m0 == mb);
                 else
-                    i8_tile_rows(a, m0, mr, n0, out, PACKED, 1, ZP, BF16, m0 == mb);
+                    i8_tile_rows(a, m0, mr, n0, out, PACKED, 1, ZP, BF16, GROUPED, m0 == mb);
                 store_tile(a, m0, mr, n0, n_begin, n_end, out, nt);
             }
     }
@@ -448,26 +463,36 @@ static KRN_AVX2_TGT float i8_generic(const krn_mmnb_args *a, size_t m, size_t n)
     return acc;
 }
 
+/* The packed kernel for one record form: BF16 scales or fp32, zero points in the records (ZP) or 8. */
+INLINE void i8_packed_form(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool BF16, const bool ZP)
+{
+    if (krn_q4p_groups(&a->w) > 1)
+        i8_cols32(a, n_begin, n_end, true, ZP, BF16, true);
+    else
+        i8_cols32(a, n_begin, n_end, true, ZP, BF16, false);
+}
+
 KRN_AVX2_TGT void KRN_I8_FN(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
 {
     const krn_q4_weights *w = &a->w;
     if (n_begin >= n_end)
         return;
-    bool packed = krn_q4_reads_packed(w);
-    if (w->block_size == 32 && packed && w->packed_zp && w->packed_bf16)
-        i8_cols32(a, n_begin, n_end, true, true, true);
-    else if (w->block_size == 32 && packed && w->packed_zp)
-        i8_cols32(a, n_begin, n_end, true, true, false);
-    else if (w->block_size == 32 && packed && w->packed_bf16)
-        i8_cols32(a, n_begin, n_end, true, false, true);
-    else if (w->block_size == 32 && packed)
-        i8_cols32(a, n_begin, n_end, true, false, false);
-    else if (w->block_size == 32 && w->zero_pts)
-        i8_cols32(a, n_begin, n_end, false, true, false);
-    else if (w->block_size == 32)
-        i8_cols32(a, n_begin, n_end, false, false, false);
-    else
+    if (krn_q4_reads_packed(w) && krn_q4p_groups(w)) {
+        if (w->packed_zp && w->packed_bf16)
+            i8_packed_form(a, n_begin, n_end, true, true);
+        else if (w->packed_zp)
+            i8_packed_form(a, n_begin, n_end, false, true);
+        else if (w->packed_bf16)
+            i8_packed_form(a, n_begin, n_end, true, false);
+        else
+            i8_packed_form(a, n_begin, n_end, false, false);
+    } else if (w->block_size == 32 && w->zero_pts) {
+        i8_cols32(a, n_begin, n_end, false, true, false, false);
+    } else if (w->block_size == 32) {
+        i8_cols32(a, n_begin, n_end, false, false, false, false);
+    } else {
         for (size_t m = 0; m < a->m; m++)
             for (size_t n = n_begin; n < n_end; n++)
                 a->y[m * a->y_ld + n] = i8_generic(a, m, n);
+    }
 }

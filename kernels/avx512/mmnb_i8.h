@@ -319,6 +319,26 @@ INLINE __m512 zp_pair_over8(const uint8_t *p0, const uint8_t *p1)
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(z)), _mm512_set1_ps(0.125f));
 }
 
+#if !KRN_VNNI
+/* One group's dot per lane without VNNI: maddubs pair sums added in int16 (at most 30480, exact), widened. */
+INLINE __m512i group_dot_maddubs(const __m512i lo[4], const __m512i hi[4], const int8_t *qi)
+{
+    __m512i s16 = _mm512_setzero_si512();
+    UNROLL for (int h = 0; h < 4; h++)
+        s16 = _mm512_add_epi16(s16, _mm512_add_epi16(_mm512_maddubs_epi16(lo[h], bcast4_512(qi + 4 * h)),
+                                                     _mm512_maddubs_epi16(hi[h], bcast4_512(qi + 16 + 4 * h))));
+    return _mm512_madd_epi16(s16, _mm512_set1_epi16(1));
+}
+#endif
+
+/* A row's float steps for one block: t = sA * dot - zq * zp8_sum (zp8_sum without ZP), acc += t * sB. */
+INLINE __m512 block_step(__m512 acc, __m512 d, float sai, float zsi, __m512 zq, __m512 sb, const bool ZP)
+{
+    __m512 z = ZP ? _mm512_mul_ps(zq, _mm512_set1_ps(zsi)) : _mm512_set1_ps(zsi);
+    __m512 t = _mm512_fmsub_ps(d, _mm512_set1_ps(sai), z);
+    return _mm512_fmadd_ps(t, sb, acc);
+}
+
 /*
  * Rows [m0, m0 + MR) times the sixteen columns of the tile at n0 (a multiple
  * of 16): per block its two records, the first eight columns in the low half
@@ -327,68 +347,102 @@ INLINE __m512 zp_pair_over8(const uint8_t *p0, const uint8_t *p1)
  * inside a tile computes it whole and stores its own columns. (Through a
  * buffer and a scalar loop the stores cost 4-9% of an 8-row product on a
  * Zen 4 EPYC, and 5% of a one-row decode.)
+ * GROUPED: blocks of block_size / 32 > 1 groups of 32 k (krn_q4p_groups).
+ * Each row's block dot is then one int32 chain through every group's
+ * products (exact in any order, as with one group) and the float steps
+ * come once per block; MR is at most MR_PK (a sum per row stays live
+ * across the groups).
  */
 INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, __mmask16 cols, const int MR, const bool BF16,
-                    const bool ZP, bool pf)
+                    const bool ZP, const bool GROUPED, bool pf)
 {
     const krn_q4_weights *w = &a->w;
-    const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, 32), rec = krn_q4p_block_bytes(BF16, ZP);
-    const uint8_t *g0 = krn_q4p_half(w->packed, n0, kb, BF16, ZP);
+    const size_t G = GROUPED ? krn_q4p_groups(w) : 1, bs = 32 * G;
+    const size_t kb = w->k_blocks, rb = krn_qa_row_bytes(kb, bs), rec = krn_q4p_block_bytes(G, BF16, ZP);
+    const size_t pf_lines = GROUPED ? (2 * rec + 63) / 64 : 5;
+    const uint8_t *g0 = krn_q4p_half(w->packed, n0, kb, G, BF16, ZP);
     const uint8_t *g1 = g0 + rec;
-    const int8_t *q = krn_qa_q((void *)a->qa, m0, kb, 32);
-    const float *sa = krn_qa_scale((void *)a->qa, m0, kb, 32);
-    const float *zs = krn_qa_zp8_sum((void *)a->qa, m0, kb, 32);
+    const int8_t *q = krn_qa_q((void *)a->qa, m0, kb, bs);
+    const float *sa = krn_qa_scale((void *)a->qa, m0, kb, bs);
+    const float *zs = krn_qa_zp8_sum((void *)a->qa, m0, kb, bs);
     const __m512i nib = _mm512_set1_epi8(0x0F);
     __m512 acc[MR_PK_WIDE];
 
     UNROLL for (int i = 0; i < MR; i++)
         acc[i] = _mm512_setzero_ps();
-    for (size_t b = 0; b < kb; b++, g0 += 2 * rec, g1 += 2 * rec, q += 32) {
+    for (size_t b = 0; b < kb; b++, g0 += 2 * rec, g1 += 2 * rec, q += bs) {
         /* Past the tile's end the stream goes on into the next tile's first lines. */
         if (pf)
-            UNROLL for (int l = 0; l < 5; l++) {
+            UNROLL for (size_t l = 0; l < pf_lines; l++) {
                 _mm_prefetch((const char *)g0 + PF_DIST_PK + 64 * l, _MM_HINT_T0);
                 _mm_prefetch((const char *)g0 + PF_L2_DIST_PK + 64 * l, _MM_HINT_T1);
             }
-        /* The block's 128 weight bytes, unpacked once for all MR rows. */
-        __m512i lo[4], hi[4];
-        UNROLL for (int h = 0; h < 4; h++) {
-            __m512i v = load_pair(g0 + 32 * h, g1 + 32 * h);
-            lo[h] = _mm512_and_si512(v, nib);
-            hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-        }
-        const __m512 sb = scales_pair(g0 + KRN_Q4P_WEIGHT_BYTES, g1 + KRN_Q4P_WEIGHT_BYTES, BF16);
-        const __m512 zq = ZP ? zp_pair_over8(g0 + krn_q4p_zp_offset(BF16), g1 + krn_q4p_zp_offset(BF16))
-                             : _mm512_setzero_ps();
         /* Each row's block scale and zero-point sum sit at the same distance
          * from its codes: one pointer per row, stepped by the row size. */
         const ptrdiff_t to_sa = (const char *)(sa + b) - (const char *)q;
         const ptrdiff_t to_zs = (const char *)(zs + b) - (const char *)q;
-        const int8_t *qi = q;
-        UNROLL for (int i = 0; i < MR; i++, qi += rb) {
-            const float sai = *(const float *)(const void *)((const char *)qi + to_sa);
-            const float zsi = *(const float *)(const void *)((const char *)qi + to_zs);
-#if KRN_VNNI
-            /* Two chains of four (low and high nibbles), added: the sum is an
-             * exact int32 in any order, and half the chain's latency lets more
-             * rows and blocks overlap (3-8% more GMAC/s at M >= 8). */
-            __m512i s = dp_bcast0(lo[0], qi);
-            __m512i u = dp_bcast0(hi[0], qi + 16);
-            UNROLL for (int h = 1; h < 4; h++) {
-                s = dp_bcast(s, lo[h], qi + 4 * h);
-                u = dp_bcast(u, hi[h], qi + 16 + 4 * h);
+        __m512i dot[MR_PK]; /* GROUPED: each row's block dot so far */
+        if (GROUPED)
+            UNROLL for (int i = 0; i < MR && i < MR_PK; i++)
+                dot[i] = _mm512_setzero_si512();
+        for (size_t gi = 0; gi < G; gi++) {
+            /* The group's 128 weight bytes, unpacked once for all MR rows. */
+            __m512i lo[4], hi[4];
+            UNROLL for (int h = 0; h < 4; h++) {
+                __m512i v = load_pair(g0 + KRN_Q4P_WEIGHT_BYTES * gi + 32 * h, g1 + KRN_Q4P_WEIGHT_BYTES * gi + 32 * h);
+                lo[h] = _mm512_and_si512(v, nib);
+                hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
             }
-            __m512 d = _mm512_cvtepi32_ps(_mm512_add_epi32(s, u));
+            const int8_t *qi = q + 32 * gi;
+            if (GROUPED) {
+                UNROLL for (int i = 0; i < MR && i < MR_PK; i++, qi += rb) {
+#if KRN_VNNI
+                    __m512i s = dot[i];
+                    UNROLL for (int h = 0; h < 4; h++)
+                        s = dp_bcast(s, lo[h], qi + 4 * h);
+                    UNROLL for (int h = 0; h < 4; h++)
+                        s = dp_bcast(s, hi[h], qi + 16 + 4 * h);
+                    dot[i] = s;
 #else
-            __m512i s16 = _mm512_setzero_si512();
-            UNROLL for (int h = 0; h < 4; h++)
-                s16 = _mm512_add_epi16(s16, _mm512_add_epi16(_mm512_maddubs_epi16(lo[h], bcast4_512(qi + 4 * h)),
-                                                             _mm512_maddubs_epi16(hi[h], bcast4_512(qi + 16 + 4 * h))));
-            __m512 d = _mm512_cvtepi32_ps(_mm512_madd_epi16(s16, _mm512_set1_epi16(1)));
+                    dot[i] = _mm512_add_epi32(dot[i], group_dot_maddubs(lo, hi, qi));
 #endif
-            __m512 z = ZP ? _mm512_mul_ps(zq, _mm512_set1_ps(zsi)) : _mm512_set1_ps(zsi);
-            __m512 t = _mm512_fmsub_ps(d, _mm512_set1_ps(sai), z);
-            acc[i] = _mm512_fmadd_ps(t, sb, acc[i]);
+                }
+                continue;
+            }
+            const __m512 sb = scales_pair(g0 + KRN_Q4P_WEIGHT_BYTES, g1 + KRN_Q4P_WEIGHT_BYTES, BF16);
+            const __m512 zq = ZP ? zp_pair_over8(g0 + krn_q4p_zp_offset(1, BF16), g1 + krn_q4p_zp_offset(1, BF16))
+                                 : _mm512_setzero_ps();
+            UNROLL for (int i = 0; i < MR; i++, qi += rb) {
+                const float sai = *(const float *)(const void *)((const char *)qi + to_sa);
+                const float zsi = *(const float *)(const void *)((const char *)qi + to_zs);
+#if KRN_VNNI
+                /* Two chains of four (low and high nibbles), added: the sum is an
+                 * exact int32 in any order, and half the chain's latency lets more
+                 * rows and blocks overlap (3-8% more GMAC/s at M >= 8). */
+                __m512i s = dp_bcast0(lo[0], qi);
+                __m512i u = dp_bcast0(hi[0], qi + 16);
+                UNROLL for (int h = 1; h < 4; h++) {
+                    s = dp_bcast(s, lo[h], qi + 4 * h);
+                    u = dp_bcast(u, hi[h], qi + 16 + 4 * h);
+                }
+                __m512 d = _mm512_cvtepi32_ps(_mm512_add_epi32(s, u));
+#else
+                __m512 d = _mm512_cvtepi32_ps(group_dot_maddubs(lo, hi, qi));
+#endif
+                acc[i] = block_step(acc[i], d, sai, zsi, zq, sb, ZP);
+            }
+        }
+        if (GROUPED) {
+            /* The block's float steps, as with one group. */
+            const size_t so = krn_q4p_scales_offset(G), zo = krn_q4p_zp_offset(G, BF16);
+            const __m512 sb = scales_pair(g0 + so, g1 + so, BF16);
+            const __m512 zq = ZP ? zp_pair_over8(g0 + zo, g1 + zo) : _mm512_setzero_ps();
+            const int8_t *qi = q;
+            UNROLL for (int i = 0; i < MR && i < MR_PK; i++, qi += rb) {
+                const float sai = *(const float *)(const void *)((const char *)qi + to_sa);
+                const float zsi = *(const float *)(const void *)((const char *)qi + to_zs);
+                acc[i] = block_step(acc[i], _mm512_cvtepi32_ps(dot[i]), sai, zsi, zq, sb, ZP);
+            }
         }
     }
     /* Adding zeros without a bias keeps the bits of y = sum + 0.0f (-0 becomes +0). */
@@ -398,31 +452,32 @@ INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, __mmask16 cols
 }
 
 INLINE void pk_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, __mmask16 cols, const bool BF16,
-                    const bool ZP, bool pf)
+                    const bool ZP, const bool GROUPED, bool pf)
 {
     switch (mr) {
-    case 8: pk_tile(a, m0, n0, cols, 8, BF16, ZP, pf); break;
-    case 7: pk_tile(a, m0, n0, cols, 7, BF16, ZP, pf); break;
-    case 6: pk_tile(a, m0, n0, cols, 6, BF16, ZP, pf); break;
-    case 5: pk_tile(a, m0, n0, cols, 5, BF16, ZP, pf); break;
-    case 4: pk_tile(a, m0, n0, cols, 4, BF16, ZP, pf); break;
-    case 3: pk_tile(a, m0, n0, cols, 3, BF16, ZP, pf); break;
-    case 2: pk_tile(a, m0, n0, cols, 2, BF16, ZP, pf); break;
-    default: pk_tile(a, m0, n0, cols, 1, BF16, ZP, pf); break;
+    case 8: pk_tile(a, m0, n0, cols, 8, BF16, ZP, GROUPED, pf); break;
+    case 7: pk_tile(a, m0, n0, cols, 7, BF16, ZP, GROUPED, pf); break;
+    case 6: pk_tile(a, m0, n0, cols, 6, BF16, ZP, GROUPED, pf); break;
+    case 5: pk_tile(a, m0, n0, cols, 5, BF16, ZP, GROUPED, pf); break;
+    case 4: pk_tile(a, m0, n0, cols, 4, BF16, ZP, GROUPED, pf); break;
+    case 3: pk_tile(a, m0, n0, cols, 3, BF16, ZP, GROUPED, pf); break;
+    case 2: pk_tile(a, m0, n0, cols, 2, BF16, ZP, GROUPED, pf); break;
+    default: pk_tile(a, m0, n0, cols, 1, BF16, ZP, GROUPED, pf); break;
     }
 }
 
 /*
  * Columns [n_begin, n_end) of every row: row blocks, then tiles from the
  * one holding n_begin (a range cut inside a tile computes it whole and stores
- * its own columns), then register tiles of MR_PK_WIDE rows (VNNI) and MR_PK.
+ * its own columns), then register tiles of MR_PK_WIDE rows (VNNI, one group
+ * per block) and MR_PK.
  */
 INLINE void pk_cols(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool BF16, const bool ZP,
-                    const bool WIDE)
+                    const bool GROUPED, const bool WIDE)
 {
     size_t first = n_begin / KRN_Q4_PACK_TILE * KRN_Q4_PACK_TILE;
     /* The tiles prefetch PF_DIST_PK bytes ahead: the first tile's opening lines are asked for here. */
-    const char *g = (const char *)krn_q4p_half(a->w.packed, first, a->w.k_blocks, BF16, ZP);
+    const char *g = (const char *)krn_q4p_half(a->w.packed, first, a->w.k_blocks, krn_q4p_groups(&a->w), BF16, ZP);
     for (size_t o = 0; o < PF_DIST_PK; o += 64)
         _mm_prefetch(g + o, _MM_HINT_T0); /* past the last tile: a prefetch never faults */
     for (size_t o = PF_DIST_PK; o < PF_L2_DIST_PK; o += 64)
@@ -433,13 +488,13 @@ INLINE void pk_cols(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const 
             size_t j0 = n0 < n_begin ? n_begin - n0 : 0, j1 = n_end - n0 < 16 ? n_end - n0 : 16;
             __mmask16 cols = (__mmask16)(((1u << j1) - 1) & ~((1u << j0) - 1));
             for (size_t m0 = mb; m0 < me;) {
-                if (WIDE && me - m0 >= MR_PK_WIDE) {
-                    pk_tile(a, m0, n0, cols, MR_PK_WIDE, BF16, ZP, m0 == mb);
+                if (WIDE && !GROUPED && me - m0 >= MR_PK_WIDE) {
+                    pk_tile(a, m0, n0, cols, MR_PK_WIDE, BF16, ZP, false, m0 == mb);
                     m0 += MR_PK_WIDE;
                     continue;
                 }
                 size_t mr = me - m0 < MR_PK ? me - m0 : MR_PK;
-                pk_rows(a, m0, mr, n0, cols, BF16, ZP, m0 == mb);
+                pk_rows(a, m0, mr, n0, cols, BF16, ZP, GROUPED, m0 == mb);
                 m0 += mr;
             }
         }
@@ -449,11 +504,15 @@ INLINE void pk_cols(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const 
 /* The packed kernel for one record form: BF16 scales or fp32, zero points in the records (ZP) or 8. */
 INLINE void i8_packed_form(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const bool BF16, const bool ZP)
 {
+    if (krn_q4p_groups(&a->w) > 1) {
+        pk_cols(a, n_begin, n_end, BF16, ZP, true, false);
+        return;
+    }
     const bool wide = KRN_VNNI && MR_PK_WIDE * a->w.k_blocks * (32 + 2 * sizeof(float)) <= WIDE_TILE_BYTES;
     if (wide)
-        pk_cols(a, n_begin, n_end, BF16, ZP, true);
+        pk_cols(a, n_begin, n_end, BF16, ZP, false, true);
     else
-        pk_cols(a, n_begin, n_end, BF16, ZP, false);
+        pk_cols(a, n_begin, n_end, BF16, ZP, false, false);
 }
 
 static KRN_TGT void i8_packed(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
@@ -472,7 +531,7 @@ KRN_TGT void KRN_I8_FN(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
 {
     if (n_begin >= n_end)
         return;
-    if (krn_q4_reads_packed(&a->w) && a->w.block_size == 32) {
+    if (krn_q4_reads_packed(&a->w) && krn_q4p_groups(&a->w)) {
         i8_packed(a, n_begin, n_end);
         return;
     }
