@@ -145,8 +145,8 @@ static int prep_mmnb(plan_builder *b, step *s)
     if (packing && !plan_size_packs(b))
         PREP_FAIL(b, s, "out of memory sizing the repacked weights");
     m->w.packed_bf16 = packing && b->scales_bf16[n - b->p->g->nodes];
-    /* Zero points all 8 pack as none (the same bits, smaller records), as node_pack_size sized them. */
-    m->w.packed_zp = packing && zp && !plan_q4_zp_all_8(zp->data, zp->n_elems, (uint64_t)N, kb);
+    /* Zero points all 8 pack as none (the same bits, smaller records), as node_pack_size found. */
+    m->w.packed_zp = packing && zp && b->zp_records[n - b->p->g->nodes];
     uint64_t resident = B->nbytes + sc->nbytes;
     size_t pack = packing ? krn_q4_pack_size(&m->w) : 0;
     if (pack) {

@@ -125,23 +125,27 @@ void plan_q4_fill(const q4_src *src, size_t n0, size_t n1, uint8_t *b, float *sc
 /*
  * Bytes of krn_q4_pack for a MatMulNBits node as its attributes, scales and
  * zero points describe it, or for a lowered DequantizeLinear weight as the
- * lowering found it (0 when the packed form does not apply), and in *bf16
- * the form of its scales. Zero points other than 8 pack into the records
- * (packed_zp), as prep_mmnb and plan_prep_q4 decide alike.
+ * lowering found it (0 when the packed form does not apply), in *bf16 the
+ * form of its scales and in *zp_rec whether its records hold zero points:
+ * zero points that are all 8 pack as none (the same bits, smaller records),
+ * others into the records (packed_zp), which prep_mmnb and plan_prep_q4
+ * then read from here.
  */
-static size_t node_pack_size(const eng_plan *p, size_t i, bool *bf16)
+static size_t node_pack_size(const eng_plan *p, size_t i, bool *bf16, bool *zp_rec)
 {
     int cached = plan_prep_bf16(p, i); /* the scale form the cache recorded: no scan of the scales */
     const eng_node *n = &p->g->nodes[i];
     const step *s = &p->steps[i];
     *bf16 = false;
+    *zp_rec = false;
     if (s->op == &op_matmulnbits && s->p.mmnb.qdq) {
         const q4_src *src = s->p.mmnb.qdq;
         if (p->opts.matmul_fp32 || !p->krn.q4_packed)
             return 0;
         *bf16 = cached >= 0 ? cached : plan_q4_scales_bf16(src);
+        *zp_rec = !src->zp_all_8;
         krn_q4_weights w = {.n = src->n, .k = src->k, .block_size = 32, .packed_bf16 = *bf16,
-                            .packed_zp = !src->zp_all_8};
+                            .packed_zp = *zp_rec};
         krn_q4_weights_set_blocks(&w);
         return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;
     }
@@ -159,15 +163,17 @@ static size_t node_pack_size(const eng_plan *p, size_t i, bool *bf16)
         (has_zp && !(zp = node_init(p, n, 3, ENG_DT_UINT8, z.zp_bytes))))
         return 0;
     *bf16 = cached >= 0 ? cached : node_scales_bf16(scales);
+    *zp_rec = zp && !plan_q4_zp_all_8(zp->data, zp->n_elems, z.n_scales / z.kb, z.kb);
     krn_q4_weights w = {.n = (size_t)N, .k = (size_t)K, .block_size = (size_t)bs, .packed_bf16 = *bf16,
-                        .packed_zp = zp && !plan_q4_zp_all_8(zp->data, zp->n_elems, z.n_scales / z.kb, z.kb)};
+                        .packed_zp = *zp_rec};
     krn_q4_weights_set_blocks(&w);
     return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;
 }
 
 /*
  * The sizing pass of the arena below, once per plan: every node's packed
- * bytes and scale form, so each node's scales are read once for it. False
+ * bytes, scale form and zero-point form, so each node's scales and zero
+ * points are read once for it (twice when a prepared cache is dropped). False
  * when out of memory.
  */
 bool plan_size_packs(plan_builder *b)
@@ -176,7 +182,8 @@ bool plan_size_packs(plan_builder *b)
         return true;
     const eng_graph *g = b->p->g;
     b->scales_bf16 = calloc(g->n_nodes ? g->n_nodes : 1, sizeof *b->scales_bf16);
-    if (!b->scales_bf16)
+    b->zp_records = calloc(g->n_nodes ? g->n_nodes : 1, sizeof *b->zp_records);
+    if (!b->scales_bf16 || !b->zp_records)
         return false;
     plan_prep_open(b->p);
     /* An overflowing total cannot be allocated: packed_slot() then fails the node naming it. */
@@ -184,7 +191,7 @@ bool plan_size_packs(plan_builder *b)
         size_t packed = 0, cached = 0;
         b->pack_total = 0;
         for (size_t i = 0; i < g->n_nodes; i++) {
-            size_t bytes = node_pack_size(b->p, i, &b->scales_bf16[i]);
+            size_t bytes = node_pack_size(b->p, i, &b->scales_bf16[i], &b->zp_records[i]);
             packed += bytes > 0;
             cached += bytes > 0 && plan_prep_bf16(b->p, i) >= 0;
             if (!ck_add_u64(b->pack_total, bytes, &b->pack_total))

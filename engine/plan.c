@@ -183,6 +183,7 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
         s->op->prepare(&b, s);
     }
     free(b.scales_bf16);
+    free(b.zp_records);
     if (diag->n_total == before && !plan_widen_constants(p))
         goto oom;
     /* Lifetimes: the last step reading each value (graph outputs live to the end). */

@@ -159,6 +159,7 @@ struct plan_builder {
     eng_diag *diag;
     uint64_t pack_total;  /* bytes of all packed matrices (size_packs) */
     bool *scales_bf16;    /* per node: its packed copy keeps bfloat16 scales (size_packs) */
+    bool *zp_records;     /* per node: its packed copy holds zero points, some not 8 (size_packs) */
     bool pack_sized;
 };
 
