@@ -4,7 +4,7 @@
  *
  * Usage: bench/krn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all]
  *                        [--mode i8|f32|both] [--m M] [--min-ms T] [--hot] [--packed]
- *                        [--zero-points] [--block-size B] [--threads N] [--roofline]
+ *                        [--zero-points] [--block-size B] [--bits 4|8] [--threads N] [--roofline]
  *
  * For each shape (N x K, block 32, no zero points, as the exported graph) it
  * reports the median time of one call over the whole column range and the
@@ -18,7 +18,9 @@
  * weights random 4-bit zero points (an asymmetric export; the packed copy then holds them
  * too, one byte per column and block, which the GB/s figure does not count). --block-size B (a
  * power of 2 from 16 to 256) quantizes the weights in blocks of B along K instead of 32, as
- * exports made with another int4_block_size are. Activation quantization
+ * exports made with another int4_block_size are. --bits 8 times the 8-bit weights' kernels
+ * (mmnb8_*: one byte per weight, read in place; zero points one byte per block, and the GB/s
+ * figure counts the 8-bit data plus scales). Activation quantization
  * (int8 mode) is timed separately; it is O(K) per row. --threads N splits each call's columns
  * over N pinned threads as the engine's pool does; --roofline adds, per shape, the rate at
  * which the same threads read memory at that moment and the kernel's share of it (see
@@ -200,15 +202,15 @@ static double roofline_gbs(void)
 typedef struct wcopy {
     uint8_t *b;
     float *scales;
-    uint8_t *zp;  /* packed 4-bit zero points, when requested */
+    uint8_t *zp;  /* zero points (4-bit packed, or a byte each at 8 bits), when requested */
     void *packed; /* krn_q4_pack of b and scales, when requested */
 } wcopy;
 
 static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size_t m, int mode_mask,
-                        double min_ms, bool hot, bool pack, bool zp, size_t bs)
+                        double min_ms, bool hot, bool pack, bool zp, size_t bs, bool bits8)
 {
     const size_t kb = (sh->k + bs - 1) / bs;
-    const size_t b_bytes = sh->n * kb * bs / 2, s_bytes = sh->n * kb * sizeof(float);
+    const size_t b_bytes = sh->n * kb * (bits8 ? bs : bs / 2), s_bytes = sh->n * kb * sizeof(float);
     const size_t w_bytes = b_bytes + s_bytes;
     size_t copies = COLD_BYTES / w_bytes + 1;
     if (copies > 64)
@@ -226,12 +228,12 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
         for (size_t i = 0; i < sh->n * kb; i++)
             w[c].scales[i] = ((float)(rnext() >> 40) / 16777216.0f - 0.5f) * 0.02f;
         if (zp) {
-            size_t zb = sh->n * ((kb + 1) / 2);
+            size_t zb = sh->n * (bits8 ? kb : (kb + 1) / 2);
             w[c].zp = bench_alloc("krn_bench", zb);
             for (size_t i = 0; i < zb; i++)
                 w[c].zp[i] = (uint8_t)rnext();
         }
-        if (pack) {
+        if (pack && !bits8) {
             krn_q4_weights qw = {.b_data = w[c].b, .scales = w[c].scales, .zero_pts = w[c].zp, .n = sh->n,
                                  .k = sh->k, .block_size = bs, .k_blocks = kb, .packed_zp = zp};
             w[c].packed = bench_alloc("krn_bench", krn_q4_pack_size(&qw));
@@ -257,10 +259,12 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
                 if (rep && bench_now_ms() - t0 < tq)
                     tq = bench_now_ms() - t0;
             }
-            krn_mmnb_args args = {.w = {.n = sh->n, .k = sh->k, .block_size = bs, .k_blocks = kb},
+            krn_mmnb_args args = {.w = {.n = sh->n, .k = sh->k, .block_size = bs, .k_blocks = kb, .bits8 = bits8},
                                   .m = m, .a = a, .a_ld = sh->k, .qa = qa, .y = y, .y_ld = sh->n};
-            krn_mmnb_fn fn = mode ? tab->mmnb_i8.fn : tab->mmnb_f32.fn;
-            const char *name = mode ? tab->mmnb_i8.name : tab->mmnb_f32.name;
+            krn_mmnb_fn fn = bits8 ? (mode ? tab->mmnb8_i8.fn : tab->mmnb8_f32.fn)
+                                   : (mode ? tab->mmnb_i8.fn : tab->mmnb_f32.fn);
+            const char *name = bits8 ? (mode ? tab->mmnb8_i8.name : tab->mmnb8_f32.name)
+                                     : (mode ? tab->mmnb_i8.name : tab->mmnb_f32.name);
             double times[200];
             int reps = 0;
             double total = 0;
@@ -270,7 +274,7 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
                 args.w.b_data = c->b;
                 args.w.scales = c->scales;
                 args.w.zero_pts = c->zp;
-                args.w.packed_zp = zp;
+                args.w.packed_zp = zp && !bits8;
                 args.w.packed = mode && tab->q4_packed ? c->packed : NULL;
                 double t0 = bench_now_ms();
                 team_run(fn, &args);
@@ -282,8 +286,8 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
             double med = times[reps / 2];
             double roof = rl_buf ? roofline_gbs() : 0.0;
             char blocks[16] = ""; /* named only when not the exported graphs' 32 */
-            if (bs != 32)
-                snprintf(blocks, sizeof blocks, " bs%zu", bs);
+            if (bs != 32 || bits8)
+                snprintf(blocks, sizeof blocks, " bs%zu%s", bs, bits8 ? " 8b" : "");
             printf("%-5s %-8s N=%6zu K=%5zu M=%3zu%s  %-20s %-6s %9.3f ms  %6.2f GB/s  %7.2f GMAC/s",
                    sh->model, sh->what, sh->n, sh->k, m, blocks, name,
                    args.w.packed ? (zp ? "pk+zp" : "packed") : (zp ? "onnx+zp" : "onnx"), med,
@@ -312,7 +316,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: krn_bench [--level ref|avx2|avx512|all] [--shapes 0.6b|4b|all] "
                     "[--mode i8|f32|both] [--m M] [--min-ms T] [--hot] [--packed] [--zero-points] [--block-size B] "
-                    "[--threads N] [--roofline]\n");
+                    "[--bits 4|8] [--threads N] [--roofline]\n");
     exit(2);
 }
 
@@ -322,7 +326,7 @@ int main(int argc, char **argv)
     size_t m = 1, bs = 32;
     double min_ms = 300;
     bool hot = false, pack = false, zp = false;
-    int threads = 1;
+    int threads = 1, bits = 4;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hot")) {
             hot = true;
@@ -357,10 +361,13 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--block-size"))
             bs = (size_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--bits"))
+            bits = atoi(argv[++i]);
         else
             usage();
     }
-    if (m < 1 || m > 4096 || threads < 1 || threads > 16 || bs < 16 || bs > 256 || (bs & (bs - 1)))
+    if (m < 1 || m > 4096 || threads < 1 || threads > 16 || bs < 16 || bs > 256 || (bs & (bs - 1)) ||
+        (bits != 4 && bits != 8))
         usage();
     int mode_mask = !strcmp(mode, "both") ? 3 : !strcmp(mode, "i8") ? 2 : !strcmp(mode, "f32") ? 1 : 0;
     if (!mode_mask)
@@ -389,7 +396,7 @@ int main(int argc, char **argv)
     team_start(threads);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         if (!strcmp(which, "all") || !strcmp(which, shapes[s].model))
-            bench_shape(&shapes[s], tabs, n_tabs, m, mode_mask, min_ms, hot, pack, zp, bs);
+            bench_shape(&shapes[s], tabs, n_tabs, m, mode_mask, min_ms, hot, pack, zp, bs, bits == 8);
     team_stop();
     return 0;
 }

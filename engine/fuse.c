@@ -68,7 +68,8 @@ void plan_fuse_norm_quant(eng_plan *p)
             if (int8_mmnb_reading(r, ns->out[0])) {
                 r->p.mmnb.qa_from_norm = true;
                 snprintf(r->kernel, sizeof r->kernel, "%s%s%s%s (activations quantized by the norm)",
-                         r->origin ? r->origin : "", r->origin ? ": " : "", p->krn.mmnb_i8.name,
+                         r->origin ? r->origin : "", r->origin ? ": " : "",
+                         r->p.mmnb.w.bits8 ? p->krn.mmnb8_i8.name : p->krn.mmnb_i8.name,
                          plan_pack_note(&r->p.mmnb.w));
             }
         }

@@ -19,7 +19,10 @@ typedef struct quant_call { const krn_table *t; krn_quant_args a; } quant_call;
 static void do_mmnb(const void *c, size_t b, size_t e)
 {
     const mmnb_call *m = c;
-    (m->int8 ? m->t->mmnb_i8.fn : m->t->mmnb_f32.fn)(&m->a, b, e);
+    if (m->a.w.bits8)
+        (m->int8 ? m->t->mmnb8_i8.fn : m->t->mmnb8_f32.fn)(&m->a, b, e);
+    else
+        (m->int8 ? m->t->mmnb_i8.fn : m->t->mmnb_f32.fn)(&m->a, b, e);
 }
 
 /*
@@ -102,8 +105,8 @@ static int prep_mmnb(plan_builder *b, step *s)
     int64_t K = eng_node_attr_int(n, "K", 0), N = eng_node_attr_int(n, "N", 0);
     int64_t bits = eng_node_attr_int(n, "bits", 4), bs = eng_node_attr_int(n, "block_size", 0);
     int64_t acc = eng_node_attr_int(n, "accuracy_level", 0);
-    if (bits != 4)
-        PREP_FAIL(b, s, "attribute 'bits' = %lld is not supported (only 4)", (long long)bits);
+    if (bits != 4 && bits != 8)
+        PREP_FAIL(b, s, "attribute 'bits' = %lld is not supported (only 4 and 8)", (long long)bits);
     if (bs < 16 || (bs & (bs - 1)))
         PREP_FAIL(b, s, "attribute 'block_size' = %lld must be a power of two >= 16", (long long)bs);
     if (K <= 0 || N <= 0)
@@ -115,11 +118,11 @@ static int prep_mmnb(plan_builder *b, step *s)
     const eng_tensor *B = const_input(b, s, 1), *sc = const_input(b, s, 2), *zp = const_input(b, s, 3);
     const eng_tensor *bias = const_input(b, s, 5);
     mmnb_sizes z;
-    if (!mmnb_sizes_of(K, N, bs, &z))
+    if (!mmnb_sizes_of(K, N, bs, (int)bits, &z))
         PREP_FAIL(b, s, "attributes 'N' = %lld, 'K' = %lld and 'block_size' = %lld overflow: input B would pass "
                   "the largest tensor (%llu bytes)", (long long)N, (long long)K, (long long)bs,
                   (unsigned long long)ENG_MAX_TENSOR_BYTES);
-    uint64_t kb = z.kb, blob = (uint64_t)bs / 2;
+    uint64_t kb = z.kb, blob = (uint64_t)bs * (uint64_t)bits / 8;
     if (!B || B->dtype != ENG_DT_UINT8 || B->n_elems != z.b_bytes)
         PREP_FAIL(b, s, "input B must be a UINT8 initializer of %lld x %llu x %llu bytes", (long long)N,
                   (unsigned long long)kb, (unsigned long long)blob);
@@ -129,19 +132,19 @@ static int prep_mmnb(plan_builder *b, step *s)
         if (!zp || zp->dtype != ENG_DT_UINT8)
             PREP_FAIL(b, s, "input zero_points must be a UINT8 initializer (other types are not supported)");
         if (zp->n_elems != z.zp_bytes)
-            PREP_FAIL(b, s, "input zero_points has %llu bytes, packed 4-bit zero points need %llu",
-                      (unsigned long long)zp->n_elems, (unsigned long long)z.zp_bytes);
+            PREP_FAIL(b, s, "input zero_points has %llu bytes, packed %lld-bit zero points need %llu",
+                      (unsigned long long)zp->n_elems, (long long)bits, (unsigned long long)z.zp_bytes);
     }
     if (s->n_in > 5 && s->in[5] >= 0 && (!bias || bias->dtype != ENG_DT_FLOAT || bias->n_elems != (uint64_t)N))
         PREP_FAIL(b, s, "input bias must be a FLOAT initializer of %lld elements", (long long)N);
     mmnb_params *m = &s->p.mmnb;
     m->w = (krn_q4_weights){.b_data = B->data, .scales = sc->data, .zero_pts = zp ? zp->data : NULL,
                             .bias = bias ? bias->data : NULL, .n = (size_t)N, .k = (size_t)K,
-                            .block_size = (size_t)bs, .k_blocks = (size_t)kb};
+                            .block_size = (size_t)bs, .k_blocks = (size_t)kb, .bits8 = bits == 8};
     /* ONNX Runtime runs accuracy_level 4 with int8 activations where the CPU
      * has int8 kernels (every x86-64 with AVX2 does); lower levels in fp32. */
     m->int8 = acc == 4 && !b->p->opts.matmul_fp32;
-    bool packing = m->int8 && b->p->krn.q4_packed;
+    bool packing = m->int8 && b->p->krn.q4_packed && !m->w.bits8; /* 8-bit codes run in place */
     if (packing && !plan_size_packs(b))
         PREP_FAIL(b, s, "out of memory sizing the repacked weights");
     m->w.packed_bf16 = packing && b->scales_bf16[n - b->p->g->nodes];
@@ -162,10 +165,10 @@ static int prep_mmnb(plan_builder *b, step *s)
      * packed, the arena is counted once, when it is allocated) */
     b->p->prepared_bytes += resident + (zp ? zp->nbytes : 0) + (bias ? bias->nbytes : 0);
     if (m->int8)
-        snprintf(s->kernel, sizeof s->kernel, "%s + %s%s", b->p->krn.quant_a8.name, b->p->krn.mmnb_i8.name,
-                 plan_pack_note(&m->w));
+        snprintf(s->kernel, sizeof s->kernel, "%s + %s%s", b->p->krn.quant_a8.name,
+                 m->w.bits8 ? b->p->krn.mmnb8_i8.name : b->p->krn.mmnb_i8.name, plan_pack_note(&m->w));
     else
-        snprintf(s->kernel, sizeof s->kernel, "%s", b->p->krn.mmnb_f32.name);
+        snprintf(s->kernel, sizeof s->kernel, "%s", m->w.bits8 ? b->p->krn.mmnb8_f32.name : b->p->krn.mmnb_f32.name);
     return 0;
 }
 
@@ -256,7 +259,7 @@ int plan_prep_q4(plan_builder *b, step *s, const q4_src *src, const char *what)
     krn_q4_weights_set_blocks(&m->w);
     m->qdq = src;
     m->int8 = !b->p->opts.matmul_fp32;
-    bool packing = m->int8 && b->p->krn.q4_packed;
+    bool packing = m->int8 && b->p->krn.q4_packed && !m->w.bits8; /* 8-bit codes run in place */
     size_t kb = m->w.k_blocks;
     if (packing) {
         if (!plan_size_packs(b))

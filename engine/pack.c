@@ -158,7 +158,7 @@ static size_t node_pack_size(const eng_plan *p, size_t i, bool *bf16, bool *zp_r
     const eng_tensor *scales, *zp = NULL;
     bool has_zp = n->n_inputs > 3 && n->input_values[3] >= 0;
     /* Only a node prep_mmnb will accept counts, so no size below overflows. */
-    if (N <= 0 || K <= 0 || !mmnb_sizes_of(K, N, bs, &z) || !node_init(p, n, 1, ENG_DT_UINT8, z.b_bytes) ||
+    if (N <= 0 || K <= 0 || !mmnb_sizes_of(K, N, bs, 4, &z) || !node_init(p, n, 1, ENG_DT_UINT8, z.b_bytes) ||
         !(scales = node_init(p, n, 2, ENG_DT_FLOAT, z.n_scales)) ||
         (has_zp && !(zp = node_init(p, n, 3, ENG_DT_UINT8, z.zp_bytes))))
         return 0;

@@ -300,12 +300,15 @@ typedef struct mmnb_sizes {
     uint64_t kb, b_bytes, n_scales, zp_bytes;
 } mmnb_sizes;
 
-static inline bool mmnb_sizes_of(int64_t K, int64_t N, int64_t bs, mmnb_sizes *z)
+/* Byte sizes of a MatMulNBits node's B and zero points at BITS = 4 or 8 (blocks of bs * bits / 8 bytes). */
+static inline bool mmnb_sizes_of(int64_t K, int64_t N, int64_t bs, int bits, mmnb_sizes *z)
 {
     uint64_t k = (uint64_t)K, b = (uint64_t)bs;
     z->kb = k / b + (k % b != 0);
-    return ck_mul_u64((uint64_t)N, z->kb, &z->n_scales) && ck_mul_u64(z->n_scales, b / 2, &z->b_bytes) &&
-           ck_mul_u64((uint64_t)N, (z->kb + 1) / 2, &z->zp_bytes) && z->b_bytes <= ENG_MAX_TENSOR_BYTES &&
+    uint64_t zp_row = bits == 8 ? z->kb : (z->kb + 1) / 2;
+    return ck_mul_u64((uint64_t)N, z->kb, &z->n_scales) &&
+           ck_mul_u64(z->n_scales, b * (uint64_t)bits / 8, &z->b_bytes) &&
+           ck_mul_u64((uint64_t)N, zp_row, &z->zp_bytes) && z->b_bytes <= ENG_MAX_TENSOR_BYTES &&
            z->n_scales <= ENG_MAX_TENSOR_BYTES;
 }
 

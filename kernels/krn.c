@@ -181,6 +181,7 @@ int krn_level_parse(const char *s, krn_level *out)
     {                                                                                 \
         .level = KRN_LEVEL_REF, .level_name = "ref", ENTRY(quant_a8, ref),            \
         ENTRY(mmnb_f32, ref), ENTRY(mmnb_i8, ref), ENTRY(mm_f, ref), ENTRY(rmsnorm, ref), \
+        .mmnb8_f32 = {krn_ref_mmnb_f32, "mmnb8_f32.ref"}, .mmnb8_i8 = {krn_ref_mmnb_i8, "mmnb8_i8.ref"}, \
         ENTRY(skip_rmsnorm, ref), ENTRY(rotary, ref), ENTRY(kv_store, ref),           \
         ENTRY(gqa, ref),                                                              \
         ENTRY(sigmoid, ref), ENTRY(mul, ref), ENTRY(add, ref), ENTRY(silu_mul, ref),  \
@@ -204,6 +205,7 @@ static void fill_avx2(krn_table *t, bool avxvnni)
     SET(t, quant_a8, avx2);
     SET(t, mmnb_f32, avx2);
     SET(t, mmnb_i8, avx2);
+    SET(t, mmnb8_i8, avx2); /* mmnb8_f32 stays the reference's: 8-bit exports run accuracy_level 4 */
     SET(t, mm_f, avx2);
     SET(t, rmsnorm, avx2);
     SET(t, skip_rmsnorm, avx2);
@@ -218,6 +220,8 @@ static void fill_avx2(krn_table *t, bool avxvnni)
     if (avxvnni) {
         t->mmnb_i8.fn = krn_avx2_mmnb_i8_avxvnni;
         t->mmnb_i8.name = "mmnb_i8.avxvnni";
+        t->mmnb8_i8.fn = krn_avx2_mmnb8_i8_avxvnni;
+        t->mmnb8_i8.name = "mmnb8_i8.avxvnni";
     }
 }
 
@@ -226,7 +230,8 @@ static void fill_avx2(krn_table *t, bool avxvnni)
  * attention; the rest, including the activation quantizer (O(K) per row),
  * reuses AVX2.
  */
-void krn_table_avx512(krn_table *t, krn_mmnb_fn mmnb_f32, krn_mmnb_fn mmnb_i8, bool vnni, krn_gqa_fn gqa)
+void krn_table_avx512(krn_table *t, krn_mmnb_fn mmnb_f32, krn_mmnb_fn mmnb_i8, krn_mmnb_fn mmnb8_i8, bool vnni,
+                      krn_gqa_fn gqa)
 {
     fill_avx2(t, false);
     t->level = KRN_LEVEL_AVX512;
@@ -236,6 +241,10 @@ void krn_table_avx512(krn_table *t, krn_mmnb_fn mmnb_f32, krn_mmnb_fn mmnb_i8, b
     t->mmnb_f32.name = "mmnb_f32.avx512";
     t->mmnb_i8.fn = mmnb_i8;
     t->mmnb_i8.name = vnni ? "mmnb_i8.avx512vnni" : "mmnb_i8.avx512";
+    if (mmnb8_i8) {
+        t->mmnb8_i8.fn = mmnb8_i8;
+        t->mmnb8_i8.name = "mmnb8_i8.avx512vnni";
+    }
     t->gqa.fn = gqa;
     t->gqa.name = "gqa.avx512";
 }
@@ -243,6 +252,7 @@ void krn_table_avx512(krn_table *t, krn_mmnb_fn mmnb_f32, krn_mmnb_fn mmnb_i8, b
 static void fill_avx512(krn_table *t, const krn_cpu_features *f)
 {
     krn_table_avx512(t, krn_avx512_mmnb_f32, f->avx512vnni ? krn_avx512_mmnb_i8_vnni : krn_avx512_mmnb_i8,
+                     f->avx512vnni ? krn_avx512_mmnb8_i8_vnni : NULL,
                      f->avx512vnni, krn_avx512_gqa);
 }
 
@@ -350,7 +360,7 @@ void krn_q4_weights_set_blocks(krn_q4_weights *w)
 size_t krn_q4_pack_size(const krn_q4_weights *w)
 {
     size_t groups = krn_q4p_groups(w);
-    if (!groups || (w->zero_pts && !w->packed_zp) || !w->n || w->k_blocks != (w->k + w->block_size - 1) / w->block_size)
+    if (!groups || w->bits8 || (w->zero_pts && !w->packed_zp) || !w->n || w->k_blocks != (w->k + w->block_size - 1) / w->block_size)
         return 0;
     return (w->n + KRN_Q4_PACK_TILE - 1) / KRN_Q4_PACK_TILE *
            krn_q4p_tile_bytes(w->k_blocks, groups, w->packed_bf16, w->packed_zp);
@@ -361,11 +371,11 @@ krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n)
     krn_q4_weights s = *w;
     s.n = n;
     if (w->b_data)
-        s.b_data = w->b_data + off * w->k_blocks * (w->block_size / 2);
+        s.b_data = w->b_data + off * w->k_blocks * (w->bits8 ? w->block_size : w->block_size / 2);
     if (w->scales)
         s.scales = w->scales + off * w->k_blocks;
     if (w->zero_pts)
-        s.zero_pts = w->zero_pts + off * ((w->k_blocks + 1) / 2);
+        s.zero_pts = w->zero_pts + off * (w->bits8 ? w->k_blocks : (w->k_blocks + 1) / 2);
     if (w->bias)
         s.bias = w->bias + off;
     if (w->packed) /* tiles of KRN_Q4_PACK_TILE columns follow each other */

@@ -82,13 +82,19 @@ const char *krn_level_name(krn_level level);
 int krn_level_parse(const char *s, krn_level *out);
 
 /* ------------------------------------------------------------------------- */
-/* MatMulNBits (com.microsoft, bits = 4)                                      */
+/* MatMulNBits (com.microsoft, bits = 4 or 8)                                 */
 
 /*
  * The weights as the ONNX file stores them, bound once at plan time.
- * Element (n, k) lives in block b = k / block_size, byte
+ * 4 bits: element (n, k) lives in block b = k / block_size, byte
  * b_data[(n * k_blocks + b) * block_size / 2 + (k % block_size) / 2],
- * even k in the low nibble; W[n][k] = (q - zp[n][b]) * scales[n * k_blocks + b].
+ * even k in the low nibble; zero points two per byte, 8 when absent.
+ * 8 bits (bits8): byte b_data[(n * k_blocks + b) * block_size + k % block_size];
+ * zero points one byte per block, zero_pts[n * k_blocks + b], 128 when absent
+ * (the layout ONNX Runtime's quantizer writes for bits = 8, as mixed-precision
+ * exports use for their most sensitive projections and the LM head).
+ * W[n][k] = (q - zp[n][b]) * scales[n * k_blocks + b].
+ * 8-bit weights are never packed; they run the mmnb8_* kernels in place.
  */
 typedef struct krn_q4_weights {
     const uint8_t *b_data;   /* [n, k_blocks, block_size / 2] */
@@ -96,7 +102,8 @@ typedef struct krn_q4_weights {
     bool packed_bf16;        /* the packed copy holds the scales as bfloat16 (see below) */
     bool packed_zp;          /* the packed copy holds a zero point per column and block (see below) */
     const float *scales;     /* [n * k_blocks]; may be negative */
-    const uint8_t *zero_pts; /* [n, (k_blocks + 1) / 2], even block in the low nibble; NULL = 8 */
+    const uint8_t *zero_pts; /* [n, (k_blocks + 1) / 2], even block in the low nibble; NULL = 8 (bits8: [n, k_blocks]; NULL = 128) */
+    bool bits8;              /* 8-bit codes (see above) */
     const float *bias;       /* [n] or NULL */
     size_t n;                /* output features */
     size_t k;                /* input features; the padding of the last block is ignored */
@@ -109,7 +116,10 @@ typedef struct krn_q4_weights {
  * Work items are output columns n in [0, w.n); every row m is done by each call.
  * mmnb_f32 reads `a` (fp32 dequantize-and-accumulate: accuracy_level 0/1);
  * mmnb_i8 reads `qa`, the activations quantized by quant_a8 with the same m, k
- * and block_size (ONNX Runtime's accuracy_level 4 numerics).
+ * and block_size (ONNX Runtime's accuracy_level 4 numerics). mmnb8_f32 and
+ * mmnb8_i8 are the same for weights with bits8 set, which the 4-bit kernels
+ * never get. Every level's mmnb8_i8 gives the reference's bits: per block the
+ * exact int32 dot of qa with (q - zp), then the reference's float steps.
  */
 typedef struct krn_mmnb_args {
     krn_q4_weights w;
@@ -477,6 +487,8 @@ typedef struct krn_table {
     struct { krn_quant_fn fn;  const char *name; } quant_a8;
     struct { krn_mmnb_fn fn;   const char *name; } mmnb_f32;
     struct { krn_mmnb_fn fn;   const char *name; } mmnb_i8;
+    struct { krn_mmnb_fn fn;   const char *name; } mmnb8_f32;
+    struct { krn_mmnb_fn fn;   const char *name; } mmnb8_i8;
     struct { krn_mmf_fn fn;    const char *name; } mm_f;
     struct { krn_norm_fn fn;   const char *name; } rmsnorm;
     struct { krn_norm_fn fn;   const char *name; } skip_rmsnorm;

@@ -181,10 +181,12 @@ static inline float krn_round_half_even(float x)
 #define KRN_QA_TINY 0x1p-100f
 #define KRN_QA_UPSCALE 0x1p100f
 
-/* 4-bit value of element (row n, k) of the ONNX weight layout. */
+/* Code of element (row n, k) of the ONNX weight layout: 4 bits, or 8 with bits8. */
 static inline unsigned krn_q4_get(const krn_q4_weights *w, size_t n, size_t k)
 {
     size_t b = k / w->block_size;
+    if (w->bits8)
+        return w->b_data[(n * w->k_blocks + b) * w->block_size + k % w->block_size];
     uint8_t byte = w->b_data[(n * w->k_blocks + b) * (w->block_size / 2) + (k % w->block_size) / 2];
     return (k & 1) ? (unsigned)(byte >> 4) : (unsigned)(byte & 0x0F);
 }
@@ -210,9 +212,11 @@ static inline __attribute__((always_inline)) void krn_prefetch_onnx_line(const v
     _mm_prefetch((const char *)p + KRN_PF_L2_DIST_ONNX, _MM_HINT_T1);
 }
 
-/* Zero point of block b of row n: 8 when the graph gives none. */
+/* Zero point of block b of row n: 8 (bits8: 128) when the graph gives none. */
 static inline int krn_q4_zp(const krn_q4_weights *w, size_t n, size_t b)
 {
+    if (w->bits8)
+        return w->zero_pts ? w->zero_pts[n * w->k_blocks + b] : 128;
     if (!w->zero_pts)
         return 8;
     uint8_t byte = w->zero_pts[n * ((w->k_blocks + 1) / 2) + b / 2];
@@ -525,6 +529,8 @@ void krn_avx2_quant_a8(const krn_quant_args *a, size_t b, size_t e);
 void krn_avx2_mmnb_f32(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_avx2_mmnb_i8(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_avx2_mmnb_i8_avxvnni(const krn_mmnb_args *a, size_t b, size_t e); /* the same bits, with AVX-VNNI */
+void krn_avx2_mmnb8_i8(const krn_mmnb_args *a, size_t b, size_t e);
+void krn_avx2_mmnb8_i8_avxvnni(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_avx2_mm_f(const krn_mmf_args *a, size_t b, size_t e);
 void krn_avx2_rmsnorm(const krn_norm_args *a, size_t b, size_t e);
 void krn_avx2_skip_rmsnorm(const krn_norm_args *a, size_t b, size_t e);
@@ -542,14 +548,16 @@ void krn_avx2_silu_mul(const krn_ew_args *a, size_t b, size_t e);
 
 void krn_avx512_mmnb_i8(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_avx512_mmnb_i8_vnni(const krn_mmnb_args *a, size_t b, size_t e);
+void krn_avx512_mmnb8_i8_vnni(const krn_mmnb_args *a, size_t b, size_t e); /* 256-bit EVEX VPDPBUSD */
 void krn_avx512_mmnb_f32(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_avx512_gqa(const krn_gqa_args *a, size_t b, size_t e);
 
 /*
- * The avx512 table with the given matmul kernels (VNNI or not, for the name)
- * and attention core: krn.c's own, or the tests' copies of them built over an
- * emulation.
+ * The avx512 table with the given matmul kernels (VNNI or not, for the name;
+ * mmnb8_i8 NULL: the AVX2 one) and attention core: krn.c's own, or the tests'
+ * copies of them built over an emulation.
  */
-void krn_table_avx512(krn_table *t, krn_mmnb_fn mmnb_f32, krn_mmnb_fn mmnb_i8, bool vnni, krn_gqa_fn gqa);
+void krn_table_avx512(krn_table *t, krn_mmnb_fn mmnb_f32, krn_mmnb_fn mmnb_i8, krn_mmnb_fn mmnb8_i8, bool vnni,
+                      krn_gqa_fn gqa);
 
 #endif

@@ -27,6 +27,7 @@ libqwen3d_avx2_a_SOURCES = \
 	kernels/avx2/simd.h \
 	kernels/avx2/mmnb.c \
 	kernels/avx2/mmnb_i8.h \
+	kernels/avx2/mmnb8_i8.h \
 	kernels/avx2/mmnb_avxvnni.c \
 	kernels/avx2/mmf.c \
 	kernels/avx2/norm.c \

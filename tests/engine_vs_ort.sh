@@ -4,8 +4,10 @@
 # on each written again by another ONNX writer; the tiny preset once more
 # with full fp32 weights (scales that fit no 16-bit form), once with
 # every projection quantized asymmetrically (zero points, as an export with
-# int4_is_symmetric=false has them), and twice in larger blocks (128 without
-# and 64 with zero points). A 7-id prompt, then 32
+# int4_is_symmetric=false has them), twice in larger blocks (128 without
+# and 64 with zero points), and with 8-bit projections (mixed precision as
+# k_quant_mixed writes it, on the 0.6b-width model too, and all at 8 bits).
+# A 7-id prompt, then 32
 # teacher-forced decode steps: 33 logits rows per run. The tolerance comes
 # from ONNX Runtime itself (accuracy_level 4 against 0), see compare-logits.js.
 # Greedy output must also be identical for 1 and 2 threads and across runs.
@@ -104,6 +106,16 @@ for m in tiny-b128 tiny-b64zp; do
   [ "$("$QWEN3D" inspect --model "$work/$m" | grep -c "mmnb_i8.*(packed")" -gt 0 ] ||
     ort_fail "inspect shows no packed projection on $m"
 done
+# Mixed-precision exports (the builder's int4_algo_config k_quant_mixed):
+# 8-bit codes with zero points for the LM head and the sensitive layers' qkv
+# and down projections, 4-bit for the rest; and every projection at 8 bits,
+# symmetric, in blocks of 64.
+for m in tiny w06l4; do
+  ort_node requantize-model.js --in "$work/$m" --out "$work/$m-mix8" --eight-bit mixed 2>"$work/mix8.log" ||
+    ort_fail "requantize-model.js --eight-bit mixed failed on $m: $(tail -n 3 "$work/mix8.log")"
+done
+ort_node requantize-model.js --in "$work/tiny" --out "$work/tiny-all8" --eight-bit all --zero-points off \
+  --block-size 64 2>"$work/all8.log" || ort_fail "requantize-model.js --eight-bit all failed: $(tail -n 3 "$work/all8.log")"
 
 # The kernel tables, natively as far as the CPU goes, then emulated.
 flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
@@ -131,6 +143,13 @@ for t in $tables; do
   # The plan names the matmul kernel of every projection: all must be the table's.
   used=$(ours "$t" inspect --model "$work/tiny" | grep -o 'mmnb_i8\.[a-z0-9]*' | sort -u | tr '\n' ' ')
   [ "$used" = "mmnb_i8.${t#emu-} " ] || ort_fail "table $t: the plan runs ${used:-no int8 matmul}"
+  # 8-bit weights: the table's own kernel, or AVX2's where the level has no VNNI.
+  case $t in
+  *avx512) want8=avx2 ;;
+  *) want8=${t#emu-} ;;
+  esac
+  used=$(ours "$t" inspect --model "$work/tiny-mix8" | grep -o 'mmnb8_i8\.[a-z0-9]*' | sort -u | tr '\n' ' ')
+  [ "$used" = "mmnb8_i8.$want8 " ] || ort_fail "table $t: the 8-bit projections run ${used:-no 8-bit matmul}"
   case $t in
   emu-*)
     ours "$t" inspect --model "$work/tiny" | grep -q '^kernels avx512 (.*avx512 emulated' ||
@@ -141,9 +160,9 @@ for t in $tables; do
   # matmul ten times the native one's time; test_kernels holds both to the
   # definitions on every shape of the real models.
   case $t in
-  ref) models="tiny tiny-zp tiny-b128 tiny-b64zp" ;;
-  emu-*) models="tiny tiny-f32 tiny-zp tiny-b128 tiny-b64zp" ;;
-  *) models="tiny w06l4 tiny-f32 tiny-zp tiny-b128 tiny-b64zp" ;;
+  ref) models="tiny tiny-zp tiny-b128 tiny-b64zp tiny-mix8 tiny-all8" ;;
+  emu-*) models="tiny tiny-f32 tiny-zp tiny-b128 tiny-b64zp tiny-mix8 tiny-all8" ;;
+  *) models="tiny w06l4 tiny-f32 tiny-zp tiny-b128 tiny-b64zp tiny-mix8 tiny-all8 w06l4-mix8" ;;
   esac
   for m in $models; do
     compare "$m.$t" "$work/$m" "$work/$m" "$t"

@@ -85,7 +85,9 @@ tests_libemu512_a_SOURCES = kernels/avx512/mmnb.c kernels/avx512/mmnb_vnni.c ker
 	kernels/avx2/mmnb_avxvnni.c
 tests_libemu512_a_CPPFLAGS = -isystem $(srcdir)/tests/emu512 $(AM_CPPFLAGS) -DKRN_TGT= \
 	-DKRN_EMULATED_AVXVNNI -Dkrn_avx2_mmnb_i8_avxvnni=krn_emu_mmnb_i8_avxvnni \
+	-Dkrn_avx2_mmnb8_i8_avxvnni=krn_emu_mmnb8_i8_avxvnni \
 	-Dkrn_avx512_mmnb_i8=krn_emu512_mmnb_i8 -Dkrn_avx512_mmnb_i8_vnni=krn_emu512_mmnb_i8_vnni \
+	-Dkrn_avx512_mmnb8_i8_vnni=krn_emu512_mmnb8_i8_vnni \
 	-Dkrn_avx512_mmnb_f32=krn_emu512_mmnb_f32 -Dkrn_avx512_gqa=krn_emu512_gqa
 tests_libemu512_a_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -ffp-contract=off
 tests_test_kernels_CFLAGS += -DQD_EMU_AVX512

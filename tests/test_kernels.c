@@ -68,10 +68,12 @@ static float *frand(size_t n, rng *r, float lo, float hi)
  */
 void krn_emu512_mmnb_i8(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_emu512_mmnb_i8_vnni(const krn_mmnb_args *a, size_t b, size_t e);
+void krn_emu512_mmnb8_i8_vnni(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_emu512_mmnb_f32(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_emu512_gqa(const krn_gqa_args *a, size_t b, size_t e);
 /* kernels/avx2/mmnb_avxvnni.c over SIMDe's VPDPBUSD, for CPUs without AVX-VNNI. */
 void krn_emu_mmnb_i8_avxvnni(const krn_mmnb_args *a, size_t b, size_t e);
+void krn_emu_mmnb8_i8_avxvnni(const krn_mmnb_args *a, size_t b, size_t e);
 #endif
 
 /*
@@ -100,6 +102,8 @@ static tab_how table_get(tab_id id, krn_table *out)
         if (id == TAB_AVX2) { /* the plain one, which an AVX-VNNI CPU runs too */
             out->mmnb_i8.fn = krn_avx2_mmnb_i8;
             out->mmnb_i8.name = "mmnb_i8.avx2";
+            out->mmnb8_i8.fn = krn_avx2_mmnb8_i8;
+            out->mmnb8_i8.name = "mmnb8_i8.avx2";
             return TAB_NATIVE;
         }
         if (krn_cpu_detect().avxvnni)
@@ -107,6 +111,8 @@ static tab_how table_get(tab_id id, krn_table *out)
 #ifdef QD_EMU_AVX512
         out->mmnb_i8.fn = krn_emu_mmnb_i8_avxvnni;
         out->mmnb_i8.name = "mmnb_i8.avxvnni (emulated)";
+        out->mmnb8_i8.fn = krn_emu_mmnb8_i8_avxvnni;
+        out->mmnb8_i8.name = "mmnb8_i8.avxvnni (emulated)";
         return TAB_EMULATED;
 #else
         return TAB_NONE;
@@ -117,16 +123,18 @@ static tab_how table_get(tab_id id, krn_table *out)
         if (vnni == cpu_vnni)
             *out = t; /* the one krn.c picks for this CPU */
         else          /* a VNNI CPU runs the plain kernel too, which krn.c never picks there */
-            krn_table_avx512(out, krn_avx512_mmnb_f32, krn_avx512_mmnb_i8, false, krn_avx512_gqa);
+            krn_table_avx512(out, krn_avx512_mmnb_f32, krn_avx512_mmnb_i8, NULL, false, krn_avx512_gqa);
         return TAB_NATIVE;
     }
 #ifdef QD_EMU_AVX512
     if (krn_table_for_level(KRN_LEVEL_AVX2, &t) == KRN_OK) {
-        krn_table_avx512(out, krn_emu512_mmnb_f32, vnni ? krn_emu512_mmnb_i8_vnni : krn_emu512_mmnb_i8, vnni,
-                         krn_emu512_gqa);
+        krn_table_avx512(out, krn_emu512_mmnb_f32, vnni ? krn_emu512_mmnb_i8_vnni : krn_emu512_mmnb_i8,
+                         vnni ? krn_emu512_mmnb8_i8_vnni : NULL, vnni, krn_emu512_gqa);
         out->level_name = vnni ? "avx512vnni (emulated)" : "avx512 (emulated)";
         out->mmnb_f32.name = "mmnb_f32.avx512 (emulated)";
         out->mmnb_i8.name = vnni ? "mmnb_i8.avx512vnni (emulated)" : "mmnb_i8.avx512 (emulated)";
+        if (vnni)
+            out->mmnb8_i8.name = "mmnb8_i8.avx512vnni (emulated)";
         out->gqa.name = "gqa.avx512 (emulated)";
         return TAB_EMULATED;
     }
@@ -1086,6 +1094,179 @@ START_TEST(mmnb_rows_batch_invariant)
         }
         free(pk[0]);
         free(pk[1]);
+        qw_free(&q);
+    }
+}
+END_TEST
+
+/*
+ * 8-bit weights (bits8): one byte per weight, zero points one byte per
+ * block. Codes and zero points take their whole range; the first column's
+ * first block is all 0 codes and the second's all 255, with zero points 255
+ * and 0 where the weights carry them: the sums' extremes.
+ */
+static void qw8_make(qweights *q, size_t n, size_t k, size_t bs, bool zp, bool bias, rng *r)
+{
+    memset(q, 0, sizeof *q);
+    q->w.n = n;
+    q->w.k = k;
+    q->w.block_size = bs;
+    q->w.bits8 = true;
+    krn_q4_weights_set_blocks(&q->w);
+    size_t kb = q->w.k_blocks, nb = n * kb * bs;
+    q->b = xmalloc(nb);
+    for (size_t i = 0; i < nb; i++)
+        q->b[i] = (uint8_t)rnext(r);
+    memset(q->b, 0, bs);
+    if (n > 1)
+        memset(q->b + kb * bs, 255, bs);
+    q->scales = frand(n * kb, r, -0.01f, 0.01f);
+    if (zp) {
+        q->zp = xmalloc(n * kb);
+        for (size_t i = 0; i < n * kb; i++)
+            q->zp[i] = (uint8_t)rnext(r);
+        q->zp[0] = 255;
+        if (n > 1)
+            q->zp[kb] = 0;
+    }
+    if (bias)
+        q->bias = frand(n, r, -1, 1);
+    q->w.b_data = q->b;
+    q->w.scales = q->scales;
+    q->w.zero_pts = q->zp;
+    q->w.bias = q->bias;
+}
+
+/*
+ * The reference on 8-bit weights against the layout read byte by byte: the
+ * int8 mode's per-block integer dots and float steps written out here, bit
+ * for bit, and the fp32 mode against a double evaluation within the bound
+ * of mmnb_f32_ref_vs_double.
+ */
+START_TEST(mmnb8_ref_definition)
+{
+    static const size_t shapes[][3] = {{5, 32, 32}, {9, 40, 16}, {7, 100, 32}, {6, 256, 128}, {3, 520, 256}};
+    krn_table ref = ref_tab();
+    ck_assert(ref.mmnb8_i8.fn != NULL && ref.mmnb8_f32.fn != NULL);
+    rng r = {0x8b17};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int zp = 0; zp < 2; zp++) {
+            size_t n = shapes[s][0], k = shapes[s][1], bs = shapes[s][2], m = 3;
+            qweights q;
+            qw8_make(&q, n, k, bs, zp, s & 1, &r);
+            size_t kb = q.w.k_blocks;
+            float *a = frand(m * k, &r, -2, 2), *y8 = xmalloc(m * n * sizeof(float)), *yf = xmalloc(m * n * sizeof(float));
+            for (size_t j = 0; j < bs && j < k; j++)
+                a[j] = (j & 1) ? 2.0f : -2.0f; /* row 0 block 0: codes of +-127 */
+            void *qa = qa_alloc(m, k, bs);
+            quantize(&ref, a, m, k, bs, qa);
+            krn_mmnb_args args = {.w = q.w, .m = m, .a = a, .a_ld = k, .qa = qa, .y = y8, .y_ld = n};
+            ck_assert_int_eq(krn_mmnb_check(&args, true), KRN_OK);
+            ref.mmnb8_i8.fn(&args, 0, n);
+            args.y = yf;
+            ref.mmnb8_f32.fn(&args, 0, n);
+            for (size_t i = 0; i < m; i++) {
+                const int8_t *qv = krn_qa_q(qa, i, kb, bs);
+                const float *sa = krn_qa_scale(qa, i, kb, bs);
+                for (size_t j = 0; j < n; j++) {
+                    float acc = 0.0f;
+                    double want = q.bias ? q.bias[j] : 0, mag = fabs(want);
+                    for (size_t b = 0; b < kb; b++) {
+                        int z = q.zp ? q.zp[j * kb + b] : 128;
+                        int32_t isum = 0;
+                        for (size_t t = 0; t < bs && b * bs + t < k; t++) {
+                            int code = q.b[(j * kb + b) * bs + t];
+                            isum += (int32_t)qv[b * bs + krn_qa_slot(t, bs)] * (code - z);
+                            double wd = (double)(code - z) * q.scales[j * kb + b];
+                            want += a[i * k + b * bs + t] * wd;
+                            mag += fabs(a[i * k + b * bs + t] * wd);
+                        }
+                        acc += (float)isum * (sa[b] * q.scales[j * kb + b]);
+                    }
+                    if (q.bias)
+                        acc += q.bias[j];
+                    ck_assert_msg(memcmp(&acc, &y8[i * n + j], sizeof acc) == 0, "k=%zu bs=%zu zp=%d m=%zu n=%zu: %a, want %a",
+                                  k, bs, zp, i, j, (double)y8[i * n + j], (double)acc);
+                    CHECK_CLOSE(yf[i * n + j], want, (k + 2) * U * mag, "fp32 k=%zu bs=%zu m=%zu n=%zu", k, bs, i, j);
+                }
+            }
+            free(a);
+            free(y8);
+            free(yf);
+            free(qa);
+            qw_free(&q);
+        }
+}
+END_TEST
+
+/*
+ * Every level's 8-bit int8 kernel against the reference, bit for bit:
+ * blocks of 16 (an odd count too) to 256, K with a partial last block,
+ * column counts and column ranges that are not multiples of the kernels'
+ * eight, 1 to 9 rows; and each row alone gives its bits in the batch.
+ * Then the 8-bit weights as columns of a larger matrix (krn_q4_columns).
+ */
+START_TEST(mmnb8_levels)
+{
+    static const size_t shapes[][3] = {{1, 32, 32},  {7, 40, 32},   {8, 64, 16},   {9, 48, 16},  {17, 100, 16},
+                                       {13, 96, 32}, {33, 1000, 128}, {19, 320, 64}, {17, 768, 256}, {24, 1024, 32}};
+    static const size_t ms[] = {1, 2, 3, 4, 5, 9};
+    krn_table ref = ref_tab(), tabs[MAX_TABS];
+    int nt = simd_tables(tabs, true);
+    rng r = {0x8b8b};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        size_t n = shapes[s][0], k = shapes[s][1], bs = shapes[s][2], ldy = n + 3;
+        bool zp = s % 3 != 1;
+        qweights q;
+        qw8_make(&q, n, k, bs, zp, s & 1, &r);
+        for (size_t im = 0; im < sizeof ms / sizeof ms[0]; im++) {
+            size_t m = ms[im];
+            float *a = frand(m * k, &r, -3, 3), *want = xmalloc(m * ldy * sizeof(float));
+            float *got = xmalloc(m * ldy * sizeof(float)), *one = xmalloc(ldy * sizeof(float));
+            for (size_t j = 0; j < bs && j < k; j++)
+                a[j] = (j % 3) ? -1.0f : 1.0f; /* row 0 block 0: codes of +-127 against codes 0 and 255 */
+            void *qa = qa_alloc(m, k, bs), *qa1 = qa_alloc(1, k, bs);
+            quantize(&ref, a, m, k, bs, qa);
+            krn_mmnb_args args = {.w = q.w, .m = m, .a = a, .a_ld = k, .qa = qa, .y = want, .y_ld = ldy};
+            ref.mmnb8_i8.fn(&args, 0, n);
+            for (int t = 0; t < nt; t++) {
+                args.y = got;
+                size_t cut = n / 3 + 1;
+                tabs[t].mmnb8_i8.fn(&args, 0, cut);
+                tabs[t].mmnb8_i8.fn(&args, cut, n);
+                for (size_t i = 0; i < m; i++)
+                    for (size_t j = 0; j < n; j++)
+                        ck_assert_msg(memcmp(&got[i * ldy + j], &want[i * ldy + j], sizeof(float)) == 0,
+                                      "%s m=%zu n=%zu k=%zu bs=%zu zp=%d: row %zu col %zu is %a, the reference %a",
+                                      tabs[t].mmnb8_i8.name, m, n, k, bs, zp, i, j, (double)got[i * ldy + j],
+                                      (double)want[i * ldy + j]);
+                for (size_t i = 0; i < m; i++) {
+                    quantize(&ref, a + i * k, 1, k, bs, qa1);
+                    krn_mmnb_args a1 = {.w = q.w, .m = 1, .a = a + i * k, .a_ld = k, .qa = qa1, .y = one, .y_ld = ldy};
+                    tabs[t].mmnb8_i8.fn(&a1, 0, n);
+                    ck_assert_msg(memcmp(one, &got[i * ldy], n * sizeof(float)) == 0, "%s m=%zu k=%zu: row %zu alone",
+                                  tabs[t].mmnb8_i8.name, m, k, i);
+                }
+            }
+            if (n > 8) { /* columns [5, n) as weights of their own */
+                krn_mmnb_args sub = args;
+                sub.w = krn_q4_columns(&q.w, 5, n - 5);
+                sub.y = got;
+                for (int t = -1; t < nt; t++) {
+                    (t < 0 ? &ref : &tabs[t])->mmnb8_i8.fn(&sub, 0, n - 5);
+                    for (size_t i = 0; i < m; i++)
+                        ck_assert(memcmp(&got[i * ldy], &want[i * ldy + 5], (n - 5) * sizeof(float)) == 0);
+                }
+            }
+            free(a);
+            free(want);
+            free(got);
+            free(one);
+            free(qa);
+            free(qa1);
+        }
+        /* Never packed: the 4-bit records do not apply. */
+        ck_assert_uint_eq(krn_q4_pack_size(&q.w), 0);
         qw_free(&q);
     }
 }
@@ -2402,6 +2583,8 @@ int main(void)
     tcase_add_test(tc, mmnb_levels_block_sizes_and_edges);
     tcase_add_test(tc, mmnb_levels_projection_shapes);
     tcase_add_test(tc, mmnb_rows_batch_invariant);
+    tcase_add_test(tc, mmnb8_ref_definition);
+    tcase_add_test(tc, mmnb8_levels);
     tcase_add_test(tc, q4_pack_layout);
     tcase_add_test(tc, q4_dequant_rows);
     tcase_add_test(tc, mm_f_levels);

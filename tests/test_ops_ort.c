@@ -228,18 +228,20 @@ static void finish_case(opcase *c)
 typedef struct mmnb_spec {
     int64_t m, n, k, bs, acc;
     bool zp, bias, rank3;
+    int bits; /* 4 or 8 */
 } mmnb_spec;
 
 static void case_mmnb(const mmnb_spec *sp)
 {
     char name[96];
-    snprintf(name, sizeof name, "mmnb_m%lld_n%lld_k%lld_b%lld_acc%lld%s%s%s", (long long)sp->m, (long long)sp->n,
+    const int bits = sp->bits;
+    snprintf(name, sizeof name, "mmnb_m%lld_n%lld_k%lld_b%lld_acc%lld%s%s%s%s", (long long)sp->m, (long long)sp->n,
              (long long)sp->k, (long long)sp->bs, (long long)sp->acc, sp->zp ? "_zp" : "", sp->bias ? "_bias" : "",
-             sp->rank3 ? "_r3" : "");
+             sp->rank3 ? "_r3" : "", bits == 8 ? "_8bit" : "");
     /* int8 activations match ONNX Runtime's own int8 path closely; fp32
      * accumulation differs only in summation order */
     opcase *c = new_case(name, sp->acc == 4 ? 2e-4 : 2e-5);
-    int64_t kb = (sp->k + sp->bs - 1) / sp->bs, blob = sp->bs / 2;
+    int64_t kb = (sp->k + sp->bs - 1) / sp->bs, blob = sp->bs * bits / 8;
     if (sp->rank3) {
         int64_t d[3] = {1, sp->m, sp->k};
         input_rand(c, "A", 3, d, -2, 2);
@@ -264,7 +266,7 @@ static void case_mmnb(const mmnb_spec *sp)
     const char *ins[6] = {"A", "B", "scales", "", "", ""};
     int n_in = 3;
     if (sp->zp) {
-        int64_t zd[1] = {sp->n * ((kb + 1) / 2)};
+        int64_t zd[1] = {sp->n * (bits == 8 ? kb : (kb + 1) / 2)};
         uint8_t *zp = malloc((size_t)zd[0]);
         for (int64_t i = 0; i < zd[0]; i++)
             zp[i] = (uint8_t)rnd();
@@ -282,7 +284,7 @@ static void case_mmnb(const mmnb_spec *sp)
     eng_ow_node(c->w, "MatMulNBits", "com.microsoft", "mm", (size_t)n_in, ins, ENG_OW_LIST("Y"));
     eng_ow_attr_int(c->w, "K", sp->k);
     eng_ow_attr_int(c->w, "N", sp->n);
-    eng_ow_attr_int(c->w, "bits", 4);
+    eng_ow_attr_int(c->w, "bits", bits);
     eng_ow_attr_int(c->w, "block_size", sp->bs);
     eng_ow_attr_int(c->w, "accuracy_level", sp->acc);
     output(c, "Y", ENG_DT_FLOAT, sp->rank3 ? 3 : 2);
@@ -717,16 +719,21 @@ static void case_rmsnorm(void)
 static void build_cases(void)
 {
     static const mmnb_spec mm[] = {
-        {1, 7, 32, 32, 4, false, false, false},     {3, 33, 64, 32, 4, false, false, true},
-        {5, 31, 40, 32, 4, false, false, false},    {2, 129, 100, 32, 0, false, false, false},
-        {1, 17, 96, 16, 0, true, false, false},     {4, 64, 128, 64, 4, false, true, false},
-        {1, 1, 1024, 32, 4, false, false, true},    {7, 127, 1024, 32, 4, true, false, false},
-        {16, 33, 256, 32, 1, false, true, false},   {1, 129, 33, 32, 4, true, true, false},
-        {33, 16, 64, 32, 4, false, false, true},    {2, 48, 136, 128, 0, true, false, false},
-        {37, 40, 256, 32, 4, true, true, false},    {9, 24, 100, 32, 4, true, false, true},
+        {1, 7, 32, 32, 4, false, false, false, 4},     {3, 33, 64, 32, 4, false, false, true, 4},
+        {5, 31, 40, 32, 4, false, false, false, 4},    {2, 129, 100, 32, 0, false, false, false, 4},
+        {1, 17, 96, 16, 0, true, false, false, 4},     {4, 64, 128, 64, 4, false, true, false, 4},
+        {1, 1, 1024, 32, 4, false, false, true, 4},    {7, 127, 1024, 32, 4, true, false, false, 4},
+        {16, 33, 256, 32, 1, false, true, false, 4},   {1, 129, 33, 32, 4, true, true, false, 4},
+        {33, 16, 64, 32, 4, false, false, true, 4},    {2, 48, 136, 128, 0, true, false, false, 4},
+        {37, 40, 256, 32, 4, true, true, false, 4},    {9, 24, 100, 32, 4, true, false, true, 4},
         /* int8 products over blocks of several 32-k groups (packed records of 64 to 256 k) */
-        {9, 40, 1000, 128, 4, true, false, false},  {17, 33, 768, 256, 4, false, false, true},
-        {1, 48, 320, 64, 4, true, true, false},
+        {9, 40, 1000, 128, 4, true, false, false, 4},  {17, 33, 768, 256, 4, false, false, true, 4},
+        {1, 48, 320, 64, 4, true, true, false, 4},
+        /* 8-bit weights (mixed-precision exports), with and without zero points, blocks of 16 to 128 */
+        {1, 7, 32, 32, 4, false, false, false, 8},  {3, 33, 100, 32, 4, true, false, false, 8},
+        {5, 40, 256, 128, 4, true, true, false, 8}, {2, 17, 80, 16, 4, true, false, true, 8},
+        {4, 24, 64, 32, 0, true, false, false, 8},  {9, 129, 1024, 64, 4, false, true, false, 8},
+        {1, 9, 72, 16, 1, false, true, false, 8},
     };
     for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++)
         case_mmnb(&mm[i]);
@@ -889,7 +896,7 @@ END_TEST
 START_TEST(unsupported_variants_rejected)
 {
     static const struct { const char *attr; int64_t v; const char *expect; } bad[] = {
-        {"bits", 8, "'bits' = 8"},
+        {"bits", 2, "'bits' = 2"},
         {"block_size", 24, "'block_size' = 24"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

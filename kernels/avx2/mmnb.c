@@ -188,6 +188,11 @@ void krn_avx2_quant_row(const float *a, size_t k, size_t bs, void *qa, size_t m)
 #define KRN_I8_FN krn_avx2_mmnb_i8
 #include "kernels/avx2/mmnb_i8.h"
 
+/* 8-bit weights (also compiled with AVX-VNNI by mmnb_avxvnni.c and AVX-512 VNNI by avx512/mmnb_vnni.c) */
+#define KRN8_TGT
+#define KRN8_FN krn_avx2_mmnb8_i8
+#include "kernels/avx2/mmnb8_i8.h"
+
 /* ------------------------------------------------------------------------- */
 /* fp32 mode                                                                   */
 

@@ -3,7 +3,8 @@
  * (VPDPBUSD on 256-bit vectors, VEX-encoded: CPUs with AVX2 and AVX-VNNI but
  * without AVX-512, such as Intel's Alder Lake and later cores and Sierra
  * Forest). krn.c picks it on the avx2 level where the CPU has AVX-VNNI; it
- * gives the AVX2 kernel's bits (avx2/mmnb_i8.h). Its functions are compiled
+ * gives the AVX2 kernel's bits (avx2/mmnb_i8.h); likewise its 8-bit weights'
+ * kernel (avx2/mmnb8_i8.h). Its functions are compiled
  * for AVX-VNNI; the tests also build it over SIMDe (KRN_EMULATED_AVXVNNI).
  */
 #include <immintrin.h>
@@ -24,3 +25,8 @@
 #define KRN_AVXVNNI 1
 #define KRN_I8_FN krn_avx2_mmnb_i8_avxvnni
 #include "kernels/avx2/mmnb_i8.h"
+
+#define KRN8_TGT KRN_AVX2_TGT
+#define KRN8_FN krn_avx2_mmnb8_i8_avxvnni
+#define KRN8_DPBUSD dpbusd8
+#include "kernels/avx2/mmnb8_i8.h"

@@ -12,3 +12,11 @@
 #endif
 #define KRN_I8_FN krn_avx512_mmnb_i8_vnni
 #include "kernels/avx512/mmnb_i8.h"
+
+/* 8-bit weights: VPDPBUSD on 256-bit vectors (EVEX, AVX512-VL), the AVX2 kernel's bits. */
+#define INLINE static inline __attribute__((always_inline)) KRN_TGT
+#define KRN8_TGT KRN_TGT
+#define KRN8_FN krn_avx512_mmnb8_i8_vnni
+#define KRN8_DPBUSD _mm256_dpbusd_epi32
+#include "kernels/avx2/mmnb8_i8.h"
+#undef INLINE

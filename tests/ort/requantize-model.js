@@ -8,10 +8,19 @@
 //     zero_points input (UINT8, two per byte, even block in the low nibble).
 //   --zero-points off: symmetric, scale = max|w| / 7 around the implied zero
 //     point 8, and no zero_points input.
+//   --eight-bit head|mixed|all (default none): these nodes get 8-bit codes
+//     instead (bits = 8: one byte per weight, scale (max - min) / 255 and a
+//     zero point byte per block, or max|w| / 127 around the implied 128), as
+//     the ONNX Runtime GenAI builder's int4_algo_config k_quant_last (the LM
+//     head, the node writing a graph output) and k_quant_mixed (the LM head,
+//     and the qkv_proj, v_proj and down_proj MatMuls of the layers i with
+//     i < L/8, i >= 7L/8 or (i - round(L/8)) % 3 == 2, named as the builder
+//     names them) write them.
 // Everything else is kept; all tensors go to one new data file. ONNX Runtime
 // and qwen3d then run the same graph.
 //
 // Usage: requantize-model.js --in DIR --out DIR [--block-size N] [--zero-points on|off]
+//                            [--eight-bit none|head|mixed|all]
 'use strict';
 
 const fs = require('fs');
@@ -38,11 +47,12 @@ const attr = (n, name, dflt) => {
 };
 
 // The source's dequantized weights (codes in blocks of srcBs, zero point 8
-// or the node's own), quantized again in blocks of bs, with or without zero
-// points.
-function requantize(b, sc, zpIn, N, K, srcBs, bs, withZp) {
+// or the node's own), quantized again in blocks of bs at 4 or 8 bits, with
+// or without zero points.
+function requantize(b, sc, zpIn, N, K, srcBs, bs, withZp, bits) {
   const skb = Math.ceil(K / srcBs), sblob = srcBs / 2, szb = Math.ceil(skb / 2);
-  const kb = Math.ceil(K / bs), blob = bs / 2, zb = Math.ceil(kb / 2);
+  const kb = Math.ceil(K / bs), blob = bs * bits / 8, zb = bits === 8 ? kb : Math.ceil(kb / 2);
+  const qmax = (1 << bits) - 1, half = 1 << (bits - 1);
   const outB = Buffer.alloc(N * kb * blob);
   const outS = Buffer.alloc(N * kb * 4);
   const outZ = withZp ? Buffer.alloc(N * zb) : null;
@@ -66,17 +76,19 @@ function requantize(b, sc, zpIn, N, K, srcBs, bs, withZp) {
       }
       let scale, zp;
       if (withZp) {
-        scale = hi > lo ? Math.fround((hi - lo) / 15) : 1;
-        zp = Math.min(15, Math.max(0, Math.round(-lo / scale)));
-        outZ[n * zb + (j >> 1)] |= zp << (4 * (j & 1));
+        scale = hi > lo ? Math.fround((hi - lo) / qmax) : 1;
+        zp = Math.min(qmax, Math.max(0, Math.round(-lo / scale)));
+        if (bits === 8) outZ[n * zb + j] = zp;
+        else outZ[n * zb + (j >> 1)] |= zp << (4 * (j & 1));
       } else {
-        scale = amax > 0 ? Math.fround(amax / 7) : 1;
-        zp = 8;
+        scale = amax > 0 ? Math.fround(amax / (half - 1)) : 1;
+        zp = half;
       }
       outS.writeFloatLE(scale, (n * kb + j) * 4);
       for (let t = 0; t < len; t++) {
-        const q = Math.min(15, Math.max(0, Math.round(w[k0 + t] / scale) + zp));
-        outB[(n * kb + j) * blob + (t >> 1)] |= (t & 1) ? q << 4 : q;
+        const q = Math.min(qmax, Math.max(0, Math.round(w[k0 + t] / scale) + zp));
+        if (bits === 8) outB[(n * kb + j) * blob + t] = q;
+        else outB[(n * kb + j) * blob + (t >> 1)] |= (t & 1) ? q << 4 : q;
       }
     }
   }
@@ -119,7 +131,24 @@ function run(opts) {
     if (a) a.i = v;
     else n.attribute.push({ name, type: 2, i: v }); // AttributeProto.INT
   };
-  let count = 0;
+  // The nodes that get 8-bit codes (--eight-bit).
+  const outputs = new Set((graph.output || []).map((o) => o.name));
+  const layerOf = (n) => { const m = /layers\.(\d+)\//.exec(n.name || ''); return m ? Number(m[1]) : -1; };
+  // Layers with attention: the builder names the final norm after the last layer too.
+  const nLayers = 1 + Math.max(-1, ...graph.node.filter((n) => /\/attn\//.test(n.name || '')).map(layerOf));
+  const roundEven = (x) => { // Python's round(), which the builder calls: halves go to the even neighbour
+    const f = Math.floor(x), d = x - f;
+    return d > 0.5 || (d === 0.5 && f % 2 !== 0) ? f + 1 : f;
+  };
+  const sensitive = (i) => i < nLayers / 8 || i >= 7 * nLayers / 8 || (i - roundEven(nLayers / 8)) % 3 === 2;
+  const eightBit = (n) => {
+    if (opts.eightBit === 'all') return true;
+    if (opts.eightBit === 'none') return false;
+    if (n.output.some((o) => outputs.has(o))) return true;
+    return opts.eightBit === 'mixed' && layerOf(n) >= 0 && sensitive(layerOf(n)) &&
+      /\/(qkv_proj|v_proj|down_proj)\//.test(n.name || '');
+  };
+  let count = 0, count8 = 0;
   for (const n of graph.node) {
     if (n.opType !== 'MatMulNBits' || n.domain !== 'com.microsoft') continue;
     const srcBs = attr(n, 'block_size', 0);
@@ -138,13 +167,16 @@ function run(opts) {
     if (zName && (!bytesOf(zName) || inits.get(zName).dataType !== DT_UINT8)) {
       throw new Error(`node "${n.name}": the zero points must be a UINT8 initializer with data`);
     }
+    const bits = eightBit(n) ? 8 : 4;
     const q = requantize(bytesOf(bName), bytesOf(sName), zName ? bytesOf(zName) : null, N, K, srcBs,
-      opts.blockSize, opts.zeroPoints);
+      opts.blockSize, opts.zeroPoints, bits);
     setBytes(bName, q.outB);
-    inits.get(bName).dims = [N, q.kb, opts.blockSize / 2];
+    inits.get(bName).dims = [N, q.kb, opts.blockSize * bits / 8];
     setBytes(sName, q.outS);
     inits.get(sName).dims = [N * q.kb];
     setAttr(n, 'block_size', opts.blockSize);
+    setAttr(n, 'bits', bits);
+    count8 += bits === 8;
     if (opts.zeroPoints) {
       const zpName = zName || `${n.name || 'mmnb'}_zero_points_${count}`;
       if (!zName) {
@@ -154,7 +186,7 @@ function run(opts) {
         inits.set(zpName, t);
         n.input.splice(3, n.input.length > 3 ? 1 : 0, zpName);
       }
-      inits.get(zpName).dims = [N * Math.ceil(q.kb / 2)];
+      inits.get(zpName).dims = [N * (bits === 8 ? q.kb : Math.ceil(q.kb / 2))];
       setBytes(zpName, q.outZ);
     } else if (zName) {
       n.input[3] = ''; // an absent optional input; the initializer is dropped below
@@ -171,6 +203,7 @@ function run(opts) {
     if (inits.get(tensors[i].name) === tensors[i] && !kept.has(tensors[i])) tensors.splice(i, 1);
   }
   if (!count) throw new Error('no MatMulNBits node to requantize');
+  if (opts.eightBit !== 'none' && !count8) throw new Error(`--eight-bit ${opts.eightBit}: no node matched`);
 
   // Every tensor with data goes to one new file, 64-byte aligned.
   fs.mkdirSync(output, { recursive: true });
@@ -198,11 +231,11 @@ function run(opts) {
     if (e.isFile() && !skip.has(e.name)) fs.copyFileSync(path.join(input, e.name), path.join(output, e.name));
   }
   process.stderr.write(`${PROG}: ${count} MatMulNBits nodes requantized in blocks of ${opts.blockSize}, ` +
-    `${opts.zeroPoints ? 'with' : 'without'} zero points\n`);
+    `${opts.zeroPoints ? 'with' : 'without'} zero points, ${count8} of them at 8 bits\n`);
 }
 
 function main() {
-  const o = { blockSize: 32, zeroPoints: true };
+  const o = { blockSize: 32, zeroPoints: true, eightBit: 'none' };
   const argv = process.argv.slice(2);
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -219,6 +252,10 @@ function main() {
       const v = argv[++i];
       if (v !== 'on' && v !== 'off') throw new Error(`--zero-points ${v}: on or off expected`);
       o.zeroPoints = v === 'on';
+    } else if (a === '--eight-bit') {
+      const v = argv[++i];
+      if (!['none', 'head', 'mixed', 'all'].includes(v)) throw new Error(`--eight-bit ${v}: none, head, mixed or all expected`);
+      o.eightBit = v;
     } else throw new Error(`unknown argument "${a}"`);
   }
   if (!o.input || !o.output) throw new Error('--in DIR and --out DIR are required');
