@@ -1201,15 +1201,16 @@ END_TEST
 
 /*
  * Every level's 8-bit int8 kernel against the reference, bit for bit:
- * blocks of 16 (an odd count too) to 256, K with a partial last block,
- * column counts and column ranges that are not multiples of the kernels'
+ * blocks of 16 (an odd count too, and more than KRN8_KEEP_BLOCKS) to 256,
+ * K with a partial last block, column counts and column ranges that are not multiples of the kernels'
  * eight, 1 to 9 rows; and each row alone gives its bits in the batch.
  * Then the 8-bit weights as columns of a larger matrix (krn_q4_columns).
  */
 START_TEST(mmnb8_levels)
 {
     static const size_t shapes[][3] = {{1, 32, 32},  {7, 40, 32},   {8, 64, 16},   {9, 48, 16},  {17, 100, 16},
-                                       {13, 96, 32}, {33, 1000, 128}, {19, 320, 64}, {17, 768, 256}, {24, 1024, 32}};
+                                       {13, 96, 32}, {33, 1000, 128}, {19, 320, 64}, {17, 768, 256}, {24, 1024, 32},
+                                       {9, 4100, 16}}; /* the last: more blocks than a tile keeps transposed */
     static const size_t ms[] = {1, 2, 3, 4, 5, 9};
     krn_table ref = ref_tab(), tabs[MAX_TABS];
     int nt = simd_tables(tabs, true);

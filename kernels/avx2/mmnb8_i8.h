@@ -16,33 +16,32 @@
  * Every step is exact or the reference's own rounding, so the bits are its.
  */
 
-/* The 32 quantized activations of one chunk, from slot order (k = 0, 2, ..., 30, 1, 3, ..., 31) to k order. */
-INLINE __m256i krn8_q_natural(const int8_t *p)
-{
-    __m256i x = _mm256_permute4x64_epi64(_mm256_loadu_si256((const __m256i *)(const void *)p), 0xD8);
-    const __m256i m = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15, 0, 8, 1, 9, 2, 10, 3,
-                                       11, 4, 12, 5, 13, 6, 14, 7, 15);
-    return _mm256_shuffle_epi8(x, m);
-}
-
-/* Two blocks of 16 (slot order per block: its eight even k, then its eight odd k) to k order; lo16 only: one. */
-INLINE __m256i krn8_q_natural16(const int8_t *p, bool lo16)
-{
-    __m256i x = lo16 ? _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p))
-                     : _mm256_loadu_si256((const __m256i *)(const void *)p);
-    if (lo16)
-        x = _mm256_inserti128_si256(x, _mm_setzero_si128(), 1);
-    const __m256i m = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15, 0, 8, 1, 9, 2, 10, 3,
-                                       11, 4, 12, 5, 13, 6, 14, 7, 15);
-    return _mm256_shuffle_epi8(x, m);
-}
-
 INLINE __m256i krn8_load_w(const uint8_t *p, bool lo16)
 {
     if (lo16)
         return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p)),
                                        _mm_setzero_si128(), 1);
     return _mm256_loadu_si256((const __m256i *)(const void *)p);
+}
+
+/* Per 128-bit half: its eight even-k bytes then its eight odd-k bytes, interleaved back to k order. */
+INLINE __m256i krn8_interleave(__m256i x)
+{
+    const __m256i m = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15, 0, 8, 1, 9, 2, 10, 3,
+                                       11, 4, 12, 5, 13, 6, 14, 7, 15);
+    return _mm256_shuffle_epi8(x, m);
+}
+
+/* The 32 quantized activations of one chunk, from slot order (k = 0, 2, ..., 30, 1, 3, ..., 31) to k order. */
+INLINE __m256i krn8_q_natural(const int8_t *p)
+{
+    return krn8_interleave(_mm256_permute4x64_epi64(_mm256_loadu_si256((const __m256i *)(const void *)p), 0xD8));
+}
+
+/* Two blocks of 16 (slot order per block: its eight even k, then its eight odd k) to k order; lo16 only: one. */
+INLINE __m256i krn8_q_natural16(const int8_t *p, bool lo16)
+{
+    return krn8_interleave(krn8_load_w((const uint8_t *)(const void *)p, lo16));
 }
 
 /*
@@ -149,12 +148,18 @@ INLINE void krn8_chunk(const krn_q4_weights *w, const size_t cn[8], size_t kb, s
 }
 
 #define KRN8_MR 4 /* rows per pass over a block of the eight columns (their float sums stay in registers) */
+/* Blocks per column whose transposed scales and zero points one tile keeps for all its row passes (16 KiB). */
+#define KRN8_KEEP_BLOCKS 256
 
 KRN8_TGT void KRN8_FN(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
 {
     const krn_q4_weights *w = &a->w;
     const size_t bs = w->block_size, kb = w->k_blocks, stride = kb * bs;
     void *qa = (void *)a->qa; /* the accessors are shared with the writer; read only here */
+    /* a tile's scales and zero points, transposed once for all its row passes when they fit; else per pass */
+    const bool keep = kb <= KRN8_KEEP_BLOCKS;
+    __m256 sct[KRN8_KEEP_BLOCKS];
+    __m256i zpt[KRN8_KEEP_BLOCKS];
     for (size_t n0 = n_begin; n0 < n_end; n0 += 8) {
         const size_t nc = n_end - n0 < 8 ? n_end - n0 : 8;
         const uint8_t *col[8];
@@ -168,14 +173,13 @@ KRN8_TGT void KRN8_FN(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
             __m256 acc[KRN8_MR];
             for (size_t r = 0; r < KRN8_MR; r++)
                 acc[r] = _mm256_setzero_ps();
-            __m256 sct[8];
-            __m256i zpt[8];
             for (size_t b = 0; b < kb; b += bs == 16 ? 2 : 1) {
                 const size_t nb = bs == 16 && b + 1 < kb ? 2 : 1; /* blocks this step covers */
-                if (b % 8 == 0)
-                    krn8_chunk(w, cn, kb, b, sct, zpt);
-                const __m256 scv[2] = {sct[b % 8], sct[(b + 1) % 8]};
-                const __m256i zpv[2] = {zpt[b % 8], zpt[(b + 1) % 8]};
+                const size_t at = keep ? b : b % 8, at1 = nb == 2 ? at + 1 : at; /* b is even when nb is 2 */
+                if (b % 8 == 0 && (m0 == 0 || !keep))
+                    krn8_chunk(w, cn, kb, b, sct + (at - b % 8), zpt + (at - b % 8));
+                const __m256 scv[2] = {sct[at], sct[at1]};
+                const __m256i zpv[2] = {zpt[at], zpt[at1]};
                 if (m0 == 0 && (b * bs) % 64 == 0) /* a line per column; the later row passes find them in cache */
                     for (size_t c = 0; c < 8; c++)
                         for (size_t o = 0; o < (bs < 64 ? 64 : bs); o += 64)
@@ -225,4 +229,5 @@ KRN8_TGT void KRN8_FN(const krn_mmnb_args *a, size_t n_begin, size_t n_end)
 }
 
 #undef KRN8_MR
+#undef KRN8_KEEP_BLOCKS
 #undef KRN8_ZP_BIAS
