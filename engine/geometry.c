@@ -25,6 +25,23 @@ const char *eng_weight_role_name(eng_weight_role r)
     }
 }
 
+/* The first node (in topological order) reading value v as input slot `slot`
+ * with the given op, or NULL. */
+static const eng_node *consumer(const eng_graph *g, int v, const char *domain, const char *op)
+{
+    if (v < 0)
+        return NULL;
+    for (size_t k = 0; k < g->n_nodes; k++) {
+        const eng_node *n = &g->nodes[k];
+        if (!is_op(n, domain, op))
+            continue;
+        for (size_t j = 0; j < n->n_inputs; j++)
+            if (n->input_values[j] == v)
+                return n;
+    }
+    return NULL;
+}
+
 eng_weight_role eng_initializer_role(const eng_graph *g, size_t i)
 {
     int v = eng_graph_value(g, g->inits[i].name);
@@ -42,6 +59,11 @@ eng_weight_role eng_initializer_role(const eng_graph *g, size_t i)
                 if (j == 3) return ENG_ROLE_ZERO_POINTS;
             } else if (is_op(n, "", "Gather") && j == 0 && g->inits[i].dtype == ENG_DT_FLOAT) {
                 return ENG_ROLE_EMBEDDING;
+            } else if (is_op(n, "com.microsoft", "GatherBlockQuantized") && j != 1) {
+                return j == 0 ? ENG_ROLE_INT4_WEIGHT : j == 2 ? ENG_ROLE_SCALES : ENG_ROLE_ZERO_POINTS;
+            } else if (is_op(n, "", "Reshape") && j == 0 && n->n_outputs &&
+                       consumer(g, n->output_values[0], "com.microsoft", "GatherBlockQuantized")) {
+                return ENG_ROLE_INT4_WEIGHT; /* the LM head's codes, viewed as the tied embedding's table */
             } else if ((is_op(n, "", "SimplifiedLayerNormalization") && j == 1) ||
                        (is_op(n, "com.microsoft", "SkipSimplifiedLayerNormalization") && j == 2)) {
                 return ENG_ROLE_NORM;
@@ -65,21 +87,46 @@ eng_weight_role eng_initializer_role(const eng_graph *g, size_t i)
     return ENG_ROLE_OTHER;
 }
 
-/* The first node (in topological order) reading value v as input slot `slot`
- * with the given op, or NULL. */
-static const eng_node *consumer(const eng_graph *g, int v, const char *domain, const char *op)
+/*
+ * Rows and codes per row of the table a GatherBlockQuantized reads: an
+ * initializer, or a Reshape of one to a constant 2-D shape (the ONNX Runtime
+ * GenAI builder's view of the tied LM head's MatMulNBits codes as [vocab,
+ * hidden * bits / 8]). UINT8 data holds 8 / bits codes per byte.
+ */
+static bool quantized_table(const eng_graph *g, const eng_node *n, int64_t *rows, int64_t *cols)
 {
-    if (v < 0)
-        return NULL;
-    for (size_t k = 0; k < g->n_nodes; k++) {
-        const eng_node *n = &g->nodes[k];
-        if (!is_op(n, domain, op))
-            continue;
-        for (size_t j = 0; j < n->n_inputs; j++)
-            if (n->input_values[j] == v)
-                return n;
+    const eng_tensor *t = eng_graph_initializer(g, n->inputs[0]);
+    int32_t dt;
+    int64_t r, c;
+    if (t) {
+        if (t->rank != 2)
+            return false;
+        dt = t->dtype, r = t->dims[0], c = t->dims[1];
+    } else {
+        const eng_node *rs = eng_graph_producer(g, n->inputs[0]);
+        if (!rs || !is_op(rs, "", "Reshape") || rs->n_inputs < 2)
+            return false;
+        const eng_tensor *src = eng_graph_initializer(g, rs->inputs[0]), *sh = eng_graph_initializer(g, rs->inputs[1]);
+        const eng_node *k = sh ? NULL : eng_graph_producer(g, rs->inputs[1]);
+        if (k && is_op(k, "", "Constant") && k->n_attrs == 1)
+            sh = k->attrs[0].t;
+        if (!src || src->rank < 1 || !sh || sh->dtype != ENG_DT_INT64 || sh->n_elems != 2 || !sh->data)
+            return false;
+        const int64_t *d = sh->data;
+        dt = src->dtype;
+        r = d[0] == 0 ? src->dims[0] : d[0];
+        c = d[1];
+        if (r > 0 && c == -1 && src->n_elems % (uint64_t)r == 0)
+            c = (int64_t)(src->n_elems / (uint64_t)r);
+        else if (c > 0 && r == -1 && src->n_elems % (uint64_t)c == 0)
+            r = (int64_t)(src->n_elems / (uint64_t)c);
     }
-    return NULL;
+    int64_t bits = eng_node_attr_int(n, "bits", 4);
+    if (r <= 0 || c <= 0 || (bits != 4 && bits != 8))
+        return false;
+    *rows = r;
+    *cols = dt == ENG_DT_UINT8 ? c * (8 / bits) : c;
+    return true;
 }
 
 /* The constant tensor behind value v: an initializer, or one through a Cast (the BF16 graphs' tables). */
@@ -198,6 +245,11 @@ int eng_graph_geometry(const eng_graph *g, eng_geometry *geo, eng_diag *diag)
                 geo->hidden = t->dims[1];
             }
         }
+        if (is_op(n, "com.microsoft", "GatherBlockQuantized") && n->n_inputs > 1 && !geo->vocab) {
+            int ix = eng_graph_value(g, n->inputs[1]);
+            if (ix >= 0 && g->values[ix].kind == ENG_VALUE_INPUT)
+                quantized_table(g, n, &geo->vocab, &geo->hidden);
+        }
         /* down_proj: the projection reading the SwiGLU product Mul(silu(gate), up). */
         if (is_op(n, "com.microsoft", "MatMulNBits") && !geo->intermediate && n->n_inputs > 0) {
             const eng_node *p = eng_graph_producer(g, n->inputs[0]);
@@ -225,8 +277,8 @@ int eng_graph_geometry(const eng_graph *g, eng_geometry *geo, eng_diag *diag)
         eng_diag_add(diag, "%s: no GroupQueryAttention, Attention or attention decomposition: not a decoder graph "
                      "of a supported form", dir);
     if (!geo->vocab)
-        eng_diag_add(diag, "%s: no embedding table (float, or UINT4 through DequantizeLinear) read by a Gather node",
-                     dir);
+        eng_diag_add(diag, "%s: no embedding table (float, or UINT4 through DequantizeLinear, read by a Gather node; "
+                     "or block-quantized, read by a GatherBlockQuantized node)", dir);
     if (geo->layers && !geo->head_size)
         eng_diag_add(diag, "%s: cannot derive head size: no projection reads the attention output", dir);
     if (geo->layers && !geo->intermediate)

@@ -36,6 +36,7 @@ libqwen3d_a_SOURCES += \
 	engine/plan.c engine/plan.h engine/plan_internal.h engine/op_registry.h \
 	engine/lower.c engine/fuse.c engine/pack.c engine/prepcache.c \
 	engine/op_shape.c engine/op_math.c engine/op_norm.c engine/op_matmul.c engine/op_attention.c \
+	engine/op_gather_quant.c \
 	engine/exec.c \
 	engine/runner.c engine/runner.h
 

@@ -6,7 +6,8 @@
  * node while ignoring part of its definition would compute something else),
  * and the plan's prepare(), infer() and run() (plan.c, exec.c). The rows
  * live in the op-family files beside their functions (op_shape.c,
- * op_math.c, op_norm.c, op_matmul.c, op_attention.c); plan.c lists them.
+ * op_math.c, op_norm.c, op_matmul.c, op_attention.c, op_gather_quant.c);
+ * plan.c lists them.
  * Adding an op is one row and its three functions.
  *
  * Threads: the rows are constant.

@@ -19,7 +19,7 @@
 /* Every op qwen3d runs; a node of any other op is rejected when the plan is built. */
 const op_def *const plan_ops[] = {
     &op_constant, &op_shape, &op_gather, &op_reduce_sum, &op_sub, &op_add, &op_mul, &op_cast, &op_sigmoid,
-    &op_reshape, &op_split, &op_sln, &op_skip_sln, &op_matmulnbits, &op_gqa,
+    &op_reshape, &op_split, &op_sln, &op_skip_sln, &op_matmulnbits, &op_gqa, &op_gather_block_quantized,
     /* the standard contracts' ops (lower.c) */
     &op_rmsnorm, &op_dequantize, &op_matmul, &op_transpose, &op_rotary, &op_attention, &op_reduce_mean, &op_pow,
     &op_sqrt, &op_div, &op_slice, &op_neg, &op_concat, &op_softmax, &op_unsqueeze, &op_range,

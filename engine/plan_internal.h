@@ -123,6 +123,7 @@ struct step {
         mmf_params mmf;
         gqa_params gqa;
         struct { const step *head; } gq4;  /* embedding rows dequantized from the LM head's INT4 weights */
+        struct { int bits; int64_t block, gather_axis, quantize_axis; } gbq; /* GatherBlockQuantized */
     } p;
 };
 
@@ -364,7 +365,7 @@ static inline const eng_tensor *const_input(const plan_builder *b, const step *s
 
 /* The supported ops, one row each, in the files of their families. */
 extern const op_def op_constant, op_shape, op_gather, op_reduce_sum, op_sub, op_add, op_mul, op_cast, op_sigmoid,
-    op_reshape, op_split, op_sln, op_skip_sln, op_matmulnbits, op_gqa;
+    op_reshape, op_split, op_sln, op_skip_sln, op_matmulnbits, op_gqa, op_gather_block_quantized;
 /* Standard ops the lowering reads as parts of patterns (lower.c), and the generic ones among them. */
 extern const op_def op_dequantize, op_matmul, op_transpose, op_rmsnorm, op_rotary, op_attention, op_reduce_mean,
     op_pow, op_sqrt, op_div, op_slice, op_neg, op_concat, op_softmax, op_unsqueeze, op_range, op_constant_of_shape,

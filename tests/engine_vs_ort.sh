@@ -6,7 +6,8 @@
 # every projection quantized asymmetrically (zero points, as an export with
 # int4_is_symmetric=false has them), twice in larger blocks (128 without
 # and 64 with zero points), and with 8-bit projections (mixed precision as
-# k_quant_mixed writes it, on the 0.6b-width model too, and all at 8 bits).
+# k_quant_mixed writes it, on the 0.6b-width model too, and all at 8 bits),
+# and with the tied embedding those exports read through GatherBlockQuantized.
 # A 7-id prompt, then 32
 # teacher-forced decode steps: 33 logits rows per run. The tolerance comes
 # from ONNX Runtime itself (accuracy_level 4 against 0), see compare-logits.js.
@@ -48,12 +49,9 @@ ours() {
   esac
 }
 
-compare() { # NAME MODEL_DIR ORT_DIR [TABLE]
-  name=$1 model=$2 ortm=$3 table=${4:-default}
-  vocab=$(ort_json "$ortm/genai_config.json" j.model.vocab_size)
-  ours "$table" generate --model "$model" --prompt-ids "$PROMPT" --teacher-ids "$TEACHER" --max-tokens 33 \
-    --dump-logits "$work/$name.ours.bin" --json >"$work/$name.ours.json" ||
-    ort_fail "qwen3d generate failed on $name"
+# ONNX Runtime's logits on ORT_DIR, at its accuracy_level and at 0, once.
+ort_refs() { # ORT_DIR
+  ortm=$1
   if [ ! -f "$work/$(basename "$ortm").ort.bin" ]; then
     ort_node rewrite-model.js --in "$ortm" --out "$ortm-acc0" --keep-layout --set-accuracy-level 0 ||
       ort_fail "could not write the accuracy_level 0 copy of $ortm"
@@ -63,6 +61,15 @@ compare() { # NAME MODEL_DIR ORT_DIR [TABLE]
       --dump-logits "$work/$(basename "$ortm").ort0.bin" >/dev/null || ort_fail "ONNX Runtime failed on $ortm-acc0"
     rm -rf "$ortm-acc0"
   fi
+}
+
+compare() { # NAME MODEL_DIR ORT_DIR [TABLE]
+  name=$1 model=$2 ortm=$3 table=${4:-default}
+  vocab=$(ort_json "$ortm/genai_config.json" j.model.vocab_size)
+  ours "$table" generate --model "$model" --prompt-ids "$PROMPT" --teacher-ids "$TEACHER" --max-tokens 33 \
+    --dump-logits "$work/$name.ours.bin" --json >"$work/$name.ours.json" ||
+    ort_fail "qwen3d generate failed on $name"
+  ort_refs "$ortm"
   ort_node compare-logits.js --label "$name" --ours "$work/$name.ours.bin" \
     --ort "$work/$(basename "$ortm").ort.bin" --ort-fp32 "$work/$(basename "$ortm").ort0.bin" --vocab "$vocab" ||
     ort_fail "$name: qwen3d and ONNX Runtime disagree"
@@ -116,6 +123,20 @@ for m in tiny w06l4; do
 done
 ort_node requantize-model.js --in "$work/tiny" --out "$work/tiny-all8" --eight-bit all --zero-points off \
   --block-size 64 2>"$work/all8.log" || ort_fail "requantize-model.js --eight-bit all failed: $(tail -n 3 "$work/all8.log")"
+# Tied embeddings as the builder writes them for Qwen3 0.6B to 4B: the
+# embedding is GatherBlockQuantized over a Reshape of the LM head's codes
+# (8-bit with zero points under k_quant_mixed; 4-bit with zero points, and
+# without them, where the default zero point 8 applies, under rtn / k_quant).
+ort_node requantize-model.js --in "$work/tiny" --out "$work/tiny-tie8" --eight-bit mixed --tie-embedding \
+  2>"$work/tie8.log" || ort_fail "requantize-model.js --tie-embedding failed: $(tail -n 3 "$work/tie8.log")"
+ort_node requantize-model.js --in "$work/tiny" --out "$work/tiny-tie4" --tie-embedding 2>"$work/tie4.log" ||
+  ort_fail "requantize-model.js --tie-embedding (4-bit) failed: $(tail -n 3 "$work/tie4.log")"
+ort_node requantize-model.js --in "$work/tiny" --out "$work/tiny-tie4s" --zero-points off --tie-embedding \
+  2>"$work/tie4s.log" || ort_fail "requantize-model.js --tie-embedding (symmetric) failed: $(tail -n 3 "$work/tie4s.log")"
+for m in tiny-tie8 tiny-tie4 tiny-tie4s; do
+  "$QWEN3D" inspect --model "$work/$m" | grep -q "GatherBlockQuantized.*gather_block_quantized" ||
+    ort_fail "$m: inspect shows no GatherBlockQuantized step"
+done
 
 # The kernel tables, natively as far as the CPU goes, then emulated.
 flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
@@ -175,6 +196,22 @@ for t in $tables; do
       echo "$t" >"$work/$m.simd.name"
     fi
   done
+done
+
+# The tied embeddings: the int8 numerics against ONNX Runtime's (8-bit head;
+# the table's rows are the same on every kernel table, a scalar lookup), and
+# with fp32 activations (--matmul-fp32) against accuracy_level 0 within a
+# hundredth of the spread between ONNX Runtime's two numerics: the same fp32
+# arithmetic, so every looked-up row must be ONNX Runtime's.
+compare tiny-tie8 "$work/tiny-tie8" "$work/tiny-tie8"
+for m in tiny-tie8 tiny-tie4 tiny-tie4s; do
+  "$QWEN3D" generate --model "$work/$m" --prompt-ids "$PROMPT" --teacher-ids "$TEACHER" --max-tokens 33 \
+    --matmul-fp32 --dump-logits "$work/$m.fp32.bin" >/dev/null || ort_fail "generate --matmul-fp32 failed on $m"
+  ort_refs "$work/$m"
+  ort_node compare-logits.js --label "$m fp32" --ours "$work/$m.fp32.bin" --ort "$work/$m.ort.bin" \
+    --ort-fp32 "$work/$m.ort0.bin" --ref "$work/$m.ort0.bin" --factor 0.01 \
+    --vocab "$(ort_json "$work/$m/genai_config.json" j.model.vocab_size)" ||
+    ort_fail "$m: qwen3d's fp32 logits are not ONNX Runtime's accuracy_level 0 ones"
 done
 
 # The fused plan (plan rewrites: SiLU(gate)*up in one step, RMSNorm that

@@ -685,6 +685,96 @@ static void case_qdq_tied(int64_t v, int64_t d, bool zp8)
     finish_case(c);
 }
 
+/*
+ * com.microsoft GatherBlockQuantized, dequantized exactly (tolerance 0):
+ * UINT8 codes at 8 bits (the builder's tied embedding over an 8-bit LM head)
+ * and at 4 bits (two per byte), INT4 and UINT4 codes (ONNX Runtime's
+ * quantized Gather); with and without zero points (4-bit ones padded per
+ * row: an odd block count), a partial last block, the table as a Reshape of
+ * a MatMulNBits B [rows, blocks, blob] to a constant shape as the builder
+ * writes it, a rank-3 table, INT32 and INT64 indices of rank 1 and 2,
+ * negative ones and both ends.
+ */
+typedef struct gbq_spec {
+    int32_t dtype;     /* ENG_DT_UINT8, ENG_DT_UINT4 or ENG_DT_INT4 */
+    int bits;          /* 4 or 8 */
+    int64_t rows, mid, cols, bs; /* table [rows, (mid,) cols codes]; mid 0: rank 2 */
+    bool zp, reshape, idx32;
+} gbq_spec;
+
+static void case_gbq(const gbq_spec *sp)
+{
+    char name[96];
+    bool u8 = sp->dtype == ENG_DT_UINT8;
+    snprintf(name, sizeof name, "gbq_%s%d_r%lld_m%lld_c%lld_b%lld%s%s%s", u8 ? "u8_" : sp->dtype == ENG_DT_INT4 ? "i4_" : "u4_",
+             sp->bits, (long long)sp->rows, (long long)sp->mid, (long long)sp->cols, (long long)sp->bs,
+             sp->zp ? "_zp" : "", sp->reshape ? "_reshape" : "", sp->idx32 ? "_i32" : "");
+    opcase *c = new_case(name, 0);
+    int64_t per_byte = u8 ? 8 / sp->bits : 1, kb = (sp->cols + sp->bs - 1) / sp->bs;
+    int64_t last = sp->cols / per_byte, sub = sp->mid ? sp->mid : 1;
+    int r = sp->mid ? 3 : 2;
+    int64_t dd[3] = {sp->rows, sp->mid ? sp->mid : last, last}, sd[3] = {sp->rows, sp->mid ? sp->mid : kb, kb};
+    uint64_t codes = (uint64_t)(sp->rows * sub * sp->cols);
+    uint64_t nbytes = u8 ? codes / (uint64_t)per_byte : (codes + 1) / 2;
+    uint8_t *q = malloc(nbytes);
+    for (uint64_t i = 0; i < nbytes; i++)
+        q[i] = (uint8_t)rnd();
+    if (sp->reshape) { /* MatMulNBits' B [rows, blocks, blob] viewed as [rows, cols * bits / 8] */
+        int64_t bd[3] = {sp->rows, kb, sp->bs * sp->bits / 8}, shape[2] = {sp->rows, last}, two = 2;
+        eng_ow_init_external(c->w, "B", ENG_DT_UINT8, 3, bd, q, nbytes);
+        i64_const(c, "table_shape", 1, &two, shape);
+        eng_ow_node(c->w, "Reshape", "", "view", ENG_OW_LIST("B", "table_shape"), ENG_OW_LIST("table"));
+    } else {
+        eng_ow_init_external(c->w, "table", sp->dtype, (size_t)r, dd, q, nbytes);
+    }
+    free(q);
+    uint64_t ns = (uint64_t)(sp->rows * sub * kb);
+    float *sc = malloc(ns * sizeof *sc);
+    for (uint64_t i = 0; i < ns; i++)
+        sc[i] = rndf(0.01f, 0.1f) * ((rnd() & 1) ? -1.0f : 1.0f);
+    eng_ow_init_external(c->w, "scales", ENG_DT_FLOAT, (size_t)r, sd, sc, ns * sizeof *sc);
+    free(sc);
+    if (sp->zp) {
+        int64_t zd[3] = {sd[0], sd[1], sd[2]};
+        uint64_t zb;
+        if (u8 && sp->bits == 4) { /* two per byte, each row of blocks padded to whole bytes */
+            zd[r - 1] = (kb + 1) / 2;
+            zb = (uint64_t)(sp->rows * sub * zd[r - 1]);
+        } else {
+            zb = u8 ? ns : (ns + 1) / 2;
+        }
+        uint8_t *z = malloc(zb);
+        for (uint64_t i = 0; i < zb; i++)
+            z[i] = (uint8_t)rnd();
+        eng_ow_init_external(c->w, "zp", sp->dtype, (size_t)r, zd, z, zb);
+        free(z);
+    }
+    /* both ends, negatives, a repeat */
+    int64_t ids[6] = {0, sp->rows - 1, -1, -sp->rows, sp->rows / 2, 0};
+    if (sp->idx32) {
+        int32_t i32[6];
+        for (int i = 0; i < 6; i++)
+            i32[i] = (int32_t)ids[i];
+        int64_t id[1] = {6};
+        input(c, "ids", ENG_DT_INT32, 1, id, i32);
+    } else {
+        int64_t id[2] = {2, 3};
+        input(c, "ids", ENG_DT_INT64, 2, id, ids);
+    }
+    if (sp->zp)
+        eng_ow_node(c->w, "GatherBlockQuantized", "com.microsoft", "gbq", ENG_OW_LIST("table", "ids", "scales", "zp"),
+                    ENG_OW_LIST("Y"));
+    else
+        eng_ow_node(c->w, "GatherBlockQuantized", "com.microsoft", "gbq", ENG_OW_LIST("table", "ids", "scales"),
+                    ENG_OW_LIST("Y"));
+    eng_ow_attr_int(c->w, "bits", sp->bits);
+    eng_ow_attr_int(c->w, "block_size", sp->bs);
+    eng_ow_attr_int(c->w, "gather_axis", 0);
+    eng_ow_attr_int(c->w, "quantize_axis", r - 1);
+    output(c, "Y", ENG_DT_FLOAT, (sp->idx32 ? 1 : 2) + r - 1);
+    finish_case(c);
+}
+
 /* MatMul with a constant FLOAT weight [K, N], and one with the transpose of a constant [N, K] (a tied head). */
 static void case_float_matmul(void)
 {
@@ -757,6 +847,15 @@ static void build_cases(void)
     case_qdq_matmul(4, 256, 24, true);
     case_qdq_tied(9, 64, true);
     case_qdq_tied(7, 33, false);
+    static const gbq_spec gbq[] = {
+        {ENG_DT_UINT8, 8, 37, 0, 96, 32, true, true, false},  {ENG_DT_UINT8, 8, 11, 0, 80, 16, false, false, true},
+        {ENG_DT_UINT8, 4, 13, 0, 48, 16, true, true, false},  {ENG_DT_UINT8, 4, 9, 0, 128, 32, false, true, true},
+        {ENG_DT_UINT8, 4, 5, 0, 40, 16, true, false, false},  {ENG_DT_UINT8, 8, 6, 0, 100, 64, true, false, true},
+        {ENG_DT_UINT4, 4, 7, 0, 33, 16, true, false, false},  {ENG_DT_INT4, 4, 9, 0, 64, 32, false, false, true},
+        {ENG_DT_INT4, 4, 5, 0, 37, 16, true, false, false},   {ENG_DT_UINT8, 8, 6, 3, 64, 32, true, false, false},
+    };
+    for (size_t i = 0; i < sizeof gbq / sizeof gbq[0]; i++)
+        case_gbq(&gbq[i]);
     case_float_matmul();
     case_rmsnorm();
 }
@@ -892,6 +991,31 @@ done:
 }
 END_TEST
 
+/* A writer for a one-node model of the engine's own refusal tests, in folder DIR (made here). */
+static eng_ow *refusal_writer(const char *dir)
+{
+    mkdir(dir, 0755);
+    eng_ow *w = eng_ow_new("refuse");
+    eng_ow_opset(w, "", 21);
+    eng_ow_opset(w, "com.microsoft", 1);
+    char data[1200];
+    snprintf(data, sizeof data, "%s/model.onnx.data", dir);
+    eng_ow_data_open(w, data, "model.onnx.data");
+    return w;
+}
+
+/* Saves W's model in DIR and loads it (the loader must accept it: the refusals come later). */
+static eng_graph *save_and_load(eng_ow *w, const char *dir, eng_diag *d)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.onnx", dir);
+    ck_assert_int_eq(eng_ow_save(w, path), 0);
+    eng_ow_free(w);
+    eng_graph *g = NULL;
+    ck_assert_int_eq(eng_graph_load(dir, &g, d), 0);
+    return g;
+}
+
 /* Variants the engine must refuse at plan time, naming node and attribute. */
 START_TEST(unsupported_variants_rejected)
 {
@@ -902,13 +1026,7 @@ START_TEST(unsupported_variants_rejected)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char dir[1100];
         snprintf(dir, sizeof dir, "%s/reject_%s", root, bad[i].attr);
-        mkdir(dir, 0755);
-        eng_ow *w = eng_ow_new("reject");
-        eng_ow_opset(w, "", 21);
-        eng_ow_opset(w, "com.microsoft", 1);
-        char data[1200];
-        snprintf(data, sizeof data, "%s/model.onnx.data", dir);
-        eng_ow_data_open(w, data, "model.onnx.data");
+        eng_ow *w = refusal_writer(dir);
         int64_t ad[2] = {1, 64};
         eng_ow_input(w, "A", ENG_DT_FLOAT, 2, fixed_dims(2, ad));
         uint8_t b[8 * 2 * 16] = {0};
@@ -922,20 +1040,73 @@ START_TEST(unsupported_variants_rejected)
         eng_ow_attr_int(w, "bits", !strcmp(bad[i].attr, "bits") ? bad[i].v : 4);
         eng_ow_attr_int(w, "block_size", !strcmp(bad[i].attr, "block_size") ? bad[i].v : 32);
         eng_ow_output(w, "Y", ENG_DT_FLOAT, 2, fixed_dims(2, (int64_t[]){1, 8}));
-        char path[1200];
-        snprintf(path, sizeof path, "%s/model.onnx", dir);
-        ck_assert_int_eq(eng_ow_save(w, path), 0);
-        eng_ow_free(w);
-
         eng_diag d;
         eng_diag_init(&d);
-        eng_graph *g = NULL;
+        eng_graph *g = save_and_load(w, dir, &d);
         eng_plan *p = NULL;
-        ck_assert_int_eq(eng_graph_load(dir, &g, &d), 0);
         ck_assert_int_eq(eng_plan_new(g, NULL, &p, &d), -1);
         ck_assert_ptr_null(p);
         ck_assert_msg(d.n_kept == 1 && strstr(d.lines[0], "mm_bad") && strstr(d.lines[0], bad[i].expect),
                       "unexpected diag: %s", d.n_kept ? d.lines[0] : "(none)");
+        eng_diag_clear(&d);
+        eng_graph_free(g);
+    }
+}
+END_TEST
+
+/*
+ * GatherBlockQuantized where qwen3d refuses what ONNX Runtime runs: 2-bit
+ * codes and FLOAT16 scales at plan time, naming the node; an index past
+ * the table when run (ONNX Runtime's CPU kernel writes a row of zeros; a
+ * token id past the vocabulary is an error here).
+ */
+START_TEST(gbq_refusals)
+{
+    static const struct { int bits; int32_t scale_dt; int64_t index; const char *expect; } bad[] = {
+        {2, ENG_DT_FLOAT, 0, "'bits' = 2"},
+        {8, ENG_DT_FLOAT16, 0, "FLOAT16"},
+        {8, ENG_DT_FLOAT, 4, "index 4 out of range [-4, 4)"},
+        {4, ENG_DT_FLOAT, -5, "index -5 out of range [-4, 4)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char dir[1100];
+        snprintf(dir, sizeof dir, "%s/gbq_refused_%zu", root, i);
+        eng_ow *w = refusal_writer(dir);
+        int64_t id[1] = {1};
+        eng_ow_input(w, "ids", ENG_DT_INT64, 1, fixed_dims(1, id));
+        uint8_t q[4 * 32] = {0};
+        uint16_t sc[4] = {0x3c00, 0x3c00, 0x3c00, 0x3c00};
+        float scf[4] = {1, 1, 1, 1};
+        int64_t qd[2] = {4, 32 * bad[i].bits / 8}, sd[2] = {4, 1};
+        eng_ow_init_external(w, "table", ENG_DT_UINT8, 2, qd, q, (size_t)(qd[0] * qd[1]));
+        if (bad[i].scale_dt == ENG_DT_FLOAT16)
+            eng_ow_init_external(w, "scales", ENG_DT_FLOAT16, 2, sd, sc, sizeof sc);
+        else
+            eng_ow_init_external(w, "scales", ENG_DT_FLOAT, 2, sd, scf, sizeof scf);
+        eng_ow_node(w, "GatherBlockQuantized", "com.microsoft", "gbq_bad", ENG_OW_LIST("table", "ids", "scales"),
+                    ENG_OW_LIST("Y"));
+        eng_ow_attr_int(w, "bits", bad[i].bits);
+        eng_ow_attr_int(w, "block_size", 32);
+        eng_ow_output(w, "Y", ENG_DT_FLOAT, 2, fixed_dims(2, (int64_t[]){1, 32}));
+        eng_diag d;
+        eng_diag_init(&d);
+        eng_graph *g = save_and_load(w, dir, &d);
+        eng_plan *p = NULL;
+        int rc = eng_plan_new(g, NULL, &p, &d);
+        if (bad[i].index == 0) {
+            ck_assert_int_eq(rc, -1);
+            ck_assert_ptr_null(p);
+        } else {
+            ck_assert_msg(rc == 0, "plan failed: %s", d.n_kept ? d.lines[0] : "");
+            eng_exec *x = eng_exec_new(p, NULL);
+            ck_assert_ptr_nonnull(x);
+            ck_assert(eng_exec_set_input(x, "ids", ENG_DT_INT64, 1, id, &bad[i].index, &d) == 0);
+            ck_assert_int_eq(eng_exec_run(x, &d), -1);
+            eng_exec_free(x);
+        }
+        ck_assert_msg(d.n_kept >= 1 && strstr(d.lines[0], "gbq_bad") && strstr(d.lines[0], bad[i].expect),
+                      "unexpected diag: %s", d.n_kept ? d.lines[0] : "(none)");
+        eng_plan_free(p);
         eng_diag_clear(&d);
         eng_graph_free(g);
     }
@@ -966,6 +1137,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, op_matches_onnx_runtime, 0, n_cases);
     tcase_add_test(tc, unsupported_variants_rejected);
+    tcase_add_test(tc, gbq_refusals);
     suite_add_tcase(s, tc);
     int status = qd_run_suite(s);
     for (int i = 0; i < n_cases; i++)

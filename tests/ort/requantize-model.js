@@ -16,11 +16,19 @@
 //     and the qkv_proj, v_proj and down_proj MatMuls of the layers i with
 //     i < L/8, i >= 7L/8 or (i - round(L/8)) % 3 == 2, named as the builder
 //     names them) write them.
+//   --tie-embedding: the float embedding Gather gives way to the LM head's
+//     codes, as the builder writes tied models (tie_word_embeddings, e.g.
+//     Qwen3 0.6B to 4B) quantized with rtn, k_quant or k_quant_mixed: a
+//     Constant [N, K * bits / 8] and a Reshape of the head's B to it, then
+//     GatherBlockQuantized(that, input_ids, scales, zero points) with bits,
+//     block_size, gather_axis 0 and quantize_axis 1; the head's scales and
+//     zero points become 2-D [N, blocks], as the builder's quantizer writes
+//     them. The float table leaves the model.
 // Everything else is kept; all tensors go to one new data file. ONNX Runtime
 // and qwen3d then run the same graph.
 //
 // Usage: requantize-model.js --in DIR --out DIR [--block-size N] [--zero-points on|off]
-//                            [--eight-bit none|head|mixed|all]
+//                            [--eight-bit none|head|mixed|all] [--tie-embedding]
 'use strict';
 
 const fs = require('fs');
@@ -28,7 +36,7 @@ const path = require('path');
 const { loadOnnx, dataTensors, resolveExternal, LOC_EXTERNAL } = require('./rewrite-model.js');
 
 const PROG = 'requantize-model';
-const DT_FLOAT = 1, DT_UINT8 = 2;
+const DT_FLOAT = 1, DT_UINT8 = 2, DT_INT64 = 7;
 
 function readExt(src) {
   const buf = Buffer.alloc(src.length);
@@ -95,6 +103,40 @@ function requantize(b, sc, zpIn, N, K, srcBs, bs, withZp, bits) {
   return { outB, outS, outZ, kb };
 }
 
+// The embedding as the builder writes it for tied models: rows of the LM head's codes (--tie-embedding).
+function tieEmbedding(graph, head, inits, bs) {
+  if (!head) throw new Error('--tie-embedding: no MatMulNBits writes a graph output (the LM head)');
+  if (head.K % bs) throw new Error(`--tie-embedding: K = ${head.K} is not a multiple of the block size ${bs}`);
+  const inputs = new Set((graph.input || []).map((i) => i.name));
+  const at = graph.node.findIndex((n) => n.opType === 'Gather' && !n.domain && inits.has(n.input[0]) &&
+    inits.get(n.input[0]).dataType === DT_FLOAT && inputs.has(n.input[1]));
+  if (at < 0) throw new Error('--tie-embedding: no Gather of a float table by a graph input');
+  const g = graph.node[at];
+  const zName = head.n.input.length > 3 && head.n.input[3] ? head.n.input[3] : null;
+  inits.get(head.sName).dims = [head.N, head.kb];
+  if (zName) inits.get(zName).dims = [head.N, head.bits === 8 ? head.kb : Math.ceil(head.kb / 2)];
+  const shape = Buffer.alloc(16);
+  shape.writeBigInt64LE(BigInt(head.N), 0);
+  shape.writeBigInt64LE(BigInt(head.K * head.bits / 8), 8);
+  const shapeName = `/model/constants/INT64/[${head.N}, ${head.K * head.bits / 8}]`;
+  const table = '/model/embed_tokens/Reshape/output_0';
+  const constant = {
+    name: '/model/constant_nodes/embedding_shape', opType: 'Constant', domain: '', input: [], output: [shapeName],
+    attribute: [{ name: 'value', type: 4, t: { dataType: DT_INT64, dims: [2], rawData: shape } }], // TENSOR
+  };
+  const reshape = {
+    name: '/model/embed_tokens/Reshape', opType: 'Reshape', domain: '', input: [head.bName, shapeName],
+    output: [table], attribute: [],
+  };
+  const ints = (name, i) => ({ name, type: 2, i }); // AttributeProto.INT
+  const gbq = {
+    name: '/model/embed_tokens/GatherBlockQuantized', opType: 'GatherBlockQuantized', domain: 'com.microsoft',
+    input: [table, g.input[1], head.sName, ...(zName ? [zName] : [])], output: g.output,
+    attribute: [ints('bits', head.bits), ints('block_size', bs), ints('gather_axis', 0), ints('quantize_axis', 1)],
+  };
+  graph.node.splice(at, 1, constant, reshape, gbq);
+}
+
 function run(opts) {
   const input = path.resolve(opts.input), output = path.resolve(opts.output);
   if (input === output) throw new Error('--out must differ from --in');
@@ -148,7 +190,7 @@ function run(opts) {
     return opts.eightBit === 'mixed' && layerOf(n) >= 0 && sensitive(layerOf(n)) &&
       /\/(qkv_proj|v_proj|down_proj)\//.test(n.name || '');
   };
-  let count = 0, count8 = 0;
+  let count = 0, count8 = 0, head = null;
   for (const n of graph.node) {
     if (n.opType !== 'MatMulNBits' || n.domain !== 'com.microsoft') continue;
     const srcBs = attr(n, 'block_size', 0);
@@ -177,6 +219,7 @@ function run(opts) {
     setAttr(n, 'block_size', opts.blockSize);
     setAttr(n, 'bits', bits);
     count8 += bits === 8;
+    if (n.output.some((o) => outputs.has(o))) head = { n, N, K, kb: q.kb, bits, bName, sName };
     if (opts.zeroPoints) {
       const zpName = zName || `${n.name || 'mmnb'}_zero_points_${count}`;
       if (!zName) {
@@ -194,7 +237,8 @@ function run(opts) {
     }
     count++;
   }
-  // Initializers no node reads any more (dropped zero points) leave the graph.
+  if (opts.tieEmbedding) tieEmbedding(graph, head, inits, opts.blockSize);
+  // Initializers no node reads any more (dropped zero points, a tied float table) leave the graph.
   const read = new Set(graph.node.flatMap((n) => n.input));
   graph.initializer = graph.initializer.filter((t) => read.has(t.name) || !inits.has(t.name) ||
     (graph.output || []).some((o) => o.name === t.name));
@@ -231,14 +275,19 @@ function run(opts) {
     if (e.isFile() && !skip.has(e.name)) fs.copyFileSync(path.join(input, e.name), path.join(output, e.name));
   }
   process.stderr.write(`${PROG}: ${count} MatMulNBits nodes requantized in blocks of ${opts.blockSize}, ` +
-    `${opts.zeroPoints ? 'with' : 'without'} zero points, ${count8} of them at 8 bits\n`);
+    `${opts.zeroPoints ? 'with' : 'without'} zero points, ${count8} of them at 8 bits` +
+    `${opts.tieEmbedding ? '; the embedding reads the LM head\'s codes' : ''}\n`);
 }
 
 function main() {
-  const o = { blockSize: 32, zeroPoints: true, eightBit: 'none' };
+  const o = { blockSize: 32, zeroPoints: true, eightBit: 'none', tieEmbedding: false };
   const argv = process.argv.slice(2);
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
+    if (a === '--tie-embedding') {
+      o.tieEmbedding = true;
+      continue;
+    }
     if (i + 1 >= argv.length) throw new Error(`${a} needs a value`);
     if (a === '--in') o.input = argv[++i];
     else if (a === '--out') o.output = argv[++i];
