@@ -25,8 +25,8 @@ const char *eng_weight_role_name(eng_weight_role r)
     }
 }
 
-/* The first node (in topological order) reading value v as input slot `slot`
- * with the given op, or NULL. */
+/* The first node (in topological order) with the given op that reads value v
+ * as any of its inputs, or NULL. */
 static const eng_node *consumer(const eng_graph *g, int v, const char *domain, const char *op)
 {
     if (v < 0)
@@ -87,6 +87,16 @@ eng_weight_role eng_initializer_role(const eng_graph *g, size_t i)
     return ENG_ROLE_OTHER;
 }
 
+/* The tensor named NAME: an initializer, or the value of a Constant node's one attribute; NULL otherwise. */
+static const eng_tensor *constant_tensor(const eng_graph *g, const char *name)
+{
+    const eng_tensor *t = eng_graph_initializer(g, name);
+    const eng_node *k = t ? NULL : eng_graph_producer(g, name);
+    if (k && is_op(k, "", "Constant") && k->n_attrs == 1)
+        t = k->attrs[0].t;
+    return t;
+}
+
 /*
  * Rows and codes per row of the table a GatherBlockQuantized reads: an
  * initializer, or a Reshape of one to a constant 2-D shape (the ONNX Runtime
@@ -106,10 +116,7 @@ static bool quantized_table(const eng_graph *g, const eng_node *n, int64_t *rows
         const eng_node *rs = eng_graph_producer(g, n->inputs[0]);
         if (!rs || !is_op(rs, "", "Reshape") || rs->n_inputs < 2)
             return false;
-        const eng_tensor *src = eng_graph_initializer(g, rs->inputs[0]), *sh = eng_graph_initializer(g, rs->inputs[1]);
-        const eng_node *k = sh ? NULL : eng_graph_producer(g, rs->inputs[1]);
-        if (k && is_op(k, "", "Constant") && k->n_attrs == 1)
-            sh = k->attrs[0].t;
+        const eng_tensor *src = eng_graph_initializer(g, rs->inputs[0]), *sh = constant_tensor(g, rs->inputs[1]);
         if (!src || src->rank < 1 || !sh || sh->dtype != ENG_DT_INT64 || sh->n_elems != 2 || !sh->data)
             return false;
         const int64_t *d = sh->data;
@@ -172,10 +179,7 @@ static void standard_geometry(const eng_graph *g, eng_geometry *geo)
         }
         softmaxes += is_op(n, "", "Softmax");
         if (is_op(n, "", "Reshape") && n->n_inputs == 2 && !geo->heads) {
-            const eng_tensor *sh = eng_graph_initializer(g, n->inputs[1]);
-            const eng_node *c = sh ? NULL : eng_graph_producer(g, n->inputs[1]);
-            if (c && is_op(c, "", "Constant") && c->n_attrs == 1)
-                sh = c->attrs[0].t;
+            const eng_tensor *sh = constant_tensor(g, n->inputs[1]);
             if (sh && sh->dtype == ENG_DT_INT64 && sh->n_elems == 5 && sh->data) {
                 const int64_t *d = sh->data;
                 geo->kv_heads = d[2];

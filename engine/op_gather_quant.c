@@ -20,6 +20,25 @@
 
 #include <stdlib.h>
 
+/*
+ * The type rules prepare (on initializers) and infer (on the run's values)
+ * both apply: false with the reason in WHY. A type of ENG_DT_UNDEFINED is
+ * not known yet and passes.
+ */
+static bool gbq_types_ok(int32_t data_dt, int bits, int32_t scales_dt, char *why, size_t n)
+{
+    if (data_dt != ENG_DT_UNDEFINED && data_dt != ENG_DT_UINT8 && data_dt != ENG_DT_UINT4 && data_dt != ENG_DT_INT4)
+        snprintf(why, n, "input data is %s; UINT8, UINT4 and INT4 codes are supported", eng_dtype_name(data_dt));
+    else if (data_dt != ENG_DT_UNDEFINED && data_dt != ENG_DT_UINT8 && bits != 4)
+        snprintf(why, n, "attribute 'bits' = %d with %s data (its codes are 4-bit)", bits, eng_dtype_name(data_dt));
+    else if (scales_dt != ENG_DT_UNDEFINED && scales_dt != ENG_DT_FLOAT)
+        snprintf(why, n, "input scales is %s; only FLOAT scales are supported (qwen3d computes in fp32)",
+                 eng_dtype_name(scales_dt));
+    else
+        return true;
+    return false;
+}
+
 static int prep_gbq(plan_builder *b, step *s)
 {
     const eng_node *n = s->node;
@@ -33,14 +52,10 @@ static int prep_gbq(plan_builder *b, step *s)
     s->p.gbq.gather_axis = eng_node_attr_int(n, "gather_axis", 0);
     s->p.gbq.quantize_axis = eng_node_attr_int(n, "quantize_axis", 1);
     const eng_tensor *data = const_input(b, s, 0), *sc = const_input(b, s, 2);
-    if (data && data->dtype != ENG_DT_UINT8 && data->dtype != ENG_DT_UINT4 && data->dtype != ENG_DT_INT4)
-        PREP_FAIL(b, s, "input data is %s; UINT8, UINT4 and INT4 codes are supported", eng_dtype_name(data->dtype));
-    if (data && data->dtype != ENG_DT_UINT8 && bits != 4)
-        PREP_FAIL(b, s, "attribute 'bits' = %lld with %s data (its codes are 4-bit)", (long long)bits,
-                  eng_dtype_name(data->dtype));
-    if (sc && sc->dtype != ENG_DT_FLOAT)
-        PREP_FAIL(b, s, "input scales is %s; only FLOAT scales are supported (qwen3d computes in fp32)",
-                  eng_dtype_name(sc->dtype));
+    char why[256];
+    if (!gbq_types_ok(data ? data->dtype : ENG_DT_UNDEFINED, (int)bits, sc ? sc->dtype : ENG_DT_UNDEFINED, why,
+                      sizeof why))
+        PREP_FAIL(b, s, "%s", why);
     snprintf(s->kernel, sizeof s->kernel, "gather_block_quantized.generic (%lld-bit rows dequantized on lookup)",
              (long long)bits);
     return 0;
@@ -55,16 +70,31 @@ typedef struct gbq_shape {
     uint64_t zp_row;    /* bytes of zero points per quantized row (UINT8 data) */
 } gbq_shape;
 
+/* The sizes of SH from data's view (gbq_check has accepted the step's values). */
+static void gbq_derive(const step *s, const eng_view *d, gbq_shape *sh)
+{
+    const int r = d->rank;
+    const uint64_t per_byte = d->dtype == ENG_DT_UINT8 ? 8u / (unsigned)s->p.gbq.bits : 1;
+    sh->rows = (uint64_t)d->dims[0];
+    sh->sub_rows = 1;
+    for (int i = 1; i < r - 1; i++)
+        sh->sub_rows *= (uint64_t)d->dims[i];
+    sh->cols = (uint64_t)d->dims[r - 1] * per_byte;
+    sh->blocks = (sh->cols + (uint64_t)s->p.gbq.block - 1) / (uint64_t)s->p.gbq.block;
+    /* UINT8 4-bit: two zero points per byte, each row padded to whole bytes; else one per block */
+    sh->zp_row = d->dtype == ENG_DT_UINT8 && s->p.gbq.bits == 4 ? (sh->blocks + 1) / 2 : sh->blocks;
+}
+
+/* The step's values checked as ONNX Runtime's kernel checks them, and their sizes in SH. */
 static int gbq_check(eng_exec *x, const step *s, gbq_shape *sh)
 {
     const rt_val *d = IN(x, s, 0), *ix = IN(x, s, 1), *sc = IN(x, s, 2);
     const rt_val *zp = s->n_in > 3 && s->in[3] >= 0 ? IN(x, s, 3) : NULL;
     int r = d->v.rank, bits = s->p.gbq.bits;
     int32_t dt = d->v.dtype;
-    if (dt != ENG_DT_UINT8 && dt != ENG_DT_UINT4 && dt != ENG_DT_INT4)
-        STEP_FAIL(x, s, "input data is %s; UINT8, UINT4 and INT4 codes are supported", eng_dtype_name(dt));
-    if (dt != ENG_DT_UINT8 && bits != 4)
-        STEP_FAIL(x, s, "attribute 'bits' = %d with %s data (its codes are 4-bit)", bits, eng_dtype_name(dt));
+    char why[256];
+    if (!gbq_types_ok(dt, bits, sc->v.dtype, why, sizeof why))
+        STEP_FAIL(x, s, "%s", why);
     if (r < 2)
         STEP_FAIL(x, s, "input data has rank %d; a table of rank 2 or more is gathered", r);
     int64_t ga = s->p.gbq.gather_axis < 0 ? s->p.gbq.gather_axis + r : s->p.gbq.gather_axis;
@@ -77,16 +107,7 @@ static int gbq_check(eng_exec *x, const step *s, gbq_shape *sh)
         STEP_FAIL(x, s, "indices must be INT64 or INT32, not %s", eng_dtype_name(ix->v.dtype));
     if (ix->v.rank + r - 1 > ENG_MAX_RANK)
         STEP_FAIL(x, s, "output rank %d too large", ix->v.rank + r - 1);
-    if (sc->v.dtype != ENG_DT_FLOAT)
-        STEP_FAIL(x, s, "input scales is %s; only FLOAT scales are supported (qwen3d computes in fp32)",
-                  eng_dtype_name(sc->v.dtype));
-    uint64_t per_byte = dt == ENG_DT_UINT8 ? 8u / (unsigned)bits : 1;
-    sh->rows = (uint64_t)d->v.dims[0];
-    sh->sub_rows = 1;
-    for (int i = 1; i < r - 1; i++)
-        sh->sub_rows *= (uint64_t)d->v.dims[i];
-    sh->cols = (uint64_t)d->v.dims[r - 1] * per_byte;
-    sh->blocks = (sh->cols + (uint64_t)s->p.gbq.block - 1) / (uint64_t)s->p.gbq.block;
+    gbq_derive(s, &d->v, sh);
     bool ok = sc->v.rank == r && (uint64_t)sc->v.dims[r - 1] == sh->blocks;
     for (int i = 0; ok && i < r - 1; i++)
         ok = sc->v.dims[i] == d->v.dims[i];
@@ -94,20 +115,16 @@ static int gbq_check(eng_exec *x, const step *s, gbq_shape *sh)
         STEP_FAIL(x, s, "input scales must have data's shape with its last dimension %llu (%llu codes in blocks of "
                   "%lld)", (unsigned long long)sh->blocks, (unsigned long long)sh->cols,
                   (long long)s->p.gbq.block);
-    sh->zp_row = 0;
     if (zp) {
         if (zp->v.dtype != dt)
             STEP_FAIL(x, s, "input zero_points is %s; it must be data's type %s", eng_dtype_name(zp->v.dtype),
                       eng_dtype_name(dt));
-        /* UINT8 4-bit: two per byte, each row padded to whole bytes; INT4/UINT4: the scales' shape */
-        uint64_t last = dt == ENG_DT_UINT8 && bits == 4 ? (sh->blocks + 1) / 2 : sh->blocks;
-        ok = zp->v.rank == r && (uint64_t)zp->v.dims[r - 1] == last;
+        ok = zp->v.rank == r && (uint64_t)zp->v.dims[r - 1] == sh->zp_row;
         for (int i = 0; ok && i < r - 1; i++)
             ok = zp->v.dims[i] == sc->v.dims[i];
         if (!ok)
             STEP_FAIL(x, s, "input zero_points must have the scales' shape with its last dimension %llu",
-                      (unsigned long long)last);
-        sh->zp_row = last;
+                      (unsigned long long)sh->zp_row);
     }
     return 0;
 }
@@ -137,10 +154,9 @@ static inline int32_t nibble(const uint8_t *p, uint64_t e, bool is_signed)
 
 static int run_gbq(eng_exec *x, const step *s)
 {
-    gbq_shape sh;
-    if (gbq_check(x, s, &sh) != 0)
-        return -1;
     const rt_val *d = IN(x, s, 0), *ix = IN(x, s, 1), *scv = IN(x, s, 2);
+    gbq_shape sh; /* infer_gbq checked these values in this run */
+    gbq_derive(s, &d->v, &sh);
     const rt_val *zpv = s->n_in > 3 && s->in[3] >= 0 ? IN(x, s, 3) : NULL;
     const uint8_t *data = d->v.data, *zp = zpv ? zpv->v.data : NULL;
     const float *sc = scv->v.data;

@@ -761,12 +761,8 @@ static void case_gbq(const gbq_spec *sp)
         int64_t id[2] = {2, 3};
         input(c, "ids", ENG_DT_INT64, 2, id, ids);
     }
-    if (sp->zp)
-        eng_ow_node(c->w, "GatherBlockQuantized", "com.microsoft", "gbq", ENG_OW_LIST("table", "ids", "scales", "zp"),
-                    ENG_OW_LIST("Y"));
-    else
-        eng_ow_node(c->w, "GatherBlockQuantized", "com.microsoft", "gbq", ENG_OW_LIST("table", "ids", "scales"),
-                    ENG_OW_LIST("Y"));
+    static const char *const ins[4] = {"table", "ids", "scales", "zp"};
+    eng_ow_node(c->w, "GatherBlockQuantized", "com.microsoft", "gbq", sp->zp ? 4 : 3, ins, ENG_OW_LIST("Y"));
     eng_ow_attr_int(c->w, "bits", sp->bits);
     eng_ow_attr_int(c->w, "block_size", sp->bs);
     eng_ow_attr_int(c->w, "gather_axis", 0);
