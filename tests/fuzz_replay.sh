@@ -5,7 +5,9 @@
 # UndefinedBehaviorSanitizer (no recovery: any report aborts), so `make
 # check` catches a regression, undefined behaviour included, even where
 # clang and libFuzzer are not installed; the onnx target also gets the seeds
-# tests/fuzz/seed_onnx generates. Then each reproducer that
+# tests/fuzz/seed_forms.sh generates (every graph contract and the export
+# forms of ONNX Runtime GenAI), each of which must load and run its plan.
+# Then each reproducer that
 # tests/fuzz/regress/expected lists must be rejected with the error named
 # there (the targets print their errors with QD_FUZZ_REPORT set).
 set -eu
@@ -27,7 +29,8 @@ fi
 ASAN_OPTIONS="detect_leaks=$leaks:${ASAN_OPTIONS:-}"
 UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 export ASAN_OPTIONS UBSAN_OPTIONS
-"$bin/seed_onnx" "$work/onnx" || { echo "FAIL: seed_onnx"; exit 1; }
+sh "$QD_SRCDIR/tests/fuzz/seed_forms.sh" "$bin/seed_onnx" "$QD_SRCDIR" "$work/onnx" ||
+  { echo "FAIL: seed_forms.sh"; exit 1; }
 for t in parse chat tokenizer onnx sse schema; do
   extra=""
   [ "$t" = onnx ] && extra="$work/onnx"
@@ -35,6 +38,18 @@ for t in parse chat tokenizer onnx sse schema; do
   printf '%s: ' "$t"
   TMPDIR="$work" "$bin/replay_$t" "$corpus/$t" $extra || { echo "FAIL: replaying the $t inputs"; exit 1; }
 done
+
+# A seed that stops loading or running would leave its paths unfuzzed.
+n=0
+for f in "$work"/onnx/synth-*; do
+  QD_FUZZ_REPORT=1 TMPDIR="$work" "$bin/replay_onnx" "$f" >/dev/null 2>"$work/report" ||
+    { cat "$work/report"; echo "FAIL: seed $(basename "$f"): the onnx target failed"; exit 1; }
+  grep -qF "the plan ran" "$work/report" ||
+    { cat "$work/report"; echo "FAIL: seed $(basename "$f") did not load and run"; exit 1; }
+  n=$((n + 1))
+done
+[ "$n" -ge 39 ] || { echo "FAIL: $n onnx seeds, 39 or more expected (18 from seed_onnx, 21 from its forms)"; exit 1; }
+echo "onnx seeds: all $n load and run"
 
 # "TARGET/FILE = text": FILE of regress/TARGET/ must make the target report text.
 n=0

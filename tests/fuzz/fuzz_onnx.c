@@ -18,7 +18,8 @@
  * reported and nothing else (no crash, leak, hang or undefined behaviour);
  * a loaded graph is topologically sorted and every node input that names a
  * value resolves to it; a plan names a kernel for every node; a run either
- * succeeds or fails with a problem reported.
+ * succeeds or fails with a problem reported. With QD_FUZZ_REPORT set, the
+ * problems are printed, and "the plan ran" after a run that succeeded.
  *
  * The folder is made once per process under $TMPDIR (or /tmp) and removed
  * at exit. The kernel level is chosen as the server chooses it (krn_init).
@@ -110,9 +111,10 @@ static void check_graph(const eng_graph *g)
 
 #define MAX_RUN_ELEMS (1u << 20)
 
-/* Binds every graph input (see the top of the file) and runs the plan once. */
-static void run_once(const eng_graph *g, const eng_plan *p, eng_diag *diag)
+/* Binds every graph input (see the top of the file) and runs the plan once: true when the run succeeded. */
+static bool run_once(const eng_graph *g, const eng_plan *p, eng_diag *diag)
 {
+    bool ran = false;
     eng_exec *x = eng_exec_new(p, NULL);
     void **bufs = calloc(g->n_inputs + 1, sizeof *bufs);
     if (!x || !bufs)
@@ -150,11 +152,14 @@ static void run_once(const eng_graph *g, const eng_plan *p, eng_diag *diag)
     size_t before = diag->n_total;
     if (eng_exec_run(x, diag) != 0)
         FUZZ_CHECK(diag->n_total > before);
+    else
+        ran = true;
 out:
     for (size_t i = 0; bufs && i < g->n_inputs; i++)
         free(bufs[i]);
     free(bufs);
     eng_exec_free(x);
+    return ran;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -184,6 +189,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * can lose counts, and a fixed-seed run must see the same coverage. */
     eng_plan_opts opts = {.no_fusion = (head >> 30) & 1, .matmul_fp32 = (head >> 31) & 1, .pack_threads = 1};
     eng_plan *p = NULL;
+    bool ran = false;
     rc = eng_plan_new(g, &opts, &p, &diag);
     if (rc == 0) {
         FUZZ_CHECK(p && eng_plan_graph(p) == g);
@@ -191,12 +197,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const char *k = eng_plan_kernel(p, i);
             FUZZ_CHECK(k && *k);
         }
-        run_once(g, p, &diag);
+        ran = run_once(g, p, &diag);
     } else {
         FUZZ_CHECK(!p && diag.n_total > 0);
     }
     eng_plan_free(p);
     eng_graph_free(g);
+    if (ran && fuzz_report())
+        fprintf(stderr, "fuzz_onnx: the plan ran\n");
 out:
     if (fuzz_report())
         eng_diag_print(&diag, stderr, "fuzz_onnx");

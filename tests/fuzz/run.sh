@@ -2,7 +2,7 @@
 # Runs the libFuzzer binaries of tests/fuzz/ (built by `make fuzz-build`)
 # and fails when any target reports a crash, a leak, undefined behaviour, a
 # timeout or running out of memory. Each target starts from its checked-in
-# corpus (tests/fuzz/corpus/TARGET/, plus the seeds tests/fuzz/seed_onnx
+# corpus (tests/fuzz/corpus/TARGET/, plus the seeds tests/fuzz/seed_forms.sh
 # writes for the onnx target) and its regression inputs
 # (tests/fuzz/regress/TARGET/, read only), so every one of them is replayed
 # first.
@@ -21,7 +21,8 @@
 #
 # Usage: run.sh SRCDIR OUTDIR smoke|long TARGET=N...
 # Environment: QD_FUZZ_TOKENIZER (tokenizer.json for the tokenizer target),
-# SEED_ONNX (the seed_onnx program, for the onnx target), FUZZ_SEED (smoke).
+# SEED_ONNX (the seed_onnx program, for the onnx target), NODE and NODE_PATH
+# (for tests/fuzz/seed_forms.sh), FUZZ_SEED (smoke).
 set -u
 srcdir=$1 out=$2 mode=$3
 shift 3
@@ -64,7 +65,8 @@ for arg in "$@"; do
   # The checked-in files may be read-only (distcheck); the copies must not be.
   chmod -R u+w "$work/corpus"
   if [ "$t" = onnx ]; then
-    "$SEED_ONNX" "$work/corpus" || { echo "fuzz: seed_onnx failed" >&2; exit 1; }
+    sh "$srcdir/tests/fuzz/seed_forms.sh" "$SEED_ONNX" "$srcdir" "$work/corpus" ||
+      { echo "fuzz: seed_forms.sh failed" >&2; exit 1; }
   fi
   regress=""
   [ -d "$srcdir/tests/fuzz/regress/$t" ] && regress="$srcdir/tests/fuzz/regress/$t"
