@@ -67,7 +67,9 @@ typedef struct gbq_shape {
     uint64_t sub_rows;  /* quantized rows per gathered row: the product of data dims[1 .. r-2] */
     uint64_t cols;      /* codes per quantized row (data's last dim times the codes per byte) */
     uint64_t blocks;    /* scales per quantized row */
-    uint64_t zp_row;    /* bytes of zero points per quantized row (UINT8 data) */
+    /* The zero points' last dim: bytes for UINT8 4-bit (two per byte, each row padded to whole
+     * bytes), else one per block (INT4 / UINT4 data index theirs by element). */
+    uint64_t zp_row;
 } gbq_shape;
 
 /* The sizes of SH from data's view (gbq_check has accepted the step's values). */

@@ -15,15 +15,18 @@ node=${NODE:-node}
 "$seed_onnx" "$out"
 scratch="$out/.seed-forms-scratch"
 rm -rf "$scratch"
+mkdir -p "$scratch"
+# Each source geometry is written once, by the first form that needs it.
 # NAME GEOMETRY requantize-model.js options...
 form() {
   name=$1 geom=$2
   shift 2
-  "$seed_onnx" --folder "$geom" "$scratch/src"
-  "$node" "$srcdir/tests/ort/requantize-model.js" --in "$scratch/src" --out "$scratch/$name" "$@" 2>/dev/null ||
-    { echo "seed_forms: requantize-model.js $* failed on $geom" >&2; exit 1; }
+  [ -d "$scratch/$geom" ] || "$seed_onnx" --folder "$geom" "$scratch/$geom"
+  "$node" "$srcdir/tests/ort/requantize-model.js" --in "$scratch/$geom" --out "$scratch/$name" "$@" \
+    2>"$scratch/stderr" ||
+    { cat "$scratch/stderr" >&2; echo "seed_forms: requantize-model.js $* failed on $geom" >&2; exit 1; }
   "$seed_onnx" --pack "$geom-$name" "$scratch/$name" "$out"
-  rm -rf "$scratch/src" "$scratch/$name"
+  rm -rf "$scratch/$name"
 }
 form zp-b32 l1-d32 --zero-points on
 form mix8-tie l1-d32 --eight-bit mixed --tie-embedding
