@@ -282,6 +282,47 @@ int krn_table_for_level(krn_level level, krn_table *out)
 
 static krn_table active = REF_TABLE_INIT;
 static char active_note[160];
+static unsigned active_prefetch = KRN_PF_L1 | KRN_PF_L2;
+
+unsigned krn_stream_prefetch(void)
+{
+    return active_prefetch;
+}
+
+static const struct { const char *name; unsigned bits; } prefetch_names[] = {
+    {"l1+l2", KRN_PF_L1 | KRN_PF_L2}, {"l2", KRN_PF_L2}, {"none", 0}
+};
+
+static bool prefetch_parse(const char *name, unsigned *bits)
+{
+    for (size_t i = 0; i < sizeof prefetch_names / sizeof prefetch_names[0]; i++)
+        if (strcmp(name, prefetch_names[i].name) == 0) {
+            *bits = prefetch_names[i].bits;
+            return true;
+        }
+    return false;
+}
+
+static const char *prefetch_name(unsigned bits)
+{
+    for (size_t i = 0; i < sizeof prefetch_names / sizeof prefetch_names[0]; i++)
+        if (prefetch_names[i].bits == bits)
+            return prefetch_names[i].name;
+    return "?";
+}
+
+/* Appends the formatted text to active_note, after ", " when it holds some. */
+static void note_add(const char *fmt, const char *arg)
+{
+    size_t used = strlen(active_note);
+    if (used + 2 >= sizeof active_note)
+        return;
+    if (used) {
+        memcpy(active_note + used, ", ", 3);
+        used += 2;
+    }
+    snprintf(active_note + used, sizeof active_note - used, fmt, arg);
+}
 
 const krn_table *krn_active(void)
 {
@@ -311,14 +352,23 @@ int krn_init(void)
     if (hide && *hide) {
         krn_cpu_features f = krn_cpu_detect();
         char bad[24];
-        size_t used = strlen(active_note);
         if (!apply_hide(&f, bad, sizeof bad)) {
             rc = KRN_EENV;
-            snprintf(active_note + used, sizeof active_note - used, "%sQWEN3D_CPU_HIDE: unknown %s ignored",
-                     used ? ", " : "", bad);
+            note_add("QWEN3D_CPU_HIDE: unknown %s ignored", bad);
         } else {
-            snprintf(active_note + used, sizeof active_note - used, "%sQWEN3D_CPU_HIDE=%.40s", used ? ", " : "",
-                     hide);
+            note_add("QWEN3D_CPU_HIDE=%.40s", hide);
+        }
+    }
+    active_prefetch = KRN_PF_L1 | KRN_PF_L2;
+    const char *pf = getenv("QWEN3D_PREFETCH");
+    if (pf && *pf) {
+        unsigned want;
+        if (prefetch_parse(pf, &want)) {
+            active_prefetch = want;
+            note_add("QWEN3D_PREFETCH=%s", pf);
+        } else {
+            rc = KRN_EENV;
+            note_add("QWEN3D_PREFETCH=%.20s ignored", pf);
         }
     }
     krn_table_for_level(chosen, &active); /* chosen <= best, so it is supported */
@@ -345,8 +395,9 @@ int krn_describe(char *buf, size_t len)
 #else
     const char *emulated = "";
 #endif
-    return snprintf(buf, len, "kernels %s (cpu: %s%s%s%s)", t->level_name, used ? cpu : "no simd", emulated,
-                    active_note[0] ? "; " : "", active_note);
+    return snprintf(buf, len, "kernels %s (cpu: %s%s%s%s), weight prefetch %s", t->level_name,
+                    used ? cpu : "no simd", emulated, active_note[0] ? "; " : "", active_note,
+                    prefetch_name(active_prefetch));
 }
 
 /* ------------------------------------------------------------------------- */

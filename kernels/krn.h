@@ -504,11 +504,24 @@ typedef struct krn_table {
 
 /*
  * Probes the CPU, applies QWEN3D_KERNELS and fills the active table. Call once
- * before starting workers. Returns KRN_OK, or KRN_EENV when QWEN3D_KERNELS or
- * QWEN3D_CPU_HIDE holds an unknown name (the table is then filled for the best
- * level the probe allows anyway).
+ * before starting workers. Returns KRN_OK, or KRN_EENV when QWEN3D_KERNELS,
+ * QWEN3D_CPU_HIDE or QWEN3D_PREFETCH holds an unknown name (the table is then
+ * filled for the best level the probe allows, with both prefetches).
  */
 int krn_init(void);
+
+/*
+ * The software prefetches of the packed kernels' weight stream (bits of
+ * krn_stream_prefetch()): each block of a row block's first register tile
+ * asks L1 for its lines a few KiB ahead (KRN_PF_L1) and L2 16 KiB ahead
+ * (KRN_PF_L2). Both by default; QWEN3D_PREFETCH=l1+l2|l2|none chooses, to
+ * measure a CPU's own prefetchers against them (on a Zen 5 EPYC L2 alone was
+ * faster on some shapes and slower on others: bench/README). Results keep
+ * their bits in every mode.
+ */
+#define KRN_PF_L1 1u
+#define KRN_PF_L2 2u
+unsigned krn_stream_prefetch(void);
 
 /* The active table: the ref level until krn_init() has run. */
 const krn_table *krn_active(void);
@@ -522,7 +535,7 @@ int krn_table_for_level(krn_level level, krn_table *out);
 
 /*
  * One line describing the active choice, e.g.
- * "kernels avx2 (cpu: avx2 fma f16c; QWEN3D_KERNELS=avx512 capped to avx2)".
+ * "kernels avx2 (cpu: avx2 fma f16c; QWEN3D_KERNELS=avx512 capped to avx2), weight prefetch l1+l2".
  * Returns what snprintf returns.
  */
 int krn_describe(char *buf, size_t len);

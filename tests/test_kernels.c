@@ -1100,6 +1100,84 @@ START_TEST(mmnb_rows_batch_invariant)
 END_TEST
 
 /*
+ * QWEN3D_PREFETCH: each packed kernel gives the same bits whichever software
+ * prefetches of its stream krn_init chose (both, L2 only, none), at one row
+ * and at a register tile's worth with a tail, with blocks of one group and of
+ * four, with and without zero points; unknown names are refused and named.
+ */
+START_TEST(packed_prefetch_modes)
+{
+    static const char *modes[] = {"l1+l2", "l2", "none"};
+    static const size_t shapes[][4] = {{37, 1000, 32, 0}, {33, 1000, 128, 1}, {19, 320, 64, 0}};
+    static const size_t ms[] = {1, 19};
+    krn_table tabs[MAX_TABS];
+    int nt = simd_tables(tabs, true);
+    rng r = {5151};
+    char line[256];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        size_t n = shapes[s][0], k = shapes[s][1], bs = shapes[s][2], ldy = n + 3;
+        bool zp = shapes[s][3];
+        qweights q;
+        qw_make(&q, n, k, bs, zp, true, 0.1f, &r);
+        krn_q4_weights w = q.w;
+        w.packed_zp = zp;
+        size_t sz = krn_q4_pack_size(&w);
+        void *pk = aligned_alloc(64, (sz + 63) & ~(size_t)63);
+        ck_assert_ptr_nonnull(pk);
+        ck_assert_int_eq(krn_q4_pack(&w, pk), KRN_OK);
+        w.packed = pk;
+        for (size_t im = 0; im < sizeof ms / sizeof ms[0]; im++) {
+            size_t m = ms[im];
+            float *a = frand(m * k, &r, -2.0f, 2.0f);
+            void *qa = qa_alloc(m, k, bs);
+            krn_table ref = ref_tab();
+            krn_quant_args qargs = {.a = a, .a_ld = k, .m = m, .k = k, .block_size = bs, .qa = qa};
+            ref.quant_a8.fn(&qargs, 0, m);
+            float *y[3];
+            for (int t = 0; t < nt; t++) {
+                if (!tabs[t].q4_packed)
+                    continue;
+                for (int md = 0; md < 3; md++) {
+                    setenv("QWEN3D_PREFETCH", modes[md], 1);
+                    ck_assert_int_eq(krn_init(), KRN_OK);
+                    krn_describe(line, sizeof line);
+                    char want[32];
+                    snprintf(want, sizeof want, "weight prefetch %s", modes[md]);
+                    ck_assert_msg(strstr(line, want), "%s: %s", want, line);
+                    y[md] = xmalloc(m * ldy * sizeof(float));
+                    krn_mmnb_args args = {.w = w, .m = m, .a = a, .a_ld = k, .qa = qa, .y = y[md], .y_ld = ldy};
+                    tabs[t].mmnb_i8.fn(&args, 0, n / 2);
+                    tabs[t].mmnb_i8.fn(&args, n / 2, n);
+                }
+                for (int md = 1; md < 3; md++) {
+                    for (size_t i = 0; i < m; i++)
+                        for (size_t j = 0; j < n; j++)
+                            ck_assert_msg(memcmp(&y[md][i * ldy + j], &y[0][i * ldy + j], sizeof(float)) == 0,
+                                          "%s m=%zu n=%zu k=%zu bs=%zu: (%zu, %zu) is %a with prefetch %s, %a with %s",
+                                          tabs[t].mmnb_i8.name, m, n, k, bs, i, j, (double)y[md][i * ldy + j],
+                                          modes[md], (double)y[0][i * ldy + j], modes[0]);
+                }
+                for (int md = 0; md < 3; md++)
+                    free(y[md]);
+            }
+            free(qa);
+            free(a);
+        }
+        free(pk);
+        qw_free(&q);
+    }
+    setenv("QWEN3D_PREFETCH", "l3", 1);
+    ck_assert_int_eq(krn_init(), KRN_EENV);
+    krn_describe(line, sizeof line);
+    ck_assert_msg(strstr(line, "QWEN3D_PREFETCH=l3 ignored") && strstr(line, "weight prefetch l1+l2"), "%s", line);
+    unsetenv("QWEN3D_PREFETCH");
+    ck_assert_int_eq(krn_init(), KRN_OK);
+    krn_describe(line, sizeof line);
+    ck_assert_msg(strstr(line, "), weight prefetch l1+l2"), "%s", line);
+}
+END_TEST
+
+/*
  * 8-bit weights (bits8): one byte per weight, zero points one byte per
  * block. Codes and zero points take their whole range; the first column's
  * first block is all 0 codes and the second's all 255, with zero points 255
@@ -2584,6 +2662,7 @@ int main(void)
     tcase_add_test(tc, mmnb_levels_block_sizes_and_edges);
     tcase_add_test(tc, mmnb_levels_projection_shapes);
     tcase_add_test(tc, mmnb_rows_batch_invariant);
+    tcase_add_test(tc, packed_prefetch_modes);
     tcase_add_test(tc, mmnb8_ref_definition);
     tcase_add_test(tc, mmnb8_levels);
     tcase_add_test(tc, q4_pack_layout);

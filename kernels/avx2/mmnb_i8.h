@@ -264,7 +264,7 @@ INLINE __m256i bcast4(const int8_t *p)
  * (the first row tile of a row block is the one that reads it from memory).
  */
 INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *out, const int MR, const int NH,
-                          const bool BF16, const bool ZP, const bool GROUPED, bool pf)
+                          const bool BF16, const bool ZP, const bool GROUPED, unsigned pf)
 {
     const krn_q4_weights *w = &a->w;
     const size_t G = GROUPED ? krn_q4p_groups(w) : 1, bs = 32 * G;
@@ -292,11 +292,12 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
          * two records are asked for together: with NH = 1 the pass over the
          * tile's other eight columns then reads them from cache.
          */
-        if (pf)
-            UNROLL for (size_t l = 0; l < pf_lines; l++) {
+        if (pf & KRN_PF_L1)
+            UNROLL for (size_t l = 0; l < pf_lines; l++)
                 _mm_prefetch((const char *)g + PF_DIST + 64 * l, _MM_HINT_T0);
+        if (pf & KRN_PF_L2)
+            UNROLL for (size_t l = 0; l < pf_lines; l++)
                 _mm_prefetch((const char *)g + PF_L2_DIST + 64 * l, _MM_HINT_T1);
-            }
         /* The block's record of these eight columns, then with NH = 2 the tile's other eight. */
         UNROLL for (int e = 0; e < NH; e++) {
             const uint8_t *ge = g + (size_t)e * rec;
@@ -363,7 +364,7 @@ INLINE void i8_lanes_tile(const krn_mmnb_args *a, size_t m0, size_t n0, float *o
  * one.
  */
 INLINE void i8_tile_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, float *out, const bool PACKED,
-                         const int NH, const bool ZP, const bool BF16, const bool GROUPED, bool pf)
+                         const int NH, const bool ZP, const bool BF16, const bool GROUPED, unsigned pf)
 {
     switch (mr) {
     case 4:
@@ -395,6 +396,8 @@ INLINE void i8_cols32(const krn_mmnb_args *a, size_t n_begin, size_t n_end, cons
 {
     const int nh = PACKED && a->m <= 2 ? 2 : 1;
     const size_t nt = PACKED ? KRN_Q4P_NR * (size_t)nh : 4;
+    /* The packed stream's prefetches as krn_stream_prefetch() chooses; the in-place tiles' own (any bit set). */
+    const unsigned pf = PACKED ? krn_stream_prefetch() : KRN_PF_L1 | KRN_PF_L2;
     float out[MR_TILE * KRN_Q4_PACK_TILE] __attribute__((aligned(32)));
     size_t first = PACKED ? n_begin / nt * nt : n_begin;
     for (size_t mb = 0; mb < a->m; mb += ROW_BLOCK) {
@@ -403,9 +406,9 @@ INLINE void i8_cols32(const krn_mmnb_args *a, size_t n_begin, size_t n_end, cons
             for (size_t m0 = mb; m0 < me; m0 += MR_TILE) {
                 size_t mr = me - m0 < MR_TILE ? me - m0 : MR_TILE;
                 if (nh == 2) /* NH a constant in each call: it sizes the register tile */
-                    i8_tile_rows(a, m0, mr, n0, out, PACKED, 2, ZP, BF16, GROUPED, m0 == mb);
+                    i8_tile_rows(a, m0, mr, n0, out, PACKED, 2, ZP, BF16, GROUPED, m0 == mb ? pf : 0);
                 else
-                    i8_tile_rows(a, m0, mr, n0, out, PACKED, 1, ZP, BF16, GROUPED, m0 == mb);
+                    i8_tile_rows(a, m0, mr, n0, out, PACKED, 1, ZP, BF16, GROUPED, m0 == mb ? pf : 0);
                 store_tile(a, m0, mr, n0, n_begin, n_end, out, nt);
             }
     }

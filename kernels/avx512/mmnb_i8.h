@@ -357,7 +357,7 @@ INLINE __m512 block_step(__m512 acc, __m512 d, float sai, float zsi, __m512 zq, 
  * Rapids).
  */
 INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, __mmask16 cols, const int MR, const bool BF16,
-                    const bool ZP, const bool GROUPED, bool pf)
+                    const bool ZP, const bool GROUPED, unsigned pf)
 {
     const krn_q4_weights *w = &a->w;
     const size_t G = GROUPED ? krn_q4p_groups(w) : 1, bs = 32 * G;
@@ -375,11 +375,12 @@ INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, __mmask16 cols
         acc[i] = _mm512_setzero_ps();
     for (size_t b = 0; b < kb; b++, g0 += 2 * rec, g1 += 2 * rec, q += bs) {
         /* Past the tile's end the stream goes on into the next tile's first lines. */
-        if (pf)
-            UNROLL for (size_t l = 0; l < pf_lines; l++) {
+        if (pf & KRN_PF_L1)
+            UNROLL for (size_t l = 0; l < pf_lines; l++)
                 _mm_prefetch((const char *)g0 + PF_DIST_PK + 64 * l, _MM_HINT_T0);
+        if (pf & KRN_PF_L2)
+            UNROLL for (size_t l = 0; l < pf_lines; l++)
                 _mm_prefetch((const char *)g0 + PF_L2_DIST_PK + 64 * l, _MM_HINT_T1);
-            }
         /* Each row's block scale and zero-point sum sit at the same distance
          * from its codes: one pointer per row, stepped by the row size. */
         const ptrdiff_t to_sa = (const char *)(sa + b) - (const char *)q;
@@ -462,7 +463,7 @@ INLINE void pk_tile(const krn_mmnb_args *a, size_t m0, size_t n0, __mmask16 cols
 }
 
 INLINE void pk_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, __mmask16 cols, const bool BF16,
-                    const bool ZP, const bool GROUPED, bool pf)
+                    const bool ZP, const bool GROUPED, unsigned pf)
 {
     switch (mr) {
     case 8: pk_tile(a, m0, n0, cols, 8, BF16, ZP, GROUPED, pf); break;
@@ -486,12 +487,16 @@ INLINE void pk_cols(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const 
                     const bool GROUPED, const bool WIDE)
 {
     size_t first = n_begin / KRN_Q4_PACK_TILE * KRN_Q4_PACK_TILE;
-    /* The tiles prefetch PF_DIST_PK bytes ahead: the first tile's opening lines are asked for here. */
+    /* The tiles prefetch ahead (PF_DIST_PK into L1, PF_L2_DIST_PK into L2):
+     * the first tile's opening lines are asked for here. */
+    const unsigned pf = krn_stream_prefetch();
     const char *g = (const char *)krn_q4p_half(a->w.packed, first, a->w.k_blocks, krn_q4p_groups(&a->w), BF16, ZP);
-    for (size_t o = 0; o < PF_DIST_PK; o += 64)
-        _mm_prefetch(g + o, _MM_HINT_T0); /* past the last tile: a prefetch never faults */
-    for (size_t o = PF_DIST_PK; o < PF_L2_DIST_PK; o += 64)
-        _mm_prefetch(g + o, _MM_HINT_T1);
+    if (pf & KRN_PF_L1)
+        for (size_t o = 0; o < PF_DIST_PK; o += 64)
+            _mm_prefetch(g + o, _MM_HINT_T0); /* past the last tile: a prefetch never faults */
+    if (pf & KRN_PF_L2)
+        for (size_t o = pf & KRN_PF_L1 ? PF_DIST_PK : 0; o < PF_L2_DIST_PK; o += 64)
+            _mm_prefetch(g + o, _MM_HINT_T1);
     for (size_t mb = 0; mb < a->m; mb += ROW_BLOCK_PK) {
         size_t me = a->m - mb < ROW_BLOCK_PK ? a->m : mb + ROW_BLOCK_PK;
         for (size_t n0 = first; n0 < n_end; n0 += KRN_Q4_PACK_TILE) {
@@ -499,12 +504,12 @@ INLINE void pk_cols(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const 
             __mmask16 cols = (__mmask16)(((1u << j1) - 1) & ~((1u << j0) - 1));
             for (size_t m0 = mb; m0 < me;) {
                 if (WIDE && !GROUPED && me - m0 >= MR_PK_WIDE) {
-                    pk_tile(a, m0, n0, cols, MR_PK_WIDE, BF16, ZP, false, m0 == mb);
+                    pk_tile(a, m0, n0, cols, MR_PK_WIDE, BF16, ZP, false, m0 == mb ? pf : 0);
                     m0 += MR_PK_WIDE;
                     continue;
                 }
                 size_t mr = me - m0 < MR_PK ? me - m0 : MR_PK;
-                pk_rows(a, m0, mr, n0, cols, BF16, ZP, GROUPED, m0 == mb);
+                pk_rows(a, m0, mr, n0, cols, BF16, ZP, GROUPED, m0 == mb ? pf : 0);
                 m0 += mr;
             }
         }

@@ -55,7 +55,9 @@ int main(int argc, char **argv)
         if (krn_init() == KRN_EENV) {
             char line[256];
             krn_describe(line, sizeof line);
-            fprintf(stderr, "qwen3d: warning: an unknown name in QWEN3D_KERNELS or QWEN3D_CPU_HIDE was ignored: %s\n",
+            fprintf(stderr,
+                    "qwen3d: warning: an unknown name in QWEN3D_KERNELS, QWEN3D_CPU_HIDE or QWEN3D_PREFETCH "
+                    "was ignored: %s\n",
                     line);
         }
         return commands[i].fn(argc - 1, argv + 1);
