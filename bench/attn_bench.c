@@ -195,7 +195,7 @@ int main(int argc, char **argv)
             usage();
     }
     krn_init();
-    char line[256];
+    char line[KRN_DESCRIBE_LEN];
     krn_describe(line, sizeof line);
     if (hot)
         printf("# %s; single thread; one cache copy (hot when it fits)", line);

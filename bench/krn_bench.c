@@ -386,7 +386,7 @@ int main(int argc, char **argv)
     if (!n_tabs)
         return 1;
     krn_init();
-    char line[256];
+    char line[KRN_DESCRIBE_LEN];
     krn_describe(line, sizeof line);
     if (hot)
         printf("# %s; %d thread(s); one weight copy (hot in cache when it fits)\n", line, threads);

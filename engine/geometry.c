@@ -91,10 +91,7 @@ eng_weight_role eng_initializer_role(const eng_graph *g, size_t i)
 static const eng_tensor *constant_tensor(const eng_graph *g, const char *name)
 {
     const eng_tensor *t = eng_graph_initializer(g, name);
-    const eng_node *k = t ? NULL : eng_graph_producer(g, name);
-    if (k && is_op(k, "", "Constant") && k->n_attrs == 1)
-        t = k->attrs[0].t;
-    return t;
+    return t ? t : eng_node_constant(eng_graph_producer(g, name));
 }
 
 /*

@@ -101,10 +101,7 @@ static const eng_tensor *konst(const lower *L, int v)
     const eng_value *gv = &L->g->values[v];
     if (gv->kind == ENG_VALUE_INITIALIZER)
         return &L->p->inits[gv->index];
-    const eng_node *n = prod(L, v);
-    if (is(n, "Constant") && n->n_attrs == 1 && !strcmp(n->attrs[0].name, "value"))
-        return n->attrs[0].t;
-    return NULL;
+    return eng_node_constant(prod(L, v));
 }
 
 static bool konst_i64(const lower *L, int v, size_t n, const int64_t *want)

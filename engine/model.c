@@ -1139,6 +1139,14 @@ const eng_node *eng_graph_producer(const eng_graph *g, const char *name)
     return &g->nodes[g->values[v].index];
 }
 
+const eng_tensor *eng_node_constant(const eng_node *n)
+{
+    if (!n || *n->domain || strcmp(n->op_type, "Constant") || n->n_attrs != 1 || !n->attrs[0].name ||
+        strcmp(n->attrs[0].name, "value"))
+        return NULL;
+    return n->attrs[0].t;
+}
+
 const eng_attr *eng_node_attr(const eng_node *n, const char *name)
 {
     for (size_t i = 0; i < n->n_attrs; i++)

@@ -194,6 +194,8 @@ int eng_graph_source(const eng_graph *g, size_t i, char *path, size_t cap);
 const eng_node *eng_graph_producer(const eng_graph *g, const char *name);
 
 const eng_attr *eng_node_attr(const eng_node *n, const char *name);
+/* The tensor of a Constant node (ai.onnx) whose one attribute is "value"; NULL for any other node. */
+const eng_tensor *eng_node_constant(const eng_node *n);
 int64_t eng_node_attr_int(const eng_node *n, const char *name, int64_t fallback);
 float eng_node_attr_float(const eng_node *n, const char *name, float fallback);
 

@@ -282,7 +282,10 @@ int krn_table_for_level(krn_level level, krn_table *out)
 
 static krn_table active = REF_TABLE_INIT;
 static char active_note[160];
-static unsigned active_prefetch = KRN_PF_L1 | KRN_PF_L2;
+#define KRN_CPU_LIST_LEN 128
+/* The line's fixed text, the longest level and prefetch names and the emulation mark fit in 96 bytes. */
+_Static_assert(KRN_DESCRIBE_LEN >= KRN_CPU_LIST_LEN + sizeof active_note + 96, "krn_describe's line may not fit");
+static unsigned active_prefetch = KRN_PF_DEFAULT;
 
 unsigned krn_stream_prefetch(void)
 {
@@ -359,7 +362,7 @@ int krn_init(void)
             note_add("QWEN3D_CPU_HIDE=%.40s", hide);
         }
     }
-    active_prefetch = KRN_PF_L1 | KRN_PF_L2;
+    active_prefetch = KRN_PF_DEFAULT;
     const char *pf = getenv("QWEN3D_PREFETCH");
     if (pf && *pf) {
         unsigned want;
@@ -379,7 +382,7 @@ int krn_describe(char *buf, size_t len)
 {
     krn_cpu_features f = krn_cpu_detect();
     const krn_table *t = krn_active();
-    char cpu[128] = "";
+    char cpu[KRN_CPU_LIST_LEN] = "";
     size_t used = 0;
     struct { bool on; const char *name; } feats[] = {
 #define KRN_FEAT_ENTRY(feat) {f.feat, #feat},

@@ -521,6 +521,7 @@ int krn_init(void);
  */
 #define KRN_PF_L1 1u
 #define KRN_PF_L2 2u
+#define KRN_PF_DEFAULT (KRN_PF_L1 | KRN_PF_L2)
 unsigned krn_stream_prefetch(void);
 
 /* The active table: the ref level until krn_init() has run. */
@@ -536,8 +537,10 @@ int krn_table_for_level(krn_level level, krn_table *out);
 /*
  * One line describing the active choice, e.g.
  * "kernels avx2 (cpu: avx2 fma f16c; QWEN3D_KERNELS=avx512 capped to avx2), weight prefetch l1+l2".
- * Returns what snprintf returns.
+ * Returns what snprintf returns. A buffer of KRN_DESCRIBE_LEN bytes holds the
+ * longest line krn.c can make (it asserts so), so callers size theirs with it.
  */
+#define KRN_DESCRIBE_LEN 384
 int krn_describe(char *buf, size_t len);
 
 /* F to IEEE binary16 as the f16 cache stores it (F16C rounding: nearest even). Pure. */

@@ -88,7 +88,7 @@ struct srv_webui {
     uint64_t kv_budget;
     bool loaded;
     srv_model_info info;
-    char kernels[256];
+    char kernels[KRN_DESCRIBE_LEN];
     double started;                     /* srv_now() at creation */
     bounds hb[H_COUNT];
     sample ring[SRV_WEBUI_HISTORY + 1]; /* SRV_WEBUI_HISTORY intervals */

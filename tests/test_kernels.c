@@ -235,7 +235,7 @@ START_TEST(levels_and_names)
     setenv("QWEN3D_KERNELS", "fast", 1);
     ck_assert_int_eq(krn_init(), KRN_EENV);
     ck_assert_int_eq(krn_active()->level, best);
-    char line[256];
+    char line[KRN_DESCRIBE_LEN];
     krn_describe(line, sizeof line);
     ck_assert_ptr_nonnull(strstr(line, "QWEN3D_KERNELS=fast ignored"));
     unsetenv("QWEN3D_KERNELS");
@@ -892,7 +892,7 @@ START_TEST(table_selection)
         ck_assert_int_eq(krn_active()->level, want);
         if (has512)
             ck_assert_str_eq(krn_active()->mmnb_i8.name, hasvnni ? "mmnb_i8.avx512vnni" : "mmnb_i8.avx512");
-        char line[256], note[64];
+        char line[KRN_DESCRIBE_LEN], note[64];
         krn_describe(line, sizeof line);
         snprintf(note, sizeof note, "QWEN3D_CPU_HIDE=%s", hd);
         ck_assert_msg(!*hd || strstr(line, note), "hide '%s': %s", hd, line);
@@ -902,7 +902,7 @@ START_TEST(table_selection)
     /* An unknown name is refused and named; the known ones are still hidden. */
     setenv("QWEN3D_CPU_HIDE", "avx512vnni,sse9", 1);
     ck_assert_int_eq(krn_init(), KRN_EENV);
-    char line[256];
+    char line[KRN_DESCRIBE_LEN];
     krn_describe(line, sizeof line);
     ck_assert_msg(strstr(line, "QWEN3D_CPU_HIDE: unknown sse9 ignored"), "%s", line);
     ck_assert(!krn_cpu_detect().avx512vnni);
@@ -1113,7 +1113,7 @@ START_TEST(packed_prefetch_modes)
     krn_table tabs[MAX_TABS];
     int nt = simd_tables(tabs, true);
     rng r = {5151};
-    char line[256];
+    char line[KRN_DESCRIBE_LEN];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         size_t n = shapes[s][0], k = shapes[s][1], bs = shapes[s][2], ldy = n + 3;
         bool zp = shapes[s][3];

@@ -231,7 +231,7 @@ static void print_text(const eng_graph *g, const eng_geometry *geo, const eng_ge
     eng_plan_prepared_cache(the_plan, &pi);
     printf("  %-16s %s%s%s%s%s\n", "prepared cache", eng_prep_state_name(pi.state), *pi.path ? " " : "", pi.path,
            *pi.note ? ": " : "", pi.note);
-    char kd[256];
+    char kd[KRN_DESCRIBE_LEN];
     krn_describe(kd, sizeof kd);
     char where[400];
     eng_pool_describe_placement(where, sizeof where);

@@ -53,7 +53,7 @@ int main(int argc, char **argv)
             continue;
         /* Once, on this thread, before any command starts a thread (kernels/krn.h). */
         if (krn_init() == KRN_EENV) {
-            char line[256];
+            char line[KRN_DESCRIBE_LEN];
             krn_describe(line, sizeof line);
             fprintf(stderr,
                     "qwen3d: warning: an unknown name in QWEN3D_KERNELS, QWEN3D_CPU_HIDE or QWEN3D_PREFETCH "
