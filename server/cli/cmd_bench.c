@@ -340,12 +340,17 @@ static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times
     qsort(times, (size_t)steps, sizeof *times, cmp_double);
     double med = pct(times, (size_t)steps, 0.5), p90 = pct(times, (size_t)steps, 0.9);
     double tps = med > 0 ? 1000.0 * (double)B / med : 0.0;
+    json_t *prof = json_object();
+    if (o->json && o->profile && steps > 0)
+        print_profile(prof, "profile_decode_ms_per_step", NULL, at_end, n_end, at_prefill, n_at_prefill,
+                      (double)steps, true);
     if (o->json) {
         json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:I}", "case", "batch", "batch",
                                 (json_int_t)B, "prompt_len", (json_int_t)P, "gen", (json_int_t)o->gen, "threads",
                                 (json_int_t)eng_pool_threads(eng_model_pool(m)), "ttft_ms", ttft, "decode_ms_median",
                                 med, "decode_ms_p90", p90, "decode_tokens_per_s", tps, "rss_bytes",
                                 (json_int_t)rss_bytes());
+        json_object_update(obj, prof);
         json_dumpf(obj, stdout, JSON_COMPACT);
         putchar('\n');
         json_decref(obj);
@@ -354,9 +359,10 @@ static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times
                "%7.1f tok/s in all\n",
                B, (long long)P, ttft, med, p90, tps);
     }
-    if (o->profile && steps > 0)
+    if (!o->json && o->profile && steps > 0)
         print_profile(NULL, NULL, "decode profile (ms per step of the batch, share)", at_end, n_end, at_prefill,
                       n_at_prefill, (double)steps, false);
+    json_decref(prof);
     fflush(stdout);
     rc = 0;
 out:
@@ -490,17 +496,31 @@ static int context_case(bench_run *b, int64_t C, eng_diag *d)
     if (!g || eng_session_fill_synthetic(eng_gen_session(g), C, d) != 0)
         goto fail;
     eng_session *cs = eng_gen_session(g);
+    /* The steps' own profile: the synthetic fill runs no op, and the profile starts here. */
+    eng_exec *x = eng_session_exec(cs);
+    eng_exec_set_profiling(x, o->profile);
+    eng_prof_entry at_start[32];
+    size_t n_at_start = eng_exec_profile(x, at_start, 32);
     uint64_t before = eng_session_kv_bytes_moved(cs);
     if (timed_steps(g, o->context_steps, b->times, &b->bp, d) != 0)
         goto fail;
     uint64_t moved = eng_session_kv_bytes_moved(cs) - before;
     uint64_t committed = eng_session_kv_bytes_committed(cs);
+    eng_prof_entry at_end[32];
+    size_t n_end = eng_exec_profile(x, at_end, 32);
     eng_gen_free(g);
     g = NULL;
     qsort(b->times, (size_t)o->context_steps, sizeof *b->times, cmp_double);
     double med = pct(b->times, (size_t)o->context_steps, 0.5), p90 = pct(b->times, (size_t)o->context_steps, 0.9);
     double per_token = (double)moved / (double)o->context_steps;
     cli_progress_clear(&b->bp.line);
+    json_t *prof = json_object();
+    if (o->profile) {
+        char title[80];
+        snprintf(title, sizeof title, "context %lld decode profile (ms per token, share)", (long long)C);
+        print_profile(prof, "profile_decode_ms_per_token", title, at_end, n_end, at_start, n_at_start,
+                      (double)o->context_steps, o->json);
+    }
     if (o->json) {
         json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:f, s:f, s:f, s:f, s:I, s:I}", "case", "context",
                                 "context", (json_int_t)C, "steps", (json_int_t)o->context_steps, "threads",
@@ -509,6 +529,7 @@ static int context_case(bench_run *b, int64_t C, eng_diag *d)
                                 "decode_tokens_per_s", med > 0 ? 1000.0 / med : 0.0, "kv_bytes_copied_per_token",
                                 per_token, "kv_bytes_committed", (json_int_t)committed, "rss_bytes",
                                 (json_int_t)rss_bytes());
+        json_object_update(obj, prof);
         json_dumpf(obj, stdout, JSON_COMPACT);
         putchar('\n');
         json_decref(obj);
@@ -517,6 +538,7 @@ static int context_case(bench_run *b, int64_t C, eng_diag *d)
                "kv committed %llu\n",
                (long long)C, med, p90, med > 0 ? 1000.0 / med : 0.0, per_token, (unsigned long long)committed);
     }
+    json_decref(prof);
     fflush(stdout);
     return 0;
 fail:
