@@ -246,14 +246,14 @@ void krn_table_avx512(krn_table *t, krn_mmnb_fn mmnb_f32, krn_mmnb_fn mmnb_i8, k
         t->mmnb8_i8.name = "mmnb8_i8.avx512vnni";
     }
     t->gqa.fn = gqa;
-    t->gqa.name = "gqa.avx512";
+    t->gqa.name = vnni ? "gqa.avx512vnni" : "gqa.avx512";
 }
 
 static void fill_avx512(krn_table *t, const krn_cpu_features *f)
 {
     krn_table_avx512(t, krn_avx512_mmnb_f32, f->avx512vnni ? krn_avx512_mmnb_i8_vnni : krn_avx512_mmnb_i8,
                      f->avx512vnni ? krn_avx512_mmnb8_i8_vnni : NULL,
-                     f->avx512vnni, krn_avx512_gqa);
+                     f->avx512vnni, f->avx512vnni ? krn_avx512_gqa_vnni : krn_avx512_gqa);
 }
 
 int krn_table_for_level(krn_level level, krn_table *out)

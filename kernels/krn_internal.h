@@ -551,6 +551,7 @@ void krn_avx512_mmnb_i8_vnni(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_avx512_mmnb8_i8_vnni(const krn_mmnb_args *a, size_t b, size_t e); /* 256-bit EVEX VPDPBUSD */
 void krn_avx512_mmnb_f32(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_avx512_gqa(const krn_gqa_args *a, size_t b, size_t e);
+void krn_avx512_gqa_vnni(const krn_gqa_args *a, size_t b, size_t e); /* AVX512-VNNI CPUs only */
 
 /*
  * The avx512 table with the given matmul kernels (VNNI or not, for the name;

@@ -88,7 +88,8 @@ tests_libemu512_a_CPPFLAGS = -isystem $(srcdir)/tests/emu512 $(AM_CPPFLAGS) -DKR
 	-Dkrn_avx2_mmnb8_i8_avxvnni=krn_emu_mmnb8_i8_avxvnni \
 	-Dkrn_avx512_mmnb_i8=krn_emu512_mmnb_i8 -Dkrn_avx512_mmnb_i8_vnni=krn_emu512_mmnb_i8_vnni \
 	-Dkrn_avx512_mmnb8_i8_vnni=krn_emu512_mmnb8_i8_vnni \
-	-Dkrn_avx512_mmnb_f32=krn_emu512_mmnb_f32 -Dkrn_avx512_gqa=krn_emu512_gqa
+	-Dkrn_avx512_mmnb_f32=krn_emu512_mmnb_f32 -Dkrn_avx512_gqa=krn_emu512_gqa \
+	-Dkrn_avx512_gqa_vnni=krn_emu512_gqa_vnni
 tests_libemu512_a_CFLAGS = $(AM_CFLAGS) -mavx2 -mfma -mf16c -ffp-contract=off
 tests_test_kernels_CFLAGS += -DQD_EMU_AVX512
 tests_test_kernels_LDADD += tests/libemu512.a

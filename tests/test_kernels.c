@@ -71,6 +71,7 @@ void krn_emu512_mmnb_i8_vnni(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_emu512_mmnb8_i8_vnni(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_emu512_mmnb_f32(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_emu512_gqa(const krn_gqa_args *a, size_t b, size_t e);
+void krn_emu512_gqa_vnni(const krn_gqa_args *a, size_t b, size_t e);
 /* kernels/avx2/mmnb_avxvnni.c over SIMDe's VPDPBUSD, for CPUs without AVX-VNNI. */
 void krn_emu_mmnb_i8_avxvnni(const krn_mmnb_args *a, size_t b, size_t e);
 void krn_emu_mmnb8_i8_avxvnni(const krn_mmnb_args *a, size_t b, size_t e);
@@ -129,13 +130,13 @@ static tab_how table_get(tab_id id, krn_table *out)
 #ifdef QD_EMU_AVX512
     if (krn_table_for_level(KRN_LEVEL_AVX2, &t) == KRN_OK) {
         krn_table_avx512(out, krn_emu512_mmnb_f32, vnni ? krn_emu512_mmnb_i8_vnni : krn_emu512_mmnb_i8,
-                         vnni ? krn_emu512_mmnb8_i8_vnni : NULL, vnni, krn_emu512_gqa);
+                         vnni ? krn_emu512_mmnb8_i8_vnni : NULL, vnni, vnni ? krn_emu512_gqa_vnni : krn_emu512_gqa);
         out->level_name = vnni ? "avx512vnni (emulated)" : "avx512 (emulated)";
         out->mmnb_f32.name = "mmnb_f32.avx512 (emulated)";
         out->mmnb_i8.name = vnni ? "mmnb_i8.avx512vnni (emulated)" : "mmnb_i8.avx512 (emulated)";
         if (vnni)
             out->mmnb8_i8.name = "mmnb8_i8.avx512vnni (emulated)";
-        out->gqa.name = "gqa.avx512 (emulated)";
+        out->gqa.name = vnni ? "gqa.avx512vnni (emulated)" : "gqa.avx512 (emulated)";
         return TAB_EMULATED;
     }
 #endif

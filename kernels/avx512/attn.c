@@ -3,7 +3,8 @@
  * (prefill) run here with a kv group's rows in the sixteen lanes of one zmm
  * vector. Decode sets of one kv head and key range (every decode set of a
  * Qwen3 model) run the AVX2 core's row-major pass 512 bits wide with its
- * bits: on a q8 cache with exact integer dots (dec_q8_512), on fp32 and
+ * bits: on a q8 cache with exact integer dots (dec_q8_512; VPDPWSSD in
+ * krn_avx512_gqa_vnni, the table's choice on AVX512-VNNI CPUs), on fp32 and
  * fp16 caches with two keys' same dims side by side in a vector, so that
  * every lane runs the AVX2 pass's FMA chain (dec_f_512). Other decode sets
  * take the AVX2 core (krn_avx2_gqa_decode_set). The set cut is
@@ -413,12 +414,32 @@ INLINE void chunk_pv_512(const krn_gqa_args *a, size_t v0, size_t n, size_t cn, 
 /* Decode on a q8 cache                                                        */
 
 /*
+ * s plus the sums of x * k's adjacent int16 products, per int32 lane: one
+ * VPDPWSSD with VNNI, else VPMADDWD then VPADDD. Both wrap modulo 2^32, so
+ * the integers are the same. The VNNI form is inline assembly because this
+ * file is not compiled for VNNI (krn_avx512_gqa_vnni runs only where CPUID
+ * reports it); under the tests' emulation it is the emulated intrinsic.
+ */
+INLINE __m512i dot_pairs16(__m512i s, __m512i x, __m512i k, const bool VNNI)
+{
+    if (VNNI) {
+#ifdef QD_EMU512_IMMINTRIN_H
+        return _mm512_dpwssd_epi32(s, x, k);
+#else
+        __asm__("vpdpwssd %2, %1, %0" : "+v"(s) : "v"(x), "v"(k));
+        return s;
+#endif
+    }
+    return _mm512_add_epi32(s, _mm512_madd_epi16(x, k));
+}
+
+/*
  * Exact integer dots of rows c0, c1 (int16 codes) with the four q8 keys at
- * koff, 32 dims per VPMADDWD; then the float steps every level's q8 pass
- * shares (q8_scores8). Lanes [r0.k0 .. r0.k3 | r1.k0 .. r1.k3].
+ * koff, 32 dims per product (dot_pairs16); then the float steps every
+ * level's q8 pass shares (q8_scores8). Lanes [r0.k0 .. r0.k3 | r1.k0 .. r1.k3].
  */
 INLINE __m256 score2x4_q8_512(const krn_gqa_args *a, const size_t hd, const int16_t *c0, const int16_t *c1, float s0,
-                              float s1, const size_t *koff)
+                              float s1, const size_t *koff, const bool VNNI)
 {
     const int8_t *k = a->k_cache;
     __m512i s[8];
@@ -428,8 +449,8 @@ INLINE __m256 score2x4_q8_512(const krn_gqa_args *a, const size_t hd, const int1
         const __m512i x0 = _mm512_load_si512((const void *)(c0 + d)), x1 = _mm512_load_si512((const void *)(c1 + d));
         UNROLL for (int i = 0; i < 4; i++) {
             __m512i kv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(k + koff[i] + d)));
-            s[i] = _mm512_add_epi32(s[i], _mm512_madd_epi16(x0, kv));
-            s[4 + i] = _mm512_add_epi32(s[4 + i], _mm512_madd_epi16(x1, kv));
+            s[i] = dot_pairs16(s[i], x0, kv, VNNI);
+            s[4 + i] = dot_pairs16(s[4 + i], x1, kv, VNNI);
         }
     }
     __m256i h[8];
@@ -447,7 +468,7 @@ INLINE __m256 score2x4_q8_512(const krn_gqa_args *a, const size_t hd, const int1
  * pass's, lane for lane and in its order, and the chunk's softmax and the
  * outputs are its own functions: the bits are the AVX2 level's.
  */
-INLINE void dec_q8_512(const krn_gqa_args *a, const rowset *rs, const size_t hd)
+INLINE void dec_q8_512(const krn_gqa_args *a, const rowset *rs, const size_t hd, const bool VNNI)
 {
     const size_t ts = a->kv_tok_stride, n = rs->n;
     const size_t kb = rs->g[0] * a->kv_head_stride, lo = rs->lo[0], hi = rs->hi[0];
@@ -467,7 +488,7 @@ INLINE void dec_q8_512(const krn_gqa_args *a, const rowset *rs, const size_t hd)
             dec_tile(a, rs, kb, jc, cn, jj, first, hi, ahead, hd, KRN_KV_Q8, koff);
             for (size_t r = 0; r < n; r += 2) {
                 size_t r1 = r + 1 < n ? r + 1 : r;
-                __m256 v = score2x4_q8_512(a, hd, codes[r], codes[r1], qs[r], qs[r1], koff);
+                __m256 v = score2x4_q8_512(a, hd, codes[r], codes[r1], qs[r], qs[r1], koff, VNNI);
                 _mm_store_ps(&sc[r][jj], _mm256_castps256_ps128(v));
                 _mm_store_ps(&sc[r1][jj], _mm256_extractf128_ps(v, 1));
             }
@@ -599,14 +620,14 @@ INLINE void dec_f_512(const krn_gqa_args *a, const rowset *rs, const size_t hd, 
     krn_avx2_dec_finish(rs, acc, den, hd);
 }
 
-static void run_set(const krn_gqa_args *a, const rowset *rs)
+INLINE void run_set_with(const krn_gqa_args *a, const rowset *rs, const bool VNNI)
 {
     if (a->seq == 1 && !a->prompt) {
         if (a->kv_type == KRN_KV_Q8 && a->head_dim % 32 == 0 && one_head_one_range(a, rs)) {
             if (a->head_dim == 128)
-                dec_q8_512(a, rs, 128);
+                dec_q8_512(a, rs, 128, VNNI);
             else
-                dec_q8_512(a, rs, a->head_dim);
+                dec_q8_512(a, rs, a->head_dim, VNNI);
         } else if (a->kv_type != KRN_KV_Q8 && a->head_dim % 16 == 0 && one_head_one_range(a, rs)) {
             const krn_kv_type kt = a->kv_type == KRN_KV_F16 ? KRN_KV_F16 : KRN_KV_F32;
             if (a->head_dim == 128 && kt == KRN_KV_F16)
@@ -628,8 +649,25 @@ static void run_set(const krn_gqa_args *a, const rowset *rs)
     }
 }
 
+static void run_set(const krn_gqa_args *a, const rowset *rs)
+{
+    run_set_with(a, rs, false);
+}
+
+static void run_set_vnni(const krn_gqa_args *a, const rowset *rs)
+{
+    run_set_with(a, rs, true);
+}
+
 void krn_avx512_gqa(const krn_gqa_args *a, size_t i_begin, size_t i_end)
 {
     gqa_drive(a, i_begin, i_end, run_set);
+    lanes_flush(a);
+}
+
+/* The same with the q8 decode pass's dots on VPDPWSSD: for CPUs with AVX512-VNNI only. */
+void krn_avx512_gqa_vnni(const krn_gqa_args *a, size_t i_begin, size_t i_end)
+{
+    gqa_drive(a, i_begin, i_end, run_set_vnni);
     lanes_flush(a);
 }
