@@ -3,8 +3,7 @@
 # logits must be bit-for-bit equal for prompts of 1, 7 and 300 tokens with 64
 # decode steps, on the tiny preset and on a 0.6b-width model with 4 layers.
 # The persistent mode must move exactly the new token's K and V bytes per
-# decoded token; the tensor mode's figure grows with the context. Last,
-# bench's --profile rows in --json form.
+# decoded token; the tensor mode's figure grows with the context.
 . "$QD_SRCDIR/tests/ort/common.sh"
 ort_init kv_modes
 
@@ -48,26 +47,4 @@ for m in tiny w06l4; do
   echo "$m: KV bytes per decoded token: persistent $want at 128 and 1024; tensor $t128 at 128, $t1024 at 1024"
 done
 
-# bench --profile --json: every line one JSON row, each case with its own
-# profile (the prompt's prefill and decode, a context's steps, a batch's steps).
-"$QWEN3D" bench --model "$work/tiny" --prompt-len 7 --gen 4 --repeat 1 --contexts 128 --context-steps 4 \
-  --batch 1,2 --profile --json >"$work/tiny.profile.json" || ort_fail "bench --profile --json failed on tiny"
-"$NODE" -e '
-const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n");
-const want = {prompt: ["profile_prefill_ms", "profile_decode_ms_per_token"], context: ["profile_decode_ms_per_token"],
-              batch: ["profile_decode_ms_per_step"]};
-const seen = {};
-for (const l of lines) {
-  const j = JSON.parse(l); /* throws on a line that is not JSON */
-  for (const k of want[j.case]) {
-    const p = j[k];
-    if (!p || !(p.MatMulNBits > 0) || !(p.GroupQueryAttention > 0))
-      throw new Error(`${j.case} row lacks ${k} with MatMulNBits and GroupQueryAttention times: ${l}`);
-  }
-  seen[j.case] = (seen[j.case] || 0) + 1;
-}
-if (seen.prompt !== 1 || seen.context !== 1 || seen.batch !== 2)
-  throw new Error("expected 1 prompt, 1 context and 2 batch rows, got " + JSON.stringify(seen));
-' "$work/tiny.profile.json" || ort_fail "bench --profile --json rows (above)"
-echo "tiny: bench --profile --json gives one JSON row per case, each with its op profile"
 rm -rf "$work"

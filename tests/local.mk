@@ -189,6 +189,10 @@ EXTRA_DIST += tests/progress.sh
 TESTS += tests/kv_modes.sh
 EXTRA_DIST += tests/kv_modes.sh
 
+# bench --profile: each case's op profile, as text and in --json rows.
+TESTS += tests/bench_profile.sh
+EXTRA_DIST += tests/bench_profile.sh
+
 # Scratch of tests/chat_template.sh, left behind when it fails.
 clean-local: clean-chat-work
 clean-chat-work:

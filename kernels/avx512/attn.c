@@ -620,14 +620,25 @@ INLINE void dec_f_512(const krn_gqa_args *a, const rowset *rs, const size_t hd, 
     krn_avx2_dec_finish(rs, acc, den, hd);
 }
 
-INLINE void run_set_with(const krn_gqa_args *a, const rowset *rs, const bool VNNI)
+/* The q8 decode pass applies: one decode row per head, sharing a kv head and key range. */
+static bool q8_decode_set(const krn_gqa_args *a, const rowset *rs)
+{
+    return a->seq == 1 && !a->prompt && a->kv_type == KRN_KV_Q8 && a->head_dim % 32 == 0 && one_head_one_range(a, rs);
+}
+
+INLINE void run_q8_decode(const krn_gqa_args *a, const rowset *rs, const bool VNNI)
+{
+    if (a->head_dim == 128)
+        dec_q8_512(a, rs, 128, VNNI);
+    else
+        dec_q8_512(a, rs, a->head_dim, VNNI);
+}
+
+static void run_set(const krn_gqa_args *a, const rowset *rs)
 {
     if (a->seq == 1 && !a->prompt) {
-        if (a->kv_type == KRN_KV_Q8 && a->head_dim % 32 == 0 && one_head_one_range(a, rs)) {
-            if (a->head_dim == 128)
-                dec_q8_512(a, rs, 128, VNNI);
-            else
-                dec_q8_512(a, rs, a->head_dim, VNNI);
+        if (q8_decode_set(a, rs)) {
+            run_q8_decode(a, rs, false);
         } else if (a->kv_type != KRN_KV_Q8 && a->head_dim % 16 == 0 && one_head_one_range(a, rs)) {
             const krn_kv_type kt = a->kv_type == KRN_KV_F16 ? KRN_KV_F16 : KRN_KV_F32;
             if (a->head_dim == 128 && kt == KRN_KV_F16)
@@ -649,14 +660,13 @@ INLINE void run_set_with(const krn_gqa_args *a, const rowset *rs, const bool VNN
     }
 }
 
-static void run_set(const krn_gqa_args *a, const rowset *rs)
-{
-    run_set_with(a, rs, false);
-}
-
+/* Only the q8 decode pass differs with VNNI; every other set takes run_set's path. */
 static void run_set_vnni(const krn_gqa_args *a, const rowset *rs)
 {
-    run_set_with(a, rs, true);
+    if (q8_decode_set(a, rs))
+        run_q8_decode(a, rs, true);
+    else
+        run_set(a, rs);
 }
 
 void krn_avx512_gqa(const krn_gqa_args *a, size_t i_begin, size_t i_end)

@@ -341,9 +341,12 @@ static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times
     double med = pct(times, (size_t)steps, 0.5), p90 = pct(times, (size_t)steps, 0.9);
     double tps = med > 0 ? 1000.0 * (double)B / med : 0.0;
     json_t *prof = json_object();
-    if (o->json && o->profile && steps > 0)
-        print_profile(prof, "profile_decode_ms_per_step", NULL, at_end, n_end, at_prefill, n_at_prefill,
-                      (double)steps, true);
+    if (o->profile && steps > 0) {
+        char title[80];
+        snprintf(title, sizeof title, "batch %zu decode profile (ms per step of the batch, share)", B);
+        print_profile(prof, "profile_decode_ms_per_step", title, at_end, n_end, at_prefill, n_at_prefill,
+                      (double)steps, o->json);
+    }
     if (o->json) {
         json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:I}", "case", "batch", "batch",
                                 (json_int_t)B, "prompt_len", (json_int_t)P, "gen", (json_int_t)o->gen, "threads",
@@ -359,9 +362,6 @@ static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times
                "%7.1f tok/s in all\n",
                B, (long long)P, ttft, med, p90, tps);
     }
-    if (!o->json && o->profile && steps > 0)
-        print_profile(NULL, NULL, "decode profile (ms per step of the batch, share)", at_end, n_end, at_prefill,
-                      n_at_prefill, (double)steps, false);
     json_decref(prof);
     fflush(stdout);
     rc = 0;
