@@ -160,6 +160,10 @@ static int prep_mmnb(plan_builder *b, step *s)
         m->w.packed = buf;
         m->pack_b = B;
         m->pack_scales = sc;
+        /* the packed copy holds the codes, the scales and the zero points */
+        plan_mark_repacked(b->p, B);
+        plan_mark_repacked(b->p, sc);
+        plan_mark_repacked(b->p, zp);
     }
     /* (unpacked, the weights are used in place from the mapping: resident as they are;
      * packed, the arena is counted once, when it is allocated) */
@@ -258,6 +262,8 @@ int plan_prep_q4(plan_builder *b, step *s, const q4_src *src, const char *what)
     m->w = (krn_q4_weights){.n = src->n, .k = src->k, .block_size = 32};
     krn_q4_weights_set_blocks(&m->w);
     m->qdq = src;
+    for (int i = 0; i < 3; i++) /* packed or copied below: the kernels never read them */
+        plan_mark_repacked(b->p, src->tensors[i]);
     m->int8 = !b->p->opts.matmul_fp32;
     bool packing = m->int8 && b->p->krn.q4_packed && !m->w.bits8; /* 8-bit codes run in place */
     size_t kb = m->w.k_blocks;

@@ -424,3 +424,46 @@ void plan_release_mapped(const eng_tensor *t)
     if (hi > lo)
         madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
+
+void plan_mark_repacked(eng_plan *p, const eng_tensor *t)
+{
+    if (t && t >= p->inits && t < p->inits + p->g->n_inits)
+        p->repacked[t - p->inits] = true;
+}
+
+bool plan_read_in_place(const eng_plan *p, size_t i)
+{
+    const eng_tensor *t = &p->inits[i];
+    return t->mapped && t->nbytes && !p->repacked[i] && t->data == p->g->inits[i].data;
+}
+
+uint64_t eng_plan_in_place_bytes(const eng_plan *p)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < p->g->n_inits; i++)
+        if (plan_read_in_place(p, i))
+            n += p->inits[i].nbytes;
+    return n;
+}
+
+/*
+ * Without it, after a cold start every embedding row the first requests meet
+ * is a disk read inside a step (about 1 ms each on 0.6b here). The kernel
+ * reads ahead at most its readahead window per call, so the range goes in
+ * 2 MiB pieces; the reads then run in the background and fill the page cache
+ * only, not this process's resident set. A request that comes within the
+ * second after a cold load shares the disk with them (README.md: a paced
+ * reader on a thread of its own was slower to help and took CPU from the
+ * pool). A hint: failures only cost that first latency.
+ */
+void plan_prefetch_in_place(const eng_plan *p)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), piece = (uintptr_t)2 << 20;
+    for (size_t i = 0; i < p->g->n_inits; i++) {
+        if (!plan_read_in_place(p, i))
+            continue;
+        uintptr_t lo = (uintptr_t)p->inits[i].data & ~(page - 1), hi = (uintptr_t)p->inits[i].data + p->inits[i].nbytes;
+        for (uintptr_t a = lo; a < hi; a += piece)
+            madvise((void *)a, hi - a < piece ? hi - a : piece, MADV_WILLNEED);
+    }
+}

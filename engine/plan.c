@@ -113,7 +113,8 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
     p->steps = calloc(g->n_nodes + 1, sizeof *p->steps);
     p->vals = calloc(g->n_values + 1, sizeof *p->vals);
     p->inits = calloc(g->n_inits + 1, sizeof *p->inits);
-    if (!p->inits)
+    p->repacked = calloc(g->n_inits + 1, sizeof *p->repacked);
+    if (!p->inits || !p->repacked)
         goto oom;
     if (!p->steps || !p->vals)
         goto oom;
@@ -223,8 +224,10 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
     }
     if (!p->opts.describe_only && (!plan_prep_adopt(p) || !plan_pack_all(p)))
         goto oom;
-    if (!p->opts.describe_only)
+    if (!p->opts.describe_only) {
         plan_prep_store(p);
+        plan_prefetch_in_place(p);
+    }
     *out = p;
     return 0;
 oom:
@@ -243,6 +246,7 @@ void eng_plan_free(eng_plan *p)
     free(p->owned);
     plan_prep_free(p->prep);
     free(p->inits);
+    free(p->repacked);
     free(p->steps);
     free(p->vals);
     free(p);

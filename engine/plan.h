@@ -78,6 +78,13 @@ const char *eng_plan_kernel(const eng_plan *p, size_t node);
 /* Weight bytes the plan keeps resident beyond the mapped file (repacked
  * copies); weights used in place from the mapping count as their file bytes. */
 uint64_t eng_plan_prepared_bytes(const eng_plan *p);
+/*
+ * Bytes of the mapped model files the plan reads in place at run time (the
+ * embedding, rotary caches, weights not repacked). A plan that runs asks the
+ * kernel to read them into the page cache when it is built, so that the
+ * first requests after a cold start do not wait on a disk read per new token.
+ */
+uint64_t eng_plan_in_place_bytes(const eng_plan *p);
 
 /*
  * What the prepared-weights cache did for a plan: X(id, name, meaning).

@@ -141,6 +141,7 @@ struct eng_plan {
     const eng_graph *g;
     char contract[64];    /* which graph contract the graph follows (lower.c) */
     eng_tensor *inits;    /* the graph's initializers, data realigned where needed */
+    bool *repacked;       /* per initializer: the kernels read a repacked or copied form, not its bytes */
     int n_gqa;
     eng_plan_opts opts;
     krn_table krn;
@@ -414,6 +415,12 @@ bool plan_q4_scales_bf16(const q4_src *src);
 /* Whether MatMulNBits' packed 4-bit zero points (ZP, BYTES bytes) are all 8: the weights then pack without them. */
 bool plan_q4_zp_all_8(const uint8_t *zp, uint64_t bytes, uint64_t n, uint64_t k_blocks);
 void plan_release_mapped(const eng_tensor *t);
+/* Marks initializer T (of the plan's inits) as read at run time only through its repacked or copied form. */
+void plan_mark_repacked(eng_plan *p, const eng_tensor *t);
+/* Initializer i is read at run time from its file's mapping: mapped, not copied to realign it, not repacked. */
+bool plan_read_in_place(const eng_plan *p, size_t i);
+/* Asks the kernel to read every byte the plan reads in place into the page cache (pack.c). */
+void plan_prefetch_in_place(const eng_plan *p);
 /* Memory for packed weights: huge-page aligned when large (a hint), freed with free(). */
 void *plan_alloc_weights(size_t bytes);
 

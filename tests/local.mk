@@ -193,6 +193,10 @@ EXTRA_DIST += tests/kv_modes.sh
 TESTS += tests/bench_profile.sh
 EXTRA_DIST += tests/bench_profile.sh
 
+# Bytes read in place from the model files: counted by inspect, read ahead at load.
+TESTS += tests/in_place.sh
+EXTRA_DIST += tests/in_place.sh
+
 # Scratch of tests/chat_template.sh, left behind when it fails.
 clean-local: clean-chat-work
 clean-chat-work:

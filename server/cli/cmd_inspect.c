@@ -140,6 +140,7 @@ static int print_json(const eng_graph *g, const eng_geometry *geo, const eng_gen
         json_object_set_new(w, eng_weight_role_name((eng_weight_role)r), json_integer((json_int_t)role_bytes[r]));
     json_object_set_new(w, "serialized_total", json_integer((json_int_t)total));
     json_object_set_new(w, "prepared", json_integer((json_int_t)eng_plan_prepared_bytes(the_plan)));
+    json_object_set_new(w, "in_place", json_integer((json_int_t)eng_plan_in_place_bytes(the_plan)));
     json_object_set_new(root, "weight_bytes", w);
     eng_prep_info pi;
     eng_plan_prepared_cache(the_plan, &pi);
@@ -227,6 +228,8 @@ static void print_text(const eng_graph *g, const eng_geometry *geo, const eng_ge
     printf("  %-16s %14llu\n", "total", (unsigned long long)total);
     printf("  %-16s %14llu  (resident INT4 projections: repacked, or used in place)\n", "prepared",
            (unsigned long long)eng_plan_prepared_bytes(the_plan));
+    printf("  %-16s %14llu  (read from the mapped model files at run time)\n", "in place",
+           (unsigned long long)eng_plan_in_place_bytes(the_plan));
     eng_prep_info pi;
     eng_plan_prepared_cache(the_plan, &pi);
     printf("  %-16s %s%s%s%s%s\n", "prepared cache", eng_prep_state_name(pi.state), *pi.path ? " " : "", pi.path,

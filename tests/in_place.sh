@@ -1,0 +1,75 @@
+#!/bin/sh
+# Weights read in place from the mapped model files (engine/pack.c):
+#  - `inspect` counts them: the ONNX Runtime GenAI form reads its float
+#    embedding and rotary caches in place, its INT4 projections repacked; the
+#    standard INT4 form only its rotary caches (the tied embedding is read
+#    through the packed LM head); the float form also its float weights;
+#  - a plan that runs asks the kernel to read those bytes into the page cache
+#    at load, so the first requests after a cold start do not wait on the
+#    disk for each new embedding row. Checked with the file's pages dropped
+#    first (where the file system lets them go), then one short generate.
+# shellcheck disable=SC2046 # roles prints four numbers, split on purpose
+. "$QD_SRCDIR/tests/ort/common.sh"
+ort_init in_place
+
+# roles FORM: the in-place count and the role bytes of $work/FORM, as "in_place emb rot float".
+roles() {
+  "$QWEN3D" inspect --model "$work/$1" --json >"$work/$1.json" || ort_fail "inspect failed on $1"
+  ort_json "$work/$1.json" '[j.weight_bytes.in_place, j.weight_bytes.embedding, j.weight_bytes.rotary_caches,
+    j.weight_bytes.float_weights].join(" ")'
+}
+
+ort_synth_tiny "$work/ort"
+for c in int4-qdq float; do
+  "$QWEN3D" synth --preset tiny --contract "$c" --out "$work/$c" >"$work/synth.log" 2>&1 ||
+    ort_fail "qwen3d synth --contract $c: $(tail -n 3 "$work/synth.log")"
+done
+
+set -- $(roles ort)
+[ "$2" -gt 0 ] && [ "$3" -gt 0 ] || ort_fail "ort-int4: no embedding or rotary bytes counted ($*)"
+[ "$1" -eq $(($2 + $3)) ] || ort_fail "ort-int4: $1 bytes in place, expected embedding $2 + rotary caches $3"
+echo "ort-int4: $1 bytes read in place (the embedding and the rotary caches)"
+ort_in_place=$1
+
+set -- $(roles int4-qdq)
+[ "$2" -eq 0 ] || ort_fail "int4-qdq: an embedding of $2 bytes besides the tied weight"
+[ "$1" -eq "$3" ] || ort_fail "int4-qdq: $1 bytes in place, expected the rotary caches' $3 (the tie is repacked)"
+echo "int4-qdq: $1 bytes read in place (the rotary caches)"
+
+# Float weights up to 256 KiB are read into memory at load, so not all count.
+set -- $(roles float)
+[ "$1" -gt $(($2 + $3)) ] && [ "$1" -le $(($2 + $3 + $4)) ] ||
+  ort_fail "float: $1 bytes in place, expected more than embedding $2 + rotary $3, at most $4 more"
+echo "float: $1 bytes read in place (embedding, rotary caches and the larger float weights)"
+
+# The readahead. fincore FILE: bytes of FILE in the page cache.
+fincore_bytes() {
+  fincore --bytes --noheadings --output RES "$1" | tr -d ' '
+}
+data="$work/ort/model.onnx.data"
+if ! command -v fincore >/dev/null 2>&1; then
+  echo "SKIP readahead: no fincore (util-linux)"
+else
+  # a first load writes the prepared cache, so the next one reads no projection from the file
+  "$QWEN3D" generate --model "$work/ort" --prompt-ids 9707 --max-tokens 1 --prepared-cache "$work/cache" \
+    >/dev/null 2>"$work/gen.err" || ort_fail "generate: $(cat "$work/gen.err")"
+  sync "$data"
+  dd if="$data" iflag=nocache count=0 status=none
+  left=$(fincore_bytes "$data")
+  if [ "$left" -gt $((ort_in_place / 4)) ]; then
+    echo "SKIP readahead: the file system kept $left bytes of the data file cached after dropping them"
+  else
+    "$QWEN3D" generate --model "$work/ort" --prompt-ids 9707 --max-tokens 1 --prepared-cache "$work/cache" \
+      >/dev/null 2>"$work/gen.err" || ort_fail "generate: $(cat "$work/gen.err")"
+    # The reads run in the background: wait for them (a bound, not a timing check).
+    for _ in $(seq 1 300); do
+      got=$(fincore_bytes "$data")
+      [ "$got" -ge "$ort_in_place" ] && break
+      sleep 0.1
+    done
+    [ "$got" -ge "$ort_in_place" ] ||
+      ort_fail "after one generate from a dropped page cache, $got bytes of the data file are cached, not the $ort_in_place read in place"
+    echo "readahead: $left bytes cached after dropping, $got after one short generate (in place: $ort_in_place)"
+  fi
+fi
+rm -rf "$work"
