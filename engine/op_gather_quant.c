@@ -56,6 +56,10 @@ static int prep_gbq(plan_builder *b, step *s)
     if (!gbq_types_ok(data ? data->dtype : ENG_DT_UNDEFINED, (int)bits, sc ? sc->dtype : ENG_DT_UNDEFINED, why,
                       sizeof why))
         PREP_FAIL(b, s, "%s", why);
+    /* rows are looked up in the mapped table itself, also where the LM head repacks it (tied) */
+    for (int i = 0; i < s->n_in; i++)
+        if (i != 1)
+            plan_mark_read_at_run(b->p, s->in[i]);
     snprintf(s->kernel, sizeof s->kernel, "gather_block_quantized.generic (%lld-bit rows dequantized on lookup)",
              (long long)bits);
     return 0;

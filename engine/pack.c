@@ -431,10 +431,28 @@ void plan_mark_repacked(eng_plan *p, const eng_tensor *t)
         p->repacked[t - p->inits] = true;
 }
 
+void plan_mark_read_at_run(eng_plan *p, int v)
+{
+    const eng_graph *g = p->g;
+    for (int hops = 0; v >= 0 && (size_t)v < g->n_values && hops < 64; hops++) {
+        const eng_value *gv = &g->values[v];
+        if (gv->kind == ENG_VALUE_INITIALIZER) {
+            p->read_at_run[gv->index] = true;
+            return;
+        }
+        if (gv->kind != ENG_VALUE_NODE_OUTPUT)
+            return;
+        const eng_node *n = &g->nodes[gv->index];
+        if (strcmp(n->op_type, "Reshape") || *n->domain || n->n_inputs < 1)
+            return;
+        v = n->input_values[0];
+    }
+}
+
 bool plan_read_in_place(const eng_plan *p, size_t i)
 {
     const eng_tensor *t = &p->inits[i];
-    return t->mapped && t->nbytes && !p->repacked[i] && t->data == p->g->inits[i].data;
+    return t->mapped && t->nbytes && (!p->repacked[i] || p->read_at_run[i]) && t->data == p->g->inits[i].data;
 }
 
 uint64_t eng_plan_in_place_bytes(const eng_plan *p)

@@ -114,7 +114,8 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
     p->vals = calloc(g->n_values + 1, sizeof *p->vals);
     p->inits = calloc(g->n_inits + 1, sizeof *p->inits);
     p->repacked = calloc(g->n_inits + 1, sizeof *p->repacked);
-    if (!p->inits || !p->repacked)
+    p->read_at_run = calloc(g->n_inits + 1, sizeof *p->read_at_run);
+    if (!p->inits || !p->repacked || !p->read_at_run)
         goto oom;
     if (!p->steps || !p->vals)
         goto oom;
@@ -247,6 +248,7 @@ void eng_plan_free(eng_plan *p)
     plan_prep_free(p->prep);
     free(p->inits);
     free(p->repacked);
+    free(p->read_at_run);
     free(p->steps);
     free(p->vals);
     free(p);

@@ -142,6 +142,7 @@ struct eng_plan {
     char contract[64];    /* which graph contract the graph follows (lower.c) */
     eng_tensor *inits;    /* the graph's initializers, data realigned where needed */
     bool *repacked;       /* per initializer: the kernels read a repacked or copied form, not its bytes */
+    bool *read_at_run;    /* per initializer: some op reads its bytes at run time, repacked or not */
     int n_gqa;
     eng_plan_opts opts;
     krn_table krn;
@@ -417,7 +418,14 @@ bool plan_q4_zp_all_8(const uint8_t *zp, uint64_t bytes, uint64_t n, uint64_t k_
 void plan_release_mapped(const eng_tensor *t);
 /* Marks initializer T (of the plan's inits) as read at run time only through its repacked or copied form. */
 void plan_mark_repacked(eng_plan *p, const eng_tensor *t);
-/* Initializer i is read at run time from its file's mapping: mapped, not copied to realign it, not repacked. */
+/*
+ * Marks the initializer behind value V (directly, or through Reshape views)
+ * as read at run time by an op: the tied embedding's GatherBlockQuantized
+ * reads rows of the codes the LM head also repacks.
+ */
+void plan_mark_read_at_run(eng_plan *p, int v);
+/* Initializer i is read at run time from its file's mapping: mapped, not copied to realign it, and not repacked
+ * or read by an op anyway. */
 bool plan_read_in_place(const eng_plan *p, size_t i);
 /* Asks the kernel to read every byte the plan reads in place into the page cache (pack.c). */
 void plan_prefetch_in_place(const eng_plan *p);

@@ -3,7 +3,9 @@
 #  - `inspect` counts them: the ONNX Runtime GenAI form reads its float
 #    embedding and rotary caches in place, its INT4 projections repacked; the
 #    standard INT4 form only its rotary caches (the tied embedding is read
-#    through the packed LM head); the float form also its float weights;
+#    through the packed LM head); the float form also its float weights; the
+#    GenAI builder's tied form the LM head's tables its embedding lookup
+#    reads, though the head itself is repacked;
 #  - a plan that runs asks the kernel to read those bytes into the page cache
 #    at load, so the first requests after a cold start do not wait on the
 #    disk for each new embedding row. Checked with the file's pages dropped
@@ -35,6 +37,20 @@ set -- $(roles int4-qdq)
 [ "$2" -eq 0 ] || ort_fail "int4-qdq: an embedding of $2 bytes besides the tied weight"
 [ "$1" -eq "$3" ] || ort_fail "int4-qdq: $1 bytes in place, expected the rotary caches' $3 (the tie is repacked)"
 echo "int4-qdq: $1 bytes read in place (the rotary caches)"
+
+# Tied as the ONNX Runtime GenAI builder writes it: GatherBlockQuantized looks
+# rows up in the LM head's own codes, scales and zero points, which the head
+# also repacks; they count, with the rotary caches (blocks of 32, zero points
+# two per byte).
+ort_node requantize-model.js --in "$work/ort" --out "$work/tied" --tie-embedding --zero-points on \
+  2>"$work/tie.log" || ort_fail "requantize-model.js --tie-embedding failed: $(tail -n 3 "$work/tie.log")"
+set -- $(roles tied)
+V=$(ort_json "$work/tied.json" j.geometry.vocab)
+D=$(ort_json "$work/tied.json" j.geometry.hidden)
+head=$((V * D / 2 + V * (D / 32) * 4 + V * ((D / 32 + 1) / 2)))
+[ "$1" -eq $(($3 + head)) ] ||
+  ort_fail "tied: $1 bytes in place, expected rotary caches $3 + the head's codes, scales and zero points $head"
+echo "tied (GatherBlockQuantized): $1 bytes read in place (rotary caches and the LM head's tables)"
 
 # Float weights up to 256 KiB are read into memory at load, so not all count.
 set -- $(roles float)
