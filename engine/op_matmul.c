@@ -160,6 +160,7 @@ static int prep_mmnb(plan_builder *b, step *s)
         m->w.packed = buf;
         m->pack_b = B;
         m->pack_scales = sc;
+        m->pack_zp = zp;
         /* the packed copy holds the codes, the scales and the zero points */
         plan_mark_repacked(b->p, B);
         plan_mark_repacked(b->p, sc);
@@ -167,7 +168,7 @@ static int prep_mmnb(plan_builder *b, step *s)
     }
     /* (unpacked, the weights are used in place from the mapping: resident as they are;
      * packed, the arena is counted once, when it is allocated) */
-    b->p->prepared_bytes += resident + (zp ? zp->nbytes : 0) + (bias ? bias->nbytes : 0);
+    b->p->prepared_bytes += resident + (zp && !pack ? zp->nbytes : 0) + (bias ? bias->nbytes : 0);
     if (m->int8)
         snprintf(s->kernel, sizeof s->kernel, "%s + %s%s", b->p->krn.quant_a8.name,
                  m->w.bits8 ? b->p->krn.mmnb8_i8.name : b->p->krn.mmnb_i8.name, plan_pack_note(&m->w));

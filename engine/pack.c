@@ -319,7 +319,8 @@ static bool pack_one(step *s)
     /* The kernels now stream the copy; the mapped originals need not stay resident. */
     plan_release_mapped(m->pack_b);
     plan_release_mapped(m->pack_scales);
-    m->pack_b = m->pack_scales = NULL;
+    plan_release_mapped(m->pack_zp);
+    m->pack_b = m->pack_scales = m->pack_zp = NULL;
     return true;
 }
 

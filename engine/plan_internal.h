@@ -61,7 +61,7 @@ typedef struct q4_src {
 
 typedef struct mmnb_params {
     krn_q4_weights w;
-    const struct eng_tensor *pack_b, *pack_scales; /* sources of w.packed until pack_all() */
+    const struct eng_tensor *pack_b, *pack_scales, *pack_zp; /* sources of w.packed until pack_all() */
     const q4_src *qdq;    /* lowered DequantizeLinear weights: repacked or copied by pack_all() */
     bool int8;
     bool qa_from_norm;    /* its input's producer also quantizes it (fuse_norm_quant) */

@@ -663,9 +663,10 @@ bool plan_prep_adopt(eng_plan *p)
              * the mapped originals (scales, zero points) need not stay resident. */
             plan_release_mapped(m->pack_b);
             plan_release_mapped(m->pack_scales);
+            plan_release_mapped(m->pack_zp);
             for (int t = 0; m->qdq && t < 3; t++)
                 plan_release_mapped(m->qdq->tensors[t]);
-            m->pack_b = m->pack_scales = NULL; /* nothing for pack_all() to do */
+            m->pack_b = m->pack_scales = m->pack_zp = NULL; /* nothing for pack_all() to do */
             m->qdq = NULL;
         }
         set_state(c, ENG_PREP_HIT, NULL);
