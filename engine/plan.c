@@ -227,7 +227,8 @@ int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, 
         goto oom;
     if (!p->opts.describe_only) {
         plan_prep_store(p);
-        plan_prefetch_in_place(p);
+        if (!p->opts.no_readahead)
+            plan_prefetch_in_place(p);
     }
     *out = p;
     return 0;

@@ -62,6 +62,10 @@ typedef struct eng_plan_opts {
     bool store_in_background;
     void (*stored)(void *ctx, const struct eng_prep_info *info);
     void *stored_ctx;
+    /* Do not read the bytes the plan reads in place (eng_plan_in_place_bytes)
+     * into the page cache at load: for a machine whose page cache cannot
+     * spare them, at the cost of disk reads in the first steps. */
+    bool no_readahead;
 } eng_plan_opts;
 
 int eng_plan_new(const eng_graph *g, const eng_plan_opts *opts, eng_plan **out, eng_diag *diag);

@@ -160,7 +160,7 @@ int eng_model_open(const char *dir, const eng_model_opts *opts, eng_model **out,
     eng_plan_opts po = {.matmul_fp32 = o.matmul_fp32, .no_fusion = o.no_fusion, .progress = o.progress,
                         .progress_ctx = o.progress_ctx, .prepared_cache = o.prepared_cache,
                         .store_in_background = o.prepared_cache_background, .stored = o.prepared,
-                        .stored_ctx = o.prepared_ctx};
+                        .stored_ctx = o.prepared_ctx, .no_readahead = o.no_readahead};
     if (eng_plan_new(m->g, &po, &m->plan, diag) != 0)
         goto fail;
     if (o.prepared) {

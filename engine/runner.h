@@ -40,6 +40,7 @@ typedef struct eng_model_opts {
     int threads;           /* compute participants; 0 = one per physical core */
     bool matmul_fp32;      /* fp32 activations in MatMulNBits (accuracy_level 0 numerics) */
     bool no_fusion;        /* run the graph's steps unfused (the reference for fused plans) */
+    bool no_readahead;     /* do not read the in-place weights into the page cache at load (eng_plan_opts) */
     eng_kv_mode kv_mode;
     kv_type kv_type;       /* persistent mode only */
     /* Idle KV memory kept for new sessions (persistent mode; kv.h's kv_pool):

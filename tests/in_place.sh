@@ -8,8 +8,9 @@
 #    reads, though the head itself is repacked;
 #  - a plan that runs asks the kernel to read those bytes into the page cache
 #    at load, so the first requests after a cold start do not wait on the
-#    disk for each new embedding row. Checked with the file's pages dropped
-#    first (where the file system lets them go), then one short generate.
+#    disk for each new embedding row, unless told not to (--no-readahead).
+#    Checked on the ORT and the tied forms with the file's pages dropped first
+#    (where the file system lets them go), then one short generate.
 # shellcheck disable=SC2046 # roles prints four numbers, split on purpose
 . "$QD_SRCDIR/tests/ort/common.sh"
 ort_init in_place
@@ -51,6 +52,7 @@ head=$((V * D / 2 + V * (D / 32) * 4 + V * ((D / 32 + 1) / 2)))
 [ "$1" -eq $(($3 + head)) ] ||
   ort_fail "tied: $1 bytes in place, expected rotary caches $3 + the head's codes, scales and zero points $head"
 echo "tied (GatherBlockQuantized): $1 bytes read in place (rotary caches and the LM head's tables)"
+tied_in_place=$1
 
 # Float weights up to 256 KiB are read into memory at load, so not all count.
 set -- $(roles float)
@@ -62,30 +64,52 @@ echo "float: $1 bytes read in place (embedding, rotary caches and the larger flo
 fincore_bytes() {
   fincore --bytes --noheadings --output RES "$1" | tr -d ' '
 }
-data="$work/ort/model.onnx.data"
+# gen FORM [OPTION]: one short generate, from the prepared cache the first one wrote.
+gen() {
+  "$QWEN3D" generate --model "$work/$1" --prompt-ids 9707 --max-tokens 1 --prepared-cache "$work/cache" ${2:-} \
+    >/dev/null 2>"$work/gen.err" || ort_fail "generate on $1: $(cat "$work/gen.err")"
+}
+# dropped FILE: drops FILE's pages from the page cache; false if the file system kept many.
+dropped() {
+  sync "$1"
+  dd if="$1" iflag=nocache count=0 status=none
+  left=$(fincore_bytes "$1")
+  [ "$left" -le $(($2 / 4)) ]
+}
+# readahead FORM IN_PLACE [quiet]: a plain load reads IN_PLACE bytes of FORM's data file into the page
+# cache. With "quiet", one with --no-readahead leaves less than a quarter of them cached (what its one
+# step faults in; on the ORT form the embedding is most of the file, where in the tied form of the tiny
+# preset the plan's own reads of the head's scales for packing, in 2 MiB folios, are most of it).
+readahead() {
+  data="$work/$1/model.onnx.data"
+  gen "$1" # a first load writes the prepared cache, so the next ones read no projection from the file
+  if ! dropped "$data" "$2"; then
+    echo "SKIP readahead on $1: the file system kept $left bytes of the data file cached after dropping them"
+    return
+  fi
+  got=-
+  if [ "${3:-}" = quiet ]; then
+    gen "$1" --no-readahead
+    got=$(fincore_bytes "$data")
+    [ "$got" -lt $(($2 / 4)) ] ||
+      ort_fail "$1: one generate --no-readahead from a dropped page cache left $got bytes cached (in place: $2)"
+    dropped "$data" "$2" || ort_fail "$1: the data file's pages could not be dropped a second time"
+  fi
+  gen "$1"
+  # The reads run in the background: wait for them (a bound, not a timing check).
+  for _ in $(seq 1 300); do
+    got2=$(fincore_bytes "$data")
+    [ "$got2" -ge "$2" ] && break
+    sleep 0.1
+  done
+  [ "$got2" -ge "$2" ] ||
+    ort_fail "$1: after one generate from a dropped page cache, $got2 bytes of the data file are cached, not the $2 read in place"
+  echo "readahead on $1: $left bytes cached after dropping; one short generate left $got2 (--no-readahead: $got; in place: $2)"
+}
 if ! command -v fincore >/dev/null 2>&1; then
   echo "SKIP readahead: no fincore (util-linux)"
 else
-  # a first load writes the prepared cache, so the next one reads no projection from the file
-  "$QWEN3D" generate --model "$work/ort" --prompt-ids 9707 --max-tokens 1 --prepared-cache "$work/cache" \
-    >/dev/null 2>"$work/gen.err" || ort_fail "generate: $(cat "$work/gen.err")"
-  sync "$data"
-  dd if="$data" iflag=nocache count=0 status=none
-  left=$(fincore_bytes "$data")
-  if [ "$left" -gt $((ort_in_place / 4)) ]; then
-    echo "SKIP readahead: the file system kept $left bytes of the data file cached after dropping them"
-  else
-    "$QWEN3D" generate --model "$work/ort" --prompt-ids 9707 --max-tokens 1 --prepared-cache "$work/cache" \
-      >/dev/null 2>"$work/gen.err" || ort_fail "generate: $(cat "$work/gen.err")"
-    # The reads run in the background: wait for them (a bound, not a timing check).
-    for _ in $(seq 1 300); do
-      got=$(fincore_bytes "$data")
-      [ "$got" -ge "$ort_in_place" ] && break
-      sleep 0.1
-    done
-    [ "$got" -ge "$ort_in_place" ] ||
-      ort_fail "after one generate from a dropped page cache, $got bytes of the data file are cached, not the $ort_in_place read in place"
-    echo "readahead: $left bytes cached after dropping, $got after one short generate (in place: $ort_in_place)"
-  fi
+  readahead ort "$ort_in_place" quiet
+  readahead tied "$tied_in_place"
 fi
 rm -rf "$work"

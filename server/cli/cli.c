@@ -115,6 +115,10 @@ int cli_engine_opt(const char *cmd, int argc, char **argv, int *i, eng_model_opt
         o->no_fusion = true;
         return 1;
     }
+    if (cli_flag(argv, *i, "no-readahead")) {
+        o->no_readahead = true;
+        return 1;
+    }
     return 0;
 }
 

@@ -36,7 +36,7 @@ bool cli_flag(char **argv, int i, const char *name);
 /*
  * The engine options every model-running command shares: --threads N,
  * --kv-mode persistent|tensor, --kv-type f32|f16|q8, --matmul-fp32, --no-fusion,
- * --prepared-cache DIR|off.
+ * --prepared-cache DIR|off, --no-readahead.
  * Returns 1 if argv[*i] was one (consumed), 0 if not, -1 after printing an
  * error.
  */
@@ -95,6 +95,6 @@ int cli_model_open(cli_progress *p, const char *dir, const eng_model_opts *opts,
 
 #define CLI_ENGINE_USAGE                                                                                   \
     "[--threads N] [--kv-mode persistent|tensor] [--kv-type f32|f16|q8] [--matmul-fp32] [--no-fusion] "      \
-    "[--prepared-cache DIR|off]"
+    "[--prepared-cache DIR|off] [--no-readahead]"
 
 #endif

@@ -382,6 +382,7 @@ typedef struct bench_run {
     int64_t *ids;      /* the prompt, as long as the longest */
     double load_ms;
     uint64_t prepared;
+    uint64_t in_place;            /* weight bytes read in place from the mapped files (eng_plan_in_place_bytes) */
     const char *prepared_cache;   /* what the prepared-weights cache did (eng_prep_state_name) */
     int64_t limit;     /* the model's context */
     int case_no, n_cases;
@@ -460,6 +461,7 @@ static int prompt_case(bench_run *b, int64_t P, eng_diag *d)
                                 "kv_bytes_committed", (json_int_t)committed, "prepared_cache", b->prepared_cache);
         json_object_update(obj, row);
         json_object_set_new(obj, "repeat", json_integer(o->repeat));
+        json_object_set_new(obj, "in_place_bytes", json_integer((json_int_t)b->in_place));
         json_dumpf(obj, stdout, JSON_COMPACT);
         putchar('\n');
         json_decref(obj);
@@ -577,6 +579,7 @@ int cmd_bench(int argc, char **argv)
     int64_t V = eng_model_geometry(b.m)->vocab;
     b.limit = eng_model_max_context(b.m);
     b.prepared = eng_plan_prepared_bytes(eng_model_plan(b.m));
+    b.in_place = eng_plan_in_place_bytes(eng_model_plan(b.m));
     eng_prep_info pi;
     eng_plan_prepared_cache(eng_model_plan(b.m), &pi);
     b.prepared_cache = eng_prep_state_name(pi.state);
@@ -598,8 +601,9 @@ int cmd_bench(int argc, char **argv)
         printf("compute pool: %s\n", placement);
         eng_pool_describe_placement(placement, sizeof placement);
         printf("placement: %s\n", placement);
-        printf("model %s: load %.1f ms (prepared cache %s), prepared weights %llu bytes, %lld threads, kv %s/%s\n",
-               o.model, b.load_ms, b.prepared_cache, (unsigned long long)b.prepared,
+        printf("model %s: load %.1f ms (prepared cache %s), prepared weights %llu bytes, read in place %llu bytes, "
+               "%lld threads, kv %s/%s\n",
+               o.model, b.load_ms, b.prepared_cache, (unsigned long long)b.prepared, (unsigned long long)b.in_place,
                (long long)eng_pool_threads(eng_model_pool(b.m)),
                eng_kv_mode_name(o.engine.kv_mode), kv_type_name(o.engine.kv_type));
     }
