@@ -415,13 +415,19 @@ bool plan_pack_all(eng_plan *p);
 bool plan_q4_scales_bf16(const q4_src *src);
 /* Whether MatMulNBits' packed 4-bit zero points (ZP, BYTES bytes) are all 8: the weights then pack without them. */
 bool plan_q4_zp_all_8(const uint8_t *zp, uint64_t bytes, uint64_t n, uint64_t k_blocks);
+/*
+ * Drops a mapped tensor's pages from the resident set. Packing releases each
+ * matrix's sources as soon as it is packed (pack_one, and prepcache.c's
+ * adopt loop), not in one pass over the repacked marks below at the end, so
+ * the load never holds all the originals at once.
+ */
 void plan_release_mapped(const eng_tensor *t);
 /* Marks initializer T (of the plan's inits) as read at run time only through its repacked or copied form. */
 void plan_mark_repacked(eng_plan *p, const eng_tensor *t);
 /*
- * Marks the initializer behind value V (directly, or through Reshape views)
- * as read at run time by an op: the tied embedding's GatherBlockQuantized
- * reads rows of the codes the LM head also repacks.
+ * Marks the initializer behind value V (directly, or through Reshape and
+ * Split views) as read at run time by an op: the tied embedding's
+ * GatherBlockQuantized reads rows of the codes the LM head also repacks.
  */
 void plan_mark_read_at_run(eng_plan *p, int v);
 /* Initializer i is read at run time from its file's mapping: mapped, not copied to realign it, and not repacked
