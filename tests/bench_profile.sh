@@ -23,6 +23,8 @@ for (const l of lines) {
     if (!p || !(p.MatMulNBits > 0) || !(p.GroupQueryAttention > 0))
       throw new Error(`${j.case} row lacks ${k} with MatMulNBits and GroupQueryAttention times: ${l}`);
   }
+  if (j.case === "prompt" && !(j.in_place_bytes > 0)) /* the float embedding, at least */
+    throw new Error(`the prompt row lacks in_place_bytes: ${l}`);
   seen[j.case] = (seen[j.case] || 0) + 1;
 }
 if (seen.prompt !== 1 || seen.context !== 1 || seen.batch !== 2)

@@ -102,6 +102,12 @@ avail=$(echo "$line" | sed -n 's/.* available_bytes=\([0-9]*\) .*/\1/p')
 weights=$(sed -n 's/.*event=model_loaded .* weight_bytes=\([0-9]*\) .*/\1/p' "$LOG")
 full=$(sed -n 's/.*event=model_loaded .*kv_bytes_full_ctx=\([0-9]*\).*/\1/p' "$LOG")
 [ -n "$weights" ] && [ -n "$full" ] || fail "no weight_bytes or kv_bytes_full_ctx in the model_loaded line"
+in_place=$(sed -n 's/.*event=model_loaded .* in_place_bytes=\([0-9]*\) .*/\1/p' "$LOG")
+"$QWEN3D" inspect --model "$MODEL" --json >"$work/inspect.json" || fail "inspect failed"
+want=$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1])).weight_bytes.in_place)' \
+  "$work/inspect.json")
+[ -n "$in_place" ] && [ "$in_place" -gt 0 ] && [ "$in_place" = "$want" ] ||
+  fail "model_loaded says in_place_bytes=$in_place, inspect counts $want"
 [ "$budget" = $(((avail - weights) / 4 * 3)) ] || fail "the budget is not 3/4 of (available - weights): $line"
 grep -q "event=model_loaded .* kv_budget=$budget\$" "$LOG" || fail "the scheduler does not use the derived budget"
 grep -q 'advice=' "$LOG" && fail "the default start warns about memory: $(grep advice= "$LOG")"
