@@ -444,8 +444,8 @@ void plan_mark_read_at_run(eng_plan *p, int v)
         if (gv->kind != ENG_VALUE_NODE_OUTPUT)
             return;
         const eng_node *n = &g->nodes[gv->index];
-        /* the graph's view ops (op_shape.c): their outputs point into input 0 */
-        if ((strcmp(n->op_type, "Reshape") && strcmp(n->op_type, "Split")) || *n->domain || n->n_inputs < 1)
+        const op_def *op = plan_op_find(n->domain, n->op_type); /* a view: its outputs point into input 0 */
+        if (!op || !op->places_outputs || n->n_inputs < 1)
             return;
         v = n->input_values[0];
     }

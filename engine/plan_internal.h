@@ -425,9 +425,10 @@ void plan_release_mapped(const eng_tensor *t);
 /* Marks initializer T (of the plan's inits) as read at run time only through its repacked or copied form. */
 void plan_mark_repacked(eng_plan *p, const eng_tensor *t);
 /*
- * Marks the initializer behind value V (directly, or through Reshape and
- * Split views) as read at run time by an op: the tied embedding's
- * GatherBlockQuantized reads rows of the codes the LM head also repacks.
+ * Marks the initializer behind value V (directly, or through view ops, the
+ * registry's places_outputs: Reshape, Split) as read at run time by an op:
+ * the tied embedding's GatherBlockQuantized reads rows of the codes the LM
+ * head also repacks.
  */
 void plan_mark_read_at_run(eng_plan *p, int v);
 /* Initializer i is read at run time from its file's mapping: mapped, not copied to realign it, and not repacked

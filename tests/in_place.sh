@@ -76,10 +76,10 @@ dropped() {
   left=$(fincore_bytes "$1")
   [ "$left" -le $(($2 / 4)) ]
 }
-# readahead FORM IN_PLACE [quiet]: a plain load reads IN_PLACE bytes of FORM's data file into the page
-# cache. With "quiet", one with --no-readahead leaves less than a quarter of them cached (what its one
-# step faults in; on the ORT form the embedding is most of the file, where in the tied form of the tiny
-# preset the plan's own reads of the head's scales for packing, in 2 MiB folios, are most of it).
+# readahead FORM IN_PLACE [no-readahead]: a plain load reads IN_PLACE bytes of FORM's data file into
+# the page cache. With "no-readahead", first a load with that flag must leave less than a quarter of
+# them cached (what its one step faults in). Only the ORT form is checked so: in the tied form of the
+# tiny preset the plan's own reads of the head's scales, in 2 MiB folios, are most of the file.
 readahead() {
   data="$work/$1/model.onnx.data"
   gen "$1" # a first load writes the prepared cache, so the next ones read no projection from the file
@@ -88,7 +88,7 @@ readahead() {
     return
   fi
   got=-
-  if [ "${3:-}" = quiet ]; then
+  if [ "${3:-}" = no-readahead ]; then
     gen "$1" --no-readahead
     got=$(fincore_bytes "$data")
     [ "$got" -lt $(($2 / 4)) ] ||
@@ -109,7 +109,7 @@ readahead() {
 if ! command -v fincore >/dev/null 2>&1; then
   echo "SKIP readahead: no fincore (util-linux)"
 else
-  readahead ort "$ort_in_place" quiet
+  readahead ort "$ort_in_place" no-readahead
   readahead tied "$tied_in_place"
 fi
 rm -rf "$work"

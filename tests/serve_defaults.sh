@@ -104,7 +104,7 @@ full=$(sed -n 's/.*event=model_loaded .*kv_bytes_full_ctx=\([0-9]*\).*/\1/p' "$L
 [ -n "$weights" ] && [ -n "$full" ] || fail "no weight_bytes or kv_bytes_full_ctx in the model_loaded line"
 in_place=$(sed -n 's/.*event=model_loaded .* in_place_bytes=\([0-9]*\) .*/\1/p' "$LOG")
 "$QWEN3D" inspect --model "$MODEL" --json >"$work/inspect.json" || fail "inspect failed"
-want=$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1])).weight_bytes.in_place)' \
+want=$("$NODE" -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1])).weight_bytes.in_place)' \
   "$work/inspect.json")
 [ -n "$in_place" ] && [ "$in_place" -gt 0 ] && [ "$in_place" = "$want" ] ||
   fail "model_loaded says in_place_bytes=$in_place, inspect counts $want"
