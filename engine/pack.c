@@ -457,6 +457,11 @@ bool plan_read_in_place(const eng_plan *p, size_t i)
     return t->mapped && t->nbytes && (!p->repacked[i] || p->read_at_run[i]) && t->data == p->g->inits[i].data;
 }
 
+uint64_t eng_plan_readahead_bytes(const eng_plan *p)
+{
+    return p->readahead_bytes;
+}
+
 uint64_t eng_plan_in_place_bytes(const eng_plan *p)
 {
     uint64_t n = 0;
@@ -476,12 +481,13 @@ uint64_t eng_plan_in_place_bytes(const eng_plan *p)
  * reader on a thread of its own was slower to help and took CPU from the
  * pool). A hint: failures only cost that first latency.
  */
-void plan_prefetch_in_place(const eng_plan *p)
+void plan_prefetch_in_place(eng_plan *p)
 {
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), piece = (uintptr_t)2 << 20;
     for (size_t i = 0; i < p->g->n_inits; i++) {
         if (!plan_read_in_place(p, i))
             continue;
+        p->readahead_bytes += p->inits[i].nbytes;
         uintptr_t lo = (uintptr_t)p->inits[i].data & ~(page - 1), hi = (uintptr_t)p->inits[i].data + p->inits[i].nbytes;
         for (uintptr_t a = lo; a < hi; a += piece)
             madvise((void *)a, hi - a < piece ? hi - a : piece, MADV_WILLNEED);

@@ -89,6 +89,9 @@ uint64_t eng_plan_prepared_bytes(const eng_plan *p);
  * first requests after a cold start do not wait on a disk read per new token.
  */
 uint64_t eng_plan_in_place_bytes(const eng_plan *p);
+/* Of those, the bytes this plan's load asked the kernel to read ahead: all
+ * of them, or 0 when built with no_readahead (or only described). */
+uint64_t eng_plan_readahead_bytes(const eng_plan *p);
 
 /*
  * What the prepared-weights cache did for a plan: X(id, name, meaning).

@@ -143,6 +143,7 @@ struct eng_plan {
     eng_tensor *inits;    /* the graph's initializers, data realigned where needed */
     bool *repacked;       /* per initializer: the kernels read a repacked or copied form, not its bytes */
     bool *read_at_run;    /* per initializer: some op reads its bytes at run time, repacked or not */
+    uint64_t readahead_bytes; /* in-place bytes the load asked the kernel to read ahead (plan_prefetch_in_place) */
     int n_gqa;
     eng_plan_opts opts;
     krn_table krn;
@@ -434,8 +435,8 @@ void plan_mark_read_at_run(eng_plan *p, int v);
 /* Initializer i is read at run time from its file's mapping: mapped, not copied to realign it, and not repacked
  * or read by an op anyway. */
 bool plan_read_in_place(const eng_plan *p, size_t i);
-/* Asks the kernel to read every byte the plan reads in place into the page cache (pack.c). */
-void plan_prefetch_in_place(const eng_plan *p);
+/* Asks the kernel to read every byte the plan reads in place into the page cache (pack.c); records how many. */
+void plan_prefetch_in_place(eng_plan *p);
 /* Memory for packed weights: huge-page aligned when large (a hint), freed with free(). */
 void *plan_alloc_weights(size_t bytes);
 

@@ -373,11 +373,12 @@ static void become_ready(serve *sv)
     srv_metrics_set_model(sv->metrics, info->weight_bytes, info->load_seconds);
     srv_metrics_set_kv_budget(sv->metrics, (uint64_t)sv->cfg.kv_budget);
     srv_log(SRV_LOG_INFO, "model_loaded",
-            "model=%s name=%s ctx=%lld vocab=%lld threads=%d weight_bytes=%llu in_place_bytes=%llu load_ms=%.1f "
-            "kv_bytes_full_ctx=%llu kv_budget=%llu",
+            "model=%s name=%s ctx=%lld vocab=%lld threads=%d weight_bytes=%llu in_place_bytes=%llu readahead_bytes=%llu "
+            "load_ms=%.1f kv_bytes_full_ctx=%llu kv_budget=%llu",
             srv_log_quote(q, 300, sv->cfg.model, strlen(sv->cfg.model)), sv->cfg.model_name, (long long)info->ctx,
             (long long)info->vocab, info->threads, (unsigned long long)info->weight_bytes,
-            (unsigned long long)info->in_place_bytes, info->load_seconds * 1e3,
+            (unsigned long long)info->in_place_bytes, (unsigned long long)info->readahead_bytes,
+            info->load_seconds * 1e3,
             (unsigned long long)info->kv_bytes_full, (unsigned long long)sv->cfg.kv_budget);
     /* Without a budget, sessions that all grow to the full context could
      * need more memory than the machine has: say so once. */

@@ -758,6 +758,7 @@ static int load(srv_sched *s)
     s->info.vocab = g->vocab;
     s->info.weight_bytes = eng_plan_prepared_bytes(eng_model_plan(s->model));
     s->info.in_place_bytes = eng_plan_in_place_bytes(eng_model_plan(s->model));
+    s->info.readahead_bytes = eng_plan_readahead_bytes(eng_model_plan(s->model));
     s->info.load_seconds = srv_now() - t0;
     s->info.threads = eng_pool_threads(eng_model_pool(s->model));
     s->info.kv_bytes_full = eng_model_kv_bytes(s->model, s->info.ctx);

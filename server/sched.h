@@ -67,6 +67,7 @@ typedef struct srv_model_info {
     int64_t vocab;           /* logits row width */
     uint64_t weight_bytes;   /* resident prepared weight bytes */
     uint64_t in_place_bytes; /* weight bytes read in place from the mapped files (eng_plan_in_place_bytes) */
+    uint64_t readahead_bytes; /* of those, asked to be read ahead at load: 0 with --no-readahead */
     double load_seconds;
     int threads;
     uint64_t kv_bytes_full;  /* KV bytes a session of the whole context reserves */

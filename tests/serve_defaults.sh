@@ -16,7 +16,9 @@
 #    - weights), a request that could never fit it gets 503
 #    kv_budget_exceeded while a smaller one is served; with no memory left
 #    for any KV cache the daemon refuses to start; the installed binary
-#    ignores the hook.
+#    ignores the hook;
+#  - the model_loaded line counts the bytes read in place and those the load
+#    read ahead: all of them, none with the config key no-readahead.
 NAME=serve_defaults
 . "$QD_SRCDIR/tests/serve/common.sh"
 
@@ -108,6 +110,8 @@ want=$("$NODE" -e 'console.log(JSON.parse(require("fs").readFileSync(process.arg
   "$work/inspect.json")
 [ -n "$in_place" ] && [ "$in_place" -gt 0 ] && [ "$in_place" = "$want" ] ||
   fail "model_loaded says in_place_bytes=$in_place, inspect counts $want"
+grep -q "event=model_loaded .* in_place_bytes=$in_place readahead_bytes=$in_place " "$LOG" ||
+  fail "the load did not read ahead its $in_place in-place bytes: $(grep event=model_loaded "$LOG")"
 [ "$budget" = $(((avail - weights) / 4 * 3)) ] || fail "the budget is not 3/4 of (available - weights): $line"
 grep -q "event=model_loaded .* kv_budget=$budget\$" "$LOG" || fail "the scheduler does not use the derived budget"
 grep -q 'advice=' "$LOG" && fail "the default start warns about memory: $(grep advice= "$LOG")"
@@ -117,6 +121,14 @@ serve_stop
 serve_start --ctx 512 --kv-budget 0
 grep -q 'event=kv_budget source=option budget_bytes=0 unbounded=1' "$LOG" || fail "--kv-budget 0 is not unbounded"
 grep -q 'event=model_loaded .* kv_budget=0$' "$LOG" || fail "--kv-budget 0: the scheduler has a budget"
+serve_stop
+[ "$STATUS" = 0 ] || fail "exit status $STATUS"
+
+# The engine option as a config key reaches the plan: no readahead at load, the same bytes in place.
+printf 'ctx = 512\nno-readahead = true\n' >"$work/no-readahead.conf"
+serve_start --config "$work/no-readahead.conf"
+grep -q "event=model_loaded .* in_place_bytes=$in_place readahead_bytes=0 " "$LOG" ||
+  fail "config key no-readahead: the load still read ahead: $(grep event=model_loaded "$LOG")"
 serve_stop
 [ "$STATUS" = 0 ] || fail "exit status $STATUS"
 
