@@ -25,7 +25,7 @@ libqwen3d_writer_a_SOURCES = \
 	engine/writer/synth.c engine/writer/synth.h engine/writer/synth_std.c engine/writer/synth_internal.h
 
 # Tokenizer: Hugging Face tokenizer.json, byte-level BPE (PCRE2, utf8proc).
-libqwen3d_a_SOURCES += engine/tokenizer.c engine/tokenizer.h engine/tok_internal.h engine/tok_load.c \
+libqwen3d_a_SOURCES += engine/tokenizer.c engine/tokenizer.h engine/tok_internal.h engine/tok_load.c engine/tok_read.c \
 	engine/tok_unicode.c
 
 # Execution: the plan (node binding and the op registry), its fusions and

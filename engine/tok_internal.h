@@ -1,9 +1,10 @@
 /*
- * tok_internal: what the tokenizer's three files share. tokenizer.c encodes
- * and decodes; tok_load.c reads a tokenizer.json into an eng_tok;
+ * tok_internal: what the tokenizer's files share. tokenizer.c encodes and
+ * decodes; tok_load.c reads a tokenizer.json into an eng_tok, with
+ * tok_read.c reading its vocabulary and merges straight from the text;
  * tok_unicode.c holds UTF-8, Unicode normalization and the translation of
- * split patterns to PCRE2. Private to those files; the thread rules are
- * tokenizer.h's.
+ * split patterns to PCRE2. Private to those files and their tests; the
+ * thread rules are tokenizer.h's.
  */
 #ifndef QWEN3D_ENGINE_TOK_INTERNAL_H
 #define QWEN3D_ENGINE_TOK_INTERNAL_H
@@ -104,6 +105,7 @@ struct eng_tok {
     added_set norm_set;      /* "normalized": true, matched after it */
 
     eng_tok_enc *enc;        /* eng_tok_encode()'s own encoder */
+    bool read_directly;      /* model.vocab and model.merges came from tok_read_bpe_lists() */
 };
 
 /* Everything an encoding writes: one per encoding thread (tokenizer.h). */
@@ -169,7 +171,50 @@ static inline const merge_slot *merge_find(const eng_tok *t, int32_t a, int32_t 
     }
 }
 
-/* ---- shared by the three files ---- */
+/* ---- the BPE model's lists, as the loader reads them ---- */
+
+/* model.vocab: spellings (byte-level alphabet) with their ids, in file order, hashed. */
+typedef struct tok_vocab {
+    size_t n, n_cap;
+    uint32_t *off, *len;     /* spelling of entry i: text[off[i]], len[i] bytes */
+    int32_t *id;
+    char *text;
+    size_t text_len, text_cap;
+    uint32_t *slots;         /* entry index + 1 by hash of the spelling; 0 empty */
+    size_t mask;
+} tok_vocab;
+
+/* A merge resolved to ids: tokens A and B merge into ID; its rank is its index. */
+typedef struct tok_merge {
+    int32_t a, b, id;
+} tok_merge;
+
+typedef struct tok_bpe_lists {
+    tok_vocab vocab;
+    tok_merge *merges;
+    size_t n_merges, merges_cap;
+} tok_bpe_lists;
+
+/* Adds a spelling: 0, 1 when it is already there (nothing added), ENG_TOK_ENOMEM. */
+int tok_vocab_add(tok_vocab *v, const char *s, size_t n, int32_t id);
+/* Id of spelling s[0..n), or -1. */
+int32_t tok_vocab_get(const tok_vocab *v, const char *s, size_t n);
+int tok_bpe_lists_add_merge(tok_bpe_lists *l, int32_t a, int32_t b, int32_t id);
+void tok_bpe_lists_free(tok_bpe_lists *l);
+
+/*
+ * Reads model.vocab and model.merges from the text of a tokenizer.json
+ * (tok_read.c says what it accepts). Returns 0 with the lists in *OUT and,
+ * in *REST (malloc'd, NUL-terminated), the text with "{}" and "[]" in place
+ * of the two values; -1, with nothing to free and no message, when the file
+ * is not one it reads, so that the caller parses it all with jansson.
+ */
+int tok_read_bpe_lists(const char *text, size_t len, tok_bpe_lists *out, char **rest, size_t *rest_len);
+
+/* Loads PATH like eng_tok_load() but with jansson alone: the reference tok_read.c is tested against. */
+int tok_load_with_jansson(const char *path, eng_tok **out, eng_diag *diag);
+
+/* ---- shared by the files ---- */
 
 /* Bytes of the UTF-8 sequence whose lead byte is C (assumed valid). */
 static inline size_t utf8_len(unsigned char c)

@@ -1,5 +1,5 @@
 /*
- * test_tokenizer: the tokenizer (engine/tokenizer.c, tok_load.c, tok_unicode.c).
+ * test_tokenizer: the tokenizer (engine/tokenizer.c, tok_load.c, tok_read.c, tok_unicode.c).
  *
  * Small tokenizer.json files are built here with jansson (a byte-level vocab
  * of the 256 byte tokens plus a few merges) and written under the build tree,
@@ -7,6 +7,10 @@
  * line naming the file and the field; the valid ones exercise merges, split
  * behaviours and added-token matching. The real Qwen3 tokenizer.json (from the
  * npm reference package) drives the streaming detokenizer and special tokens.
+ * The vocabulary and merges are read straight from the text when they can
+ * be (tok_read.c); that path is compared with jansson's on the Qwen3 file, on
+ * chosen variants and on seeded mutations of small files: both must build the
+ * same tables or fail with the same message.
  * The corpus comparison against the reference is tests/tokenizer.sh.
  */
 #include <check.h>
@@ -17,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/tok_internal.h"
 #include "engine/tokenizer.h"
 #include "tests/check_main.h"
 
@@ -693,6 +698,226 @@ START_TEST(decode_rejects_bad_ids)
 }
 END_TEST
 
+/* ---- the direct reader against jansson ------------------------------------- */
+
+static void assert_same_tables(const eng_tok *a, const eng_tok *b)
+{
+    ck_assert_uint_eq(a->n_ids, b->n_ids);
+    for (size_t id = 0; id < a->n_ids; id++) {
+        ck_assert_uint_eq(a->tok_len[id], b->tok_len[id]);
+        ck_assert_uint_eq(a->tok_flags[id], b->tok_flags[id]);
+        if (a->tok_len[id] != UINT32_MAX)
+            ck_assert(!memcmp(a->blob + a->tok_off[id], b->blob + b->tok_off[id], a->tok_len[id]));
+    }
+    ck_assert(!memcmp(a->byte_id, b->byte_id, sizeof a->byte_id));
+    ck_assert_int_eq(a->unk_id, b->unk_id);
+    ck_assert_int_eq(a->fuse_unk, b->fuse_unk);
+    ck_assert_int_eq(a->ignore_merges, b->ignore_merges);
+    ck_assert_uint_eq(a->merge_mask, b->merge_mask);
+    size_t n_merges = 0;
+    for (size_t i = 0; i <= a->merge_mask; i++) {
+        ck_assert_uint_eq(a->merges[i].rank, b->merges[i].rank);
+        if (a->merges[i].rank == UINT32_MAX)
+            continue;
+        ck_assert_uint_eq(a->merges[i].key, b->merges[i].key);
+        ck_assert_int_eq(a->merges[i].id, b->merges[i].id);
+        n_merges++;
+    }
+    ck_assert_uint_eq(a->word_mask, b->word_mask);
+    if (a->word_slots || b->word_slots)
+        ck_assert(!memcmp(a->word_slots, b->word_slots, (a->word_mask + 1) * sizeof *a->word_slots));
+    ck_assert_uint_eq(a->n_added, b->n_added);
+    for (size_t i = 0; i < a->n_added; i++) {
+        ck_assert_int_eq(a->added[i].id, b->added[i].id);
+        ck_assert_uint_eq(a->added[i].match_len, b->added[i].match_len);
+        ck_assert(!memcmp(a->added[i].match, b->added[i].match, a->added[i].match_len));
+        ck_assert_int_eq(a->added[i].special, b->added[i].special);
+        ck_assert_int_eq(a->added[i].normalized, b->added[i].normalized);
+    }
+    ck_assert_uint_eq(a->n_norms, b->n_norms);
+    ck_assert_uint_eq(a->n_steps, b->n_steps);
+}
+
+enum load_outcome { BOTH_FAIL, READ_DIRECTLY, FELL_BACK };
+
+/* Loads PATH both ways; they must agree. Returns which way eng_tok_load() went. */
+static enum load_outcome load_both_ways(const char *path)
+{
+    eng_diag da, db;
+    eng_diag_init(&da);
+    eng_diag_init(&db);
+    eng_tok *a = NULL, *b = NULL;
+    int ra = eng_tok_load(path, &a, &da), rb = tok_load_with_jansson(path, &b, &db);
+    ck_assert_msg(ra == rb, "%s: eng_tok_load %d, jansson alone %d (%s)", path, ra, rb,
+                  da.n_total ? da.lines[0] : db.n_total ? db.lines[0] : "");
+    enum load_outcome out = BOTH_FAIL;
+    if (ra == 0) {
+        ck_assert(!b->read_directly);
+        assert_same_tables(a, b);
+        out = a->read_directly ? READ_DIRECTLY : FELL_BACK;
+    } else {
+        ck_assert_uint_eq(da.n_total, db.n_total);
+        for (size_t i = 0; i < da.n_kept; i++)
+            ck_assert_str_eq(da.lines[i], db.lines[i]);
+    }
+    eng_tok_free(a);
+    eng_tok_free(b);
+    eng_diag_clear(&da);
+    eng_diag_clear(&db);
+    return out;
+}
+
+static const char *write_text(const char *text, size_t len, const char *name)
+{
+    static char path[1200];
+    snprintf(path, sizeof path, "%s/%s", work_dir, name);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(text, 1, len, f), len);
+    ck_assert_int_eq(fclose(f), 0);
+    return path;
+}
+
+/*
+ * The synthetic tokenizer with more to read: merges in both forms, an added
+ * token, and vocabulary entries that JSON must escape (quote, backslash,
+ * control characters, a character beyond the BMP).
+ */
+static char *rich_text(size_t flags)
+{
+    json_t *j = base_json(MERGES, N_MERGES, "\\s?[a-z]+|-+|\\s+");
+    json_t *model = json_object_get(j, "model"), *vocab = json_object_get(model, "vocab");
+    json_t *merges = json_object_get(model, "merges");
+    for (size_t i = 0; i < json_array_size(merges); i += 2) {
+        json_t *m = json_array_get(merges, i);
+        char both[64];
+        snprintf(both, sizeof both, "%s %s", json_string_value(json_array_get(m, 0)),
+                 json_string_value(json_array_get(m, 1)));
+        json_array_set_new(merges, i, json_string(both));
+    }
+    json_object_set_new(vocab, "\xf0\x9f\x98\x80", json_integer(400));
+    json_object_set_new(vocab, "tab\there\x01", json_integer(401));
+    json_array_append_new(json_object_get(j, "added_tokens"),
+                          json_pack("{s:i, s:s, s:b, s:b}", "id", 402, "content", "<|end|>", "special", 1,
+                                    "normalized", 0));
+    char *text = json_dumps(j, flags);
+    json_decref(j);
+    ck_assert_ptr_nonnull(text);
+    return text;
+}
+
+START_TEST(direct_read_matches_jansson)
+{
+    ck_assert(qwen->read_directly);
+    ck_assert_int_eq(load_both_ways(qwen_path), READ_DIRECTLY);
+    size_t forms[] = {JSON_COMPACT, JSON_INDENT(2), JSON_INDENT(1) | JSON_ENSURE_ASCII};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        char *text = rich_text(forms[i]);
+        ck_assert_int_eq(load_both_ways(write_text(text, strlen(text), "rich.json")), READ_DIRECTLY);
+        free(text);
+    }
+}
+END_TEST
+
+/* TEXT with the first OLD replaced by NEW (which must occur), written to NAME; the outcome of loading it. */
+static enum load_outcome variant(const char *text, const char *old, const char *new, const char *name)
+{
+    const char *at = strstr(text, old);
+    ck_assert_msg(at != NULL, "'%s' not in the text", old);
+    size_t lo = strlen(old), ln = strlen(new), n = strlen(text) - lo + ln;
+    char *v = malloc(n + 1);
+    ck_assert_ptr_nonnull(v);
+    memcpy(v, text, (size_t)(at - text));
+    memcpy(v + (at - text), new, ln);
+    strcpy(v + (at - text) + ln, at + lo);
+    enum load_outcome out = load_both_ways(write_text(v, n, name));
+    free(v);
+    return out;
+}
+
+START_TEST(direct_read_variants)
+{
+    char *text = rich_text(JSON_COMPACT);
+    /* What the reader leaves to jansson: jansson's meaning, jansson's messages. */
+    ck_assert_int_eq(variant(text, "\"model\":", "\"mod\\u0065l\":", "v-escaped-key.json"), FELL_BACK);
+    ck_assert_int_eq(variant(text, "\"vocab\":{", "\"vocab\":{\"a\":5,", "v-repeated-entry.json"), FELL_BACK);
+    ck_assert_int_eq(variant(text, "\"vocab\":{", "\"vocab\":{},\"vocab\":{", "v-two-vocabs.json"), FELL_BACK);
+    ck_assert_int_eq(variant(text, "\"merges\":[", "\"merges\":[],\"merges\":[", "v-two-merges.json"), FELL_BACK);
+    ck_assert_int_eq(variant(text, "\"vocab\":{", "\"vocab\":{\"\\u00e9\":-0,", "v-minus-zero.json"), FELL_BACK);
+    ck_assert_int_eq(variant(text, "\"vocab\":{", "\"vocab\":{\"a\\u0000\":300,", "v-nul.json"), BOTH_FAIL);
+    ck_assert_int_eq(variant(text, "\"vocab\":{", "\"vocab\":{\"\\ud800\":300,", "v-surrogate.json"), BOTH_FAIL);
+    ck_assert_int_eq(variant(text, "\"vocab\":{", "\"vocab\":{\"\xc3\":300,", "v-bad-utf8.json"), BOTH_FAIL);
+    ck_assert_int_eq(variant(text, "\"vocab\":{", "\"vocab\":{\"new\":1.0,", "v-real-id.json"), BOTH_FAIL);
+    ck_assert_int_eq(variant(text, "\"vocab\":{", "\"vocab\":{\"new\":01,", "v-leading-zero.json"), BOTH_FAIL);
+    ck_assert_int_eq(variant(text, "\"vocab\":{", "\"vocab\":{\"new\":16777216,", "v-big-id.json"), BOTH_FAIL);
+    ck_assert_int_eq(variant(text, "\"merges\":[", "\"merges\":[\"a  b\",", "v-two-spaces.json"), BOTH_FAIL);
+    ck_assert_int_eq(variant(text, "\"merges\":[", "\"merges\":[[\"a\"],", "v-short-pair.json"), BOTH_FAIL);
+    ck_assert_int_eq(variant(text, "\"merges\":[", "\"merges\":[\"q z\",", "v-unknown-merge.json"), BOTH_FAIL);
+    ck_assert_int_eq(variant(text, "\"merges\":[", "\"merges\":[\"a b\",]", "v-trailing-comma.json"), BOTH_FAIL);
+    ck_assert_int_eq(variant(text, "\"model\":", "\"model\":{},\"model\":", "v-two-models.json"), FELL_BACK);
+    ck_assert_int_eq(variant(text, "\"decoder\":", "\"decoder\":[,", "v-bad-rest.json"), BOTH_FAIL);
+    /* Still read directly: escapes that decode to plain spellings, and the "A B" form. */
+    ck_assert_int_eq(variant(text, "\"vocab\":{", "\"vocab\":{\"\\u00e9\\ud83d\\ude01\\/\":403,", "v-escapes.json"),
+                     READ_DIRECTLY);
+    free(text);
+}
+END_TEST
+
+/*
+ * Seeded mutations of the small files: single bytes replaced by ones that
+ * matter to JSON, deleted, or spliced in as escapes. Whatever comes of each,
+ * both ways must agree; the run must see every outcome (the seed is fixed).
+ */
+START_TEST(direct_read_mutations)
+{
+    static const char bytes[] = "{}[]\",:\\ 019-.eu\naz\x01\x80\xc3";
+    static const char *const splices[] = {"\\u0000", "\\ud83d", "\\u00e9", "\\\"", ",\"a\":7", "\"", "\\"};
+    uint64_t state = 0x9e3779b97f4a7c15ULL;
+    size_t seen[3] = {0, 0, 0};
+    for (int form = 0; form < 2; form++) {
+        char *text = rich_text(form ? JSON_INDENT(2) | JSON_ENSURE_ASCII : JSON_COMPACT);
+        size_t len = strlen(text);
+        char *m = malloc(len + 16);
+        ck_assert_ptr_nonnull(m);
+        for (int round = 0; round < 600; round++) {
+            memcpy(m, text, len + 1);
+            size_t n = len;
+            int edits = 1 + round % 3;
+            for (int e = 0; e < edits; e++) {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                size_t at = (size_t)(state >> 20) % n;
+                switch (state % 3) {
+                case 0:
+                    m[at] = bytes[(state >> 8) % (sizeof bytes - 1)];
+                    break;
+                case 1:
+                    memmove(m + at, m + at + 1, n - at);
+                    n--;
+                    break;
+                default: {
+                    const char *sp = splices[(state >> 8) % (sizeof splices / sizeof splices[0])];
+                    size_t ls = strlen(sp);
+                    if (n + ls < len + 16) {
+                        memmove(m + at + ls, m + at, n - at + 1);
+                        memcpy(m + at, sp, ls);
+                        n += ls;
+                    }
+                }
+                }
+            }
+            seen[load_both_ways(write_text(m, n, "mutated.json"))]++;
+        }
+        free(m);
+        free(text);
+    }
+    ck_assert_uint_gt(seen[READ_DIRECTLY], 0);
+    ck_assert_uint_gt(seen[FELL_BACK], 0);
+    ck_assert_uint_gt(seen[BOTH_FAIL], 0);
+}
+END_TEST
+
 int main(void)
 {
     const char *build = getenv("QD_BUILDDIR");
@@ -730,6 +955,9 @@ int main(void)
     tcase_add_test(tc, stream_split_sequences);
     tcase_add_test(tc, stream_matches_decode);
     tcase_add_test(tc, decode_rejects_bad_ids);
+    tcase_add_test(tc, direct_read_matches_jansson);
+    tcase_add_test(tc, direct_read_variants);
+    tcase_add_test(tc, direct_read_mutations);
     suite_add_tcase(s, tc);
     int status = qd_run_suite(s);
     eng_tok_free(qwen);
