@@ -69,6 +69,8 @@ typedef struct serve {
     bool have_info, have_fingerprint;
     uv_work_t fingerprint_req;
     int fingerprint_rc;
+    bool fingerprint_kept;   /* the model digest came from the cache folder */
+    char cache_dir[4096];    /* the prepared-weights cache folder, which also keeps the digest; "" none */
     char fingerprint[SRV_FINGERPRINT_MAX], fingerprint_err[300];
 } serve;
 
@@ -290,8 +292,9 @@ static void become_ready(serve *sv);
 static void fingerprint_work(uv_work_t *w)
 {
     serve *sv = w->data;
-    sv->fingerprint_rc = srv_fingerprint(PACKAGE_VERSION, sv->cfg.model, sv->fingerprint, sizeof sv->fingerprint,
-                                         sv->fingerprint_err, sizeof sv->fingerprint_err);
+    sv->fingerprint_rc = srv_fingerprint(PACKAGE_VERSION, sv->cfg.model, sv->cache_dir, sv->fingerprint,
+                                         sizeof sv->fingerprint, &sv->fingerprint_kept, sv->fingerprint_err,
+                                         sizeof sv->fingerprint_err);
 }
 
 static void fingerprint_done(uv_work_t *w, int status)
@@ -306,7 +309,8 @@ static void fingerprint_done(uv_work_t *w, int status)
         finish(sv);
         return;
     }
-    srv_log(SRV_LOG_INFO, "fingerprint", "system_fingerprint=%s", sv->fingerprint);
+    srv_log(SRV_LOG_INFO, "fingerprint", "digest=%s system_fingerprint=%s", sv->fingerprint_kept ? "kept" : "read",
+            sv->fingerprint);
     sv->have_fingerprint = true;
     become_ready(sv);
 }
@@ -535,6 +539,7 @@ int cmd_serve(int argc, char **argv)
             pl.membind ? "bind" : "first_touch", pl.mem_nodes);
     srv_notify("STATUS=loading the model");
     sv.fingerprint_req.data = &sv;
+    snprintf(sv.cache_dir, sizeof sv.cache_dir, "%s", so.engine.prepared_cache ? so.engine.prepared_cache : "");
     if (uv_queue_work(&sv.loop, &sv.fingerprint_req, fingerprint_work, fingerprint_done) != 0) {
         cli_fail(CMD, "cannot start the model folder's digest");
         goto out;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define READ_BLOCK (1 << 20)
@@ -159,9 +160,190 @@ static int add_file(digest *d, const char *path, unsigned char *buf, char *err, 
     return 0;
 }
 
-int srv_fingerprint(const char *version, const char *dir, char *out, size_t cap, char *err, size_t err_cap)
+/* ---- the kept digest ------------------------------------------------------- */
+
+/*
+ * Reading a 4 GB model on every start costs most of a second, so the digest
+ * is kept in the cache folder beside what stat said of every entry when it
+ * was read: for regular files the device, inode, size, mtime and ctime (the
+ * kernel moves ctime on every write and every utime(), so a file rewritten
+ * in place with its mtime put back still shows). A start whose list is the
+ * same, byte for byte, takes the kept digest. A list is kept only when it did
+ * not change while the files were read and no file changed in the last
+ * RECENT_NS, so that a write in the same clock tick as the read cannot go
+ * unseen.
+ */
+#define KEPT_MAGIC "QW3DFPRT"
+#define KEPT_FORMAT 1u
+#define KEPT_MAX_BYTES ((size_t)64 << 20)
+#define RECENT_NS ((int64_t)2000000000)
+
+typedef struct bytes {
+    unsigned char *p;
+    size_t n, cap;
+} bytes;
+
+static int put(bytes *b, const void *p, size_t n)
+{
+    if (b->cap - b->n < n) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap - b->n < n)
+            cap *= 2;
+        unsigned char *q = realloc(b->p, cap);
+        if (!q)
+            return -1;
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, p, n);
+    b->n += n;
+    return 0;
+}
+
+static int64_t ns_of(struct timespec t) { return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec; }
+
+/*
+ * The stat list of the NAMES in DIR (links followed) into KEY; *NEWEST is the
+ * latest mtime or ctime of a regular file. Entries stat cannot see count by
+ * name, as in the digest.
+ */
+static int stat_list(const char *dir, char *const *names, size_t n, bytes *key, int64_t *newest)
+{
+    key->n = 0;
+    *newest = INT64_MIN;
+    for (size_t i = 0; i < n; i++) {
+        char path[4096];
+        struct stat st;
+        uint64_t rec[6] = {0};
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (stat(path, &st) == 0) {
+            rec[0] = (uint64_t)st.st_mode;
+            if (S_ISREG(st.st_mode)) {
+                rec[1] = (uint64_t)st.st_dev;
+                rec[2] = (uint64_t)st.st_ino;
+                rec[3] = (uint64_t)st.st_size;
+                rec[4] = (uint64_t)ns_of(st.st_mtim);
+                rec[5] = (uint64_t)ns_of(st.st_ctim);
+                if (ns_of(st.st_mtim) > *newest)
+                    *newest = ns_of(st.st_mtim);
+                if (ns_of(st.st_ctim) > *newest)
+                    *newest = ns_of(st.st_ctim);
+            }
+        }
+        if (put(key, names[i], strlen(names[i]) + 1) || put(key, rec, sizeof rec))
+            return -1;
+    }
+    return 0;
+}
+
+/* CACHE/NAME-HASH.fingerprint: NAME the folder's last component, HASH of its real path. */
+static bool kept_path(const char *cache, const char *dir, char *out, size_t cap)
+{
+    char real[4096], base[64];
+    if (!realpath(dir, real))
+        return false;
+    const char *slash = strrchr(real, '/');
+    snprintf(base, sizeof base, "%s", slash && slash[1] ? slash + 1 : "model");
+    for (char *c = base; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
+              *c == '-' || *c == '_'))
+            *c = '_';
+    digest d;
+    dg_init(&d);
+    dg_add(&d, real, strlen(real));
+    int len = snprintf(out, cap, "%s/%s-%016" PRIx64 ".fingerprint", cache, base, dg_end(&d));
+    return len > 0 && (size_t)len < cap;
+}
+
+/* The record: magic, format, digest, key length, key, and a digest of all that. */
+static uint64_t record_check(const unsigned char *p, size_t n)
+{
+    digest d;
+    dg_init(&d);
+    dg_add(&d, p, n);
+    return dg_end(&d);
+}
+
+/* The digest kept at PATH for KEY, if there is one. */
+static bool kept_read(const char *path, const bytes *key, uint64_t *out)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    bool ok = false;
+    struct stat st;
+    size_t head = 8 + 4 + 8 + 8, want = head + key->n + 8;
+    unsigned char *buf = NULL;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size == want && want <= KEPT_MAX_BYTES &&
+        (buf = malloc(want)) != NULL) {
+        size_t got = 0;
+        while (got < want) {
+            ssize_t r = read(fd, buf + got, want - got);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+            got += (size_t)r;
+        }
+        uint32_t format;
+        uint64_t key_len, check;
+        if (got == want) {
+            memcpy(&format, buf + 8, 4);
+            memcpy(&key_len, buf + 20, 8);
+            memcpy(&check, buf + want - 8, 8);
+            ok = !memcmp(buf, KEPT_MAGIC, 8) && format == KEPT_FORMAT && key_len == key->n &&
+                 !memcmp(buf + head, key->p, key->n) && check == record_check(buf, want - 8);
+            if (ok)
+                memcpy(out, buf + 12, 8);
+        }
+    }
+    free(buf);
+    close(fd);
+    return ok;
+}
+
+/* Keeps DIGEST for KEY at PATH: a whole new file renamed over the old, or nothing. */
+static void kept_write(const char *cache, const char *path, const bytes *key, uint64_t dg)
+{
+    bytes r = {0};
+    uint32_t format = KEPT_FORMAT;
+    uint64_t key_len = key->n;
+    if (put(&r, KEPT_MAGIC, 8) || put(&r, &format, 4) || put(&r, &dg, 8) || put(&r, &key_len, 8) ||
+        put(&r, key->p, key->n)) {
+        free(r.p);
+        return;
+    }
+    uint64_t check = record_check(r.p, r.n);
+    char tmp[4200];
+    if (put(&r, &check, 8) || (size_t)snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= sizeof tmp) {
+        free(r.p);
+        return;
+    }
+    (void)mkdir(cache, 0755);
+    int fd = mkstemp(tmp);
+    if (fd >= 0) {
+        size_t done = 0;
+        while (done < r.n) {
+            ssize_t w = write(fd, r.p + done, r.n - done);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                break;
+            done += (size_t)w;
+        }
+        bool ok = done == r.n && fchmod(fd, 0644) == 0;
+        if (close(fd) != 0 || !ok || rename(tmp, path) != 0)
+            unlink(tmp);
+    }
+    free(r.p);
+}
+
+int srv_fingerprint(const char *version, const char *dir, const char *cache, char *out, size_t cap, bool *kept, char *err,
+                    size_t err_cap)
 {
     int rc = -1;
+    bytes key = {0}, after = {0};
+    *kept = false;
     char **names = NULL;
     size_t n = 0, ncap = 0;
     unsigned char *buf = NULL;
@@ -194,6 +376,15 @@ int srv_fingerprint(const char *version, const char *dir, char *out, size_t cap,
         n++;
     }
     qsort(names, n, sizeof *names, by_name);
+
+    char record[4096];
+    int64_t newest = 0, newest_after = 0;
+    bool use_kept = cache && *cache && strcmp(cache, "off") && kept_path(cache, dir, record, sizeof record) &&
+                    stat_list(dir, names, n, &key, &newest) == 0;
+    uint64_t model_digest;
+    *kept = use_kept && kept_read(record, &key, &model_digest);
+    if (*kept)
+        goto done;
     digest d;
     dg_init(&d);
     for (size_t i = 0; i < n; i++) {
@@ -204,11 +395,20 @@ int srv_fingerprint(const char *version, const char *dir, char *out, size_t cap,
         if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && add_file(&d, path, buf, err, err_cap) != 0)
             goto fail;
     }
+    model_digest = dg_end(&d);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (use_kept && stat_list(dir, names, n, &after, &newest_after) == 0 && after.n == key.n &&
+        !memcmp(after.p, key.p, key.n) && newest < ns_of(now) - RECENT_NS)
+        kept_write(cache, record, &key, model_digest);
+done:;
     char build[SRV_FINGERPRINT_MAX];
     srv_fingerprint_build(version, build, sizeof build);
-    snprintf(out, cap, "fp_%s_%016" PRIx64, build, dg_end(&d));
+    snprintf(out, cap, "fp_%s_%016" PRIx64, build, model_digest);
     rc = 0;
 fail:
+    free(key.p);
+    free(after.p);
     if (dp)
         closedir(dp);
     for (size_t i = 0; i < n; i++)
