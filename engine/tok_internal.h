@@ -173,14 +173,21 @@ static inline const merge_slot *merge_find(const eng_tok *t, int32_t a, int32_t 
 
 /* ---- the BPE model's lists, as the loader reads them ---- */
 
+/* Spellings looked up together by the reader (tok_read.c). */
+#define TOK_VOCAB_BATCH 96
+
+typedef struct tok_vocab_entry {
+    uint32_t off, len;       /* the spelling: text[off], len bytes */
+    int32_t id;
+} tok_vocab_entry;
+
 /* model.vocab: spellings (byte-level alphabet) with their ids, in file order, hashed. */
 typedef struct tok_vocab {
     size_t n, n_cap;
-    uint32_t *off, *len;     /* spelling of entry i: text[off[i]], len[i] bytes */
-    int32_t *id;
+    tok_vocab_entry *ent;
     char *text;
     size_t text_len, text_cap;
-    uint32_t *slots;         /* entry index + 1 by hash of the spelling; 0 empty */
+    uint64_t *slots;         /* by hash of the spelling: high 32 bits of the hash, entry index + 1; 0 empty */
     size_t mask;
 } tok_vocab;
 
@@ -257,6 +264,13 @@ int tok_utf8_lossy_append(const unsigned char *s, size_t n, bool hold_tail, eng_
  * copied unchanged.
  */
 int tok_translate_pattern(const char *pat, size_t len, eng_tok_text *o);
+
+/*
+ * Asks the kernel to map the whole pages of fresh memory P[0..N) at once
+ * (MADV_POPULATE_WRITE), where touching them would fault them in one page
+ * at a time; a hint, ignored where the kernel lacks it.
+ */
+void tok_prefault(void *p, size_t n);
 
 /* Appends s[0..n) to T; ENG_TOK_ENOMEM when it cannot grow. */
 int tok_text_append(eng_tok_text *t, const void *p, size_t n);

@@ -324,6 +324,7 @@ static int insert_merges(load_ctx *c, eng_tok *t, const tok_bpe_lists *l)
     t->merges = malloc(cap * sizeof *t->merges);
     if (!t->merges)
         return bad(c, "model.merges: out of memory");
+    tok_prefault(t->merges, cap * sizeof *t->merges);
     for (size_t i = 0; i < cap; i++)
         t->merges[i].rank = UINT32_MAX;
     t->merge_mask = cap - 1;
@@ -385,8 +386,8 @@ static int load_model(load_ctx *c, eng_tok *t, json_t *model, bool read_directly
         }
     }
     for (size_t i = 0; i < l->vocab.n; i++)
-        if ((size_t)l->vocab.id[i] + 1 > t->n_ids)
-            t->n_ids = (size_t)l->vocab.id[i] + 1;
+        if ((size_t)l->vocab.ent[i].id + 1 > t->n_ids)
+            t->n_ids = (size_t)l->vocab.ent[i].id + 1;
     t->unk_id = -1;
     v = json_object_get(model, "unk_token");
     if (v && !json_is_null(v)) {
@@ -510,9 +511,9 @@ static int build_tables(load_ctx *c, eng_tok *t, const tok_vocab *v)
 
     size_t used = 0, n_pure = 0;
     for (size_t e = 0; e < v->n; e++) {
-        int32_t id = v->id[e];
+        int32_t id = v->ent[e].id;
         bool pure;
-        size_t len = token_to_bytes(v->text + v->off[e], v->len[e], cp_byte, cp_in, t->blob + used, &pure);
+        size_t len = token_to_bytes(v->text + v->ent[e].off, v->ent[e].len, cp_byte, cp_in, t->blob + used, &pure);
         t->tok_off[id] = (uint32_t)used;
         t->tok_len[id] = (uint32_t)len;
         t->tok_flags[id] = TOK_PRESENT | (pure ? TOK_PURE : 0);
@@ -545,7 +546,7 @@ static int build_tables(load_ctx *c, eng_tok *t, const tok_vocab *v)
         memset(t->word_slots, 0xff, cap * sizeof *t->word_slots);
         t->word_mask = cap - 1;
         for (size_t e = 0; e < v->n; e++) {
-            int32_t id = v->id[e];
+            int32_t id = v->ent[e].id;
             if (!(t->tok_flags[id] & TOK_PURE))
                 continue;
             size_t i = hash_bytes(t->blob + t->tok_off[id], t->tok_len[id]) & t->word_mask;
@@ -695,6 +696,8 @@ static int read_file(const char *path, eng_tok_text *out, load_ctx *c)
     /* One byte beyond the size to see the end of the file, one for the NUL. */
     size_t cap = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? (size_t)st.st_size + 2 : 1 << 16, len = 0;
     char *buf = malloc(cap);
+    if (buf)
+        tok_prefault(buf, cap);
     for (;;) {
         if (buf && cap - len < 2) {
             char *nb = realloc(buf, 2 * cap);

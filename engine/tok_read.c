@@ -18,47 +18,111 @@
 #include "engine/tok_internal.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+void tok_prefault(void *p, size_t n)
+{
+#ifdef MADV_POPULATE_WRITE
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)p + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
+    uintptr_t hi = ((uintptr_t)p + n) & ~(uintptr_t)(page - 1);
+    if (page > 0 && hi > lo + (uintptr_t)(64 * page))
+        (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
 
 /* ---------------------------------------------------------------------- */
 /* The vocabulary table                                                    */
 
 #define NO_ENTRY SIZE_MAX
 
+/* A slot: entry index + 1 in the low half (0: empty), the hash's high half above, so most misses skip the entry. */
+static inline uint64_t slot_of(size_t e, uint64_t h) { return (h & 0xffffffff00000000ULL) | ((uint64_t)e + 1); }
+
 static size_t vocab_find(const tok_vocab *v, const char *s, size_t n, uint64_t h)
 {
     if (!v->slots)
         return NO_ENTRY;
     for (size_t i = h & v->mask;; i = (i + 1) & v->mask) {
-        uint32_t e = v->slots[i];
-        if (!e)
+        uint64_t slot = v->slots[i];
+        if (!slot)
             return NO_ENTRY;
-        e--;
-        if (v->len[e] == n && !memcmp(v->text + v->off[e], s, n))
-            return e;
+        if ((slot ^ h) >> 32)
+            continue;
+        const tok_vocab_entry *e = &v->ent[(uint32_t)slot - 1];
+        if (e->len == n && !memcmp(v->text + e->off, s, n))
+            return (uint32_t)slot - 1;
     }
 }
 
 int32_t tok_vocab_get(const tok_vocab *v, const char *s, size_t n)
 {
     size_t e = vocab_find(v, s, n, hash_bytes(s, n));
-    return e == NO_ENTRY ? -1 : v->id[e];
+    return e == NO_ENTRY ? -1 : v->ent[e].id;
+}
+
+/*
+ * Ids of COUNT spellings at once. The answers are tok_vocab_get()'s; the
+ * slots, entries and spellings they need are prefetched a stage ahead for
+ * the whole batch first, so their cache misses overlap instead of queueing
+ * one lookup behind another (the table of a large vocabulary is megabytes).
+ */
+static void vocab_get_batch(const tok_vocab *v, const char *const *s, const size_t *n, int32_t *ids, size_t count)
+{
+    uint64_t h[TOK_VOCAB_BATCH];
+    if (!v->slots) {
+        for (size_t q = 0; q < count; q++)
+            ids[q] = -1;
+        return;
+    }
+    for (size_t q = 0; q < count; q++) {
+        h[q] = hash_bytes(s[q], n[q]);
+        __builtin_prefetch(&v->slots[h[q] & v->mask]);
+    }
+    for (size_t q = 0; q < count; q++) {
+        uint64_t slot = v->slots[h[q] & v->mask];
+        if (slot && !((slot ^ h[q]) >> 32))
+            __builtin_prefetch(&v->ent[(uint32_t)slot - 1]);
+    }
+    for (size_t q = 0; q < count; q++) {
+        uint64_t slot = v->slots[h[q] & v->mask];
+        if (slot && !((slot ^ h[q]) >> 32))
+            __builtin_prefetch(v->text + v->ent[(uint32_t)slot - 1].off);
+    }
+    for (size_t q = 0; q < count; q++) {
+        size_t e = vocab_find(v, s[q], n[q], h[q]);
+        ids[q] = e == NO_ENTRY ? -1 : v->ent[e].id;
+    }
 }
 
 static int vocab_rehash(tok_vocab *v, size_t cap)
 {
-    uint32_t *slots = calloc(cap, sizeof *slots);
+    uint64_t *slots = calloc(cap, sizeof *slots);
     if (!slots)
         return ENG_TOK_ENOMEM;
+    tok_prefault(slots, cap * sizeof *slots);
     for (size_t e = 0; e < v->n; e++) {
-        size_t i = hash_bytes(v->text + v->off[e], v->len[e]) & (cap - 1);
+        uint64_t h = hash_bytes(v->text + v->ent[e].off, v->ent[e].len);
+        size_t i = h & (cap - 1);
         while (slots[i])
             i = (i + 1) & (cap - 1);
-        slots[i] = (uint32_t)e + 1;
+        slots[i] = slot_of(e, h);
     }
     free(v->slots);
     v->slots = slots;
     v->mask = cap - 1;
     return 0;
+}
+
+/* Sizes the table for N entries in all (load factor at most 1/2), so that adding them does not rehash. */
+static int vocab_reserve(tok_vocab *v, size_t n)
+{
+    size_t cap = pow2_at_least(2 * n + 2);
+    return cap > (v->slots ? v->mask + 1 : 0) ? vocab_rehash(v, cap) : 0;
 }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
@@ -76,53 +140,36 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-int tok_vocab_add(tok_vocab *v, const char *s, size_t n, int32_t id)
+static int vocab_add_hashed(tok_vocab *v, const char *s, size_t n, uint64_t h, int32_t id)
 {
-    uint64_t h = hash_bytes(s, n);
     if (vocab_find(v, s, n, h) != NO_ENTRY)
         return 1;
     if (v->n >= UINT32_MAX - 1 || v->text_len + n >= UINT32_MAX)
         return ENG_TOK_ENOMEM;
-    if (v->n == v->n_cap) {
-        size_t cap = v->n_cap ? 2 * v->n_cap : 256;
-        uint32_t *off = realloc(v->off, cap * sizeof *off);
-        if (!off)
-            return ENG_TOK_ENOMEM;
-        v->off = off;
-        uint32_t *len = realloc(v->len, cap * sizeof *len);
-        if (!len)
-            return ENG_TOK_ENOMEM;
-        v->len = len;
-        int32_t *id_of = realloc(v->id, cap * sizeof *id_of);
-        if (!id_of)
-            return ENG_TOK_ENOMEM;
-        v->id = id_of;
-        v->n_cap = cap;
-    }
-    if (grow((void **)&v->text, &v->text_cap, v->text_len + n + 1, 1))
+    if (grow((void **)&v->ent, &v->n_cap, v->n + 1, sizeof *v->ent) ||
+        grow((void **)&v->text, &v->text_cap, v->text_len + n + 1, 1))
         return ENG_TOK_ENOMEM;
-    /* Load factor at most 1/2. */
-    if (2 * (v->n + 1) > (v->slots ? v->mask + 1 : 0) &&
-        vocab_rehash(v, pow2_at_least(4 * (v->n + 1))))
+    if (2 * (v->n + 1) > (v->slots ? v->mask + 1 : 0) && vocab_reserve(v, 2 * (v->n + 1)))
         return ENG_TOK_ENOMEM;
     memcpy(v->text + v->text_len, s, n);
-    v->off[v->n] = (uint32_t)v->text_len;
-    v->len[v->n] = (uint32_t)n;
-    v->id[v->n] = id;
+    v->ent[v->n] = (tok_vocab_entry){(uint32_t)v->text_len, (uint32_t)n, id};
     v->text_len += n;
     size_t i = h & v->mask;
     while (v->slots[i])
         i = (i + 1) & v->mask;
-    v->slots[i] = (uint32_t)v->n + 1;
+    v->slots[i] = slot_of(v->n, h);
     v->n++;
     return 0;
 }
 
+int tok_vocab_add(tok_vocab *v, const char *s, size_t n, int32_t id)
+{
+    return vocab_add_hashed(v, s, n, hash_bytes(s, n), id);
+}
+
 void tok_bpe_lists_free(tok_bpe_lists *l)
 {
-    free(l->vocab.off);
-    free(l->vocab.len);
-    free(l->vocab.id);
+    free(l->vocab.ent);
     free(l->vocab.text);
     free(l->vocab.slots);
     free(l->merges);
@@ -416,62 +463,129 @@ static const char *read_id(const char *p, const char *end, int32_t *id)
     return p;
 }
 
+/* Adds the K spellings at BUF + OFF[i], LEN[i] with IDS[i], their slots prefetched together first. */
+static int add_batch(tok_vocab *v, const eng_tok_text *buf, const size_t *off, const size_t *len, const int32_t *ids,
+                     size_t k)
+{
+    uint64_t h[TOK_VOCAB_BATCH];
+    const char *base = buf->s ? buf->s : "";
+    for (size_t i = 0; i < k; i++) {
+        h[i] = hash_bytes(base + off[i], len[i]);
+        __builtin_prefetch(&v->slots[h[i] & v->mask]);
+    }
+    for (size_t i = 0; i < k; i++)
+        if (vocab_add_hashed(v, base + off[i], len[i], h[i], ids[i]))
+            return -1;
+    return 0;
+}
+
 static int read_vocab(const char *p, const char *end, tok_vocab *v, eng_tok_text *buf)
 {
+    /* Every entry has a colon: sized for them all, the table never rehashes. */
+    size_t colons = 0;
+    for (const char *q = p; (q = memchr(q, ':', (size_t)(end - q))) != NULL; q++)
+        colons++;
+    if (vocab_reserve(v, colons))
+        return -1;
+    size_t off[TOK_VOCAB_BATCH], len[TOK_VOCAB_BATCH], k = 0;
+    int32_t ids[TOK_VOCAB_BATCH];
+    buf->len = 0;
     p = skip_ws(p + 1, end);
     if (p < end && *p == '}')
         return p + 1 == end ? 0 : -1;
     for (;;) {
-        buf->len = 0;
+        if (k == TOK_VOCAB_BATCH) {
+            if (add_batch(v, buf, off, len, ids, k))
+                return -1;
+            k = 0;
+            buf->len = 0;
+        }
+        off[k] = buf->len;
         if (p == end || *p != '"' || !(p = read_string(p, end, buf)))
             return -1;
+        len[k] = buf->len - off[k];
         p = skip_ws(p, end);
         if (p == end || *p != ':')
             return -1;
-        int32_t id;
-        if (!(p = read_id(skip_ws(p + 1, end), end, &id)) || tok_vocab_add(v, buf->s ? buf->s : "", buf->len, id))
+        if (!(p = read_id(skip_ws(p + 1, end), end, &ids[k])))
             return -1;
+        k++;
         p = skip_ws(p, end);
         if (p < end && *p == '}')
-            return p + 1 == end ? 0 : -1;
+            return p + 1 == end ? add_batch(v, buf, off, len, ids, k) : -1;
         if (p == end || *p != ',')
             return -1;
         p = skip_ws(p + 1, end);
     }
 }
 
+#define MERGES_PER_BATCH (TOK_VOCAB_BATCH / 3)
+
+/* Resolves the K merges whose spellings are at BUF + OFF[i] (LA[i] bytes, then LB[i]) and adds them in order. */
+static int add_merges(tok_bpe_lists *l, const eng_tok_text *buf, const size_t *off, const size_t *la,
+                      const size_t *lb, size_t k)
+{
+    const char *s[TOK_VOCAB_BATCH];
+    size_t n[TOK_VOCAB_BATCH];
+    int32_t ids[TOK_VOCAB_BATCH];
+    const char *base = buf->s ? buf->s : "";
+    for (size_t i = 0; i < k; i++) {
+        s[3 * i] = s[3 * i + 2] = base + off[i];
+        n[3 * i] = la[i];
+        s[3 * i + 1] = base + off[i] + la[i];
+        n[3 * i + 1] = lb[i];
+        n[3 * i + 2] = la[i] + lb[i];
+    }
+    vocab_get_batch(&l->vocab, s, n, ids, 3 * k);
+    for (size_t i = 0; i < k; i++)
+        if (ids[3 * i] < 0 || ids[3 * i + 1] < 0 || ids[3 * i + 2] < 0 ||
+            tok_bpe_lists_add_merge(l, ids[3 * i], ids[3 * i + 1], ids[3 * i + 2]))
+            return -1;
+    return 0;
+}
+
 static int read_merges(const char *p, const char *end, tok_bpe_lists *l, eng_tok_text *buf)
 {
+    size_t off[MERGES_PER_BATCH], la[MERGES_PER_BATCH], lb[MERGES_PER_BATCH], k = 0;
+    buf->len = 0;
     p = skip_ws(p + 1, end);
     if (p < end && *p == ']')
         return p + 1 == end ? 0 : -1;
     for (;;) {
-        buf->len = 0;
-        size_t la, lb;
+        if (k == MERGES_PER_BATCH) {
+            if (add_merges(l, buf, off, la, lb, k))
+                return -1;
+            k = 0;
+            buf->len = 0;
+        }
+        size_t start = off[k] = buf->len;
         if (p == end)
             return -1;
         if (*p == '"') {
             if (!(p = read_string(p, end, buf)))
                 return -1;
-            const char *sp = memchr(buf->s, ' ', buf->len);
-            if (!sp || memchr(sp + 1, ' ', buf->len - (size_t)(sp + 1 - buf->s)))
+            char *m = buf->s + start;
+            size_t n = buf->len - start;
+            const char *sp = memchr(m, ' ', n);
+            if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp + 1 - m)))
                 return -1;
-            la = (size_t)(sp - buf->s);
-            lb = buf->len - la - 1;
+            la[k] = (size_t)(sp - m);
+            lb[k] = n - la[k] - 1;
             /* Close the gap so that the two halves spell the merged token. */
-            memmove(buf->s + la, buf->s + la + 1, lb);
+            memmove(m + la[k], m + la[k] + 1, lb[k]);
+            buf->len--;
         } else if (*p == '[') {
             p = skip_ws(p + 1, end);
             if (p == end || *p != '"' || !(p = read_string(p, end, buf)))
                 return -1;
-            la = buf->len;
+            la[k] = buf->len - start;
             p = skip_ws(p, end);
             if (p == end || *p != ',')
                 return -1;
             p = skip_ws(p + 1, end);
             if (p == end || *p != '"' || !(p = read_string(p, end, buf)))
                 return -1;
-            lb = buf->len - la;
+            lb[k] = buf->len - start - la[k];
             p = skip_ws(p, end);
             if (p == end || *p != ']')
                 return -1;
@@ -479,14 +593,10 @@ static int read_merges(const char *p, const char *end, tok_bpe_lists *l, eng_tok
         } else {
             return -1;
         }
-        const char *s = buf->s ? buf->s : "";
-        int32_t a = tok_vocab_get(&l->vocab, s, la), b = tok_vocab_get(&l->vocab, s + la, lb);
-        int32_t id = tok_vocab_get(&l->vocab, s, la + lb);
-        if (a < 0 || b < 0 || id < 0 || tok_bpe_lists_add_merge(l, a, b, id))
-            return -1;
+        k++;
         p = skip_ws(p, end);
         if (p < end && *p == ']')
-            return p + 1 == end ? 0 : -1;
+            return p + 1 == end ? add_merges(l, buf, off, la, lb, k) : -1;
         if (p == end || *p != ',')
             return -1;
         p = skip_ws(p + 1, end);
