@@ -221,6 +221,15 @@ int tok_read_bpe_lists(const char *text, size_t len, tok_bpe_lists *out, char **
 /* Loads PATH like eng_tok_load() but with jansson alone: the reference tok_read.c is tested against. */
 int tok_load_with_jansson(const char *path, eng_tok **out, eng_diag *diag);
 
+/*
+ * eng_tok_load() of a file's text, FILE, which messages call NAME; with
+ * TRY_DIRECT false, jansson alone reads it. For tests and fuzzing.
+ */
+int tok_load_text(const char *name, const eng_tok_text *file, bool try_direct, eng_tok **out, eng_diag *diag);
+
+/* Whether two loads built the same tables (what encoding and decoding read). For tests and fuzzing. */
+bool tok_same_tables(const eng_tok *a, const eng_tok *b);
+
 /* ---- shared by the files ---- */
 
 /* Bytes of the UTF-8 sequence whose lead byte is C (assumed valid). */

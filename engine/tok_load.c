@@ -741,11 +741,38 @@ static eng_tok *tok_new(const char *file_path)
     return t;
 }
 
-/*
- * With TRY_DIRECT, the vocabulary and merges are first read by tok_read.c;
- * if that or anything after it fails, jansson reads the whole file again, so
- * that every message and every table is what jansson alone gives.
- */
+int tok_load_text(const char *name, const eng_tok_text *file, bool try_direct, eng_tok **out, eng_diag *diag)
+{
+    *out = NULL;
+    load_ctx c = {name, diag};
+    eng_tok *t = NULL;
+    int rc = -1;
+    if (try_direct) {
+        eng_diag quiet;
+        eng_diag_init(&quiet);
+        load_ctx quiet_ctx = {name, &quiet};
+        t = tok_new(name);
+        rc = t ? load_text(&quiet_ctx, t, file, true) : -1;
+        eng_diag_clear(&quiet);
+        if (rc) {
+            eng_tok_free(t);
+            t = NULL;
+        }
+    }
+    if (rc) {
+        t = tok_new(name);
+        if (!t)
+            return bad(&c, "out of memory");
+        rc = load_text(&c, t, file, false);
+    }
+    if (rc) {
+        eng_tok_free(t);
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
 static int tok_load(const char *path, bool try_direct, eng_tok **out, eng_diag *diag)
 {
     *out = NULL;
@@ -755,42 +782,12 @@ static int tok_load(const char *path, bool try_direct, eng_tok **out, eng_diag *
         return -1;
     }
     load_ctx c = {file_path, diag};
-    eng_tok *t = NULL;
-    int rc = -1;
     /* Parsing from memory is several times faster than jansson's reading a FILE by character. */
     eng_tok_text file = {0};
-    if (read_file(file_path, &file, &c))
-        goto out;
-
-    if (try_direct) {
-        eng_diag quiet;
-        eng_diag_init(&quiet);
-        load_ctx quiet_ctx = {file_path, &quiet};
-        t = tok_new(file_path);
-        rc = t ? load_text(&quiet_ctx, t, &file, true) : -1;
-        eng_diag_clear(&quiet);
-        if (rc) {
-            eng_tok_free(t);
-            t = NULL;
-        }
-    }
-    if (rc) {
-        t = tok_new(file_path);
-        if (!t) {
-            bad(&c, "out of memory");
-            goto out;
-        }
-        rc = load_text(&c, t, &file, false);
-    }
-out:
+    int rc = read_file(file_path, &file, &c) ? -1 : tok_load_text(file_path, &file, try_direct, out, diag);
     eng_tok_text_free(&file);
     free(file_path);
-    if (rc) {
-        eng_tok_free(t);
-        return -1;
-    }
-    *out = t;
-    return 0;
+    return rc;
 }
 
 int eng_tok_load(const char *path, eng_tok **out, eng_diag *diag)
@@ -801,4 +798,42 @@ int eng_tok_load(const char *path, eng_tok **out, eng_diag *diag)
 int tok_load_with_jansson(const char *path, eng_tok **out, eng_diag *diag)
 {
     return tok_load(path, false, out, diag);
+}
+
+bool tok_same_tables(const eng_tok *a, const eng_tok *b)
+{
+    if (a->n_ids != b->n_ids || memcmp(a->byte_id, b->byte_id, sizeof a->byte_id) || a->unk_id != b->unk_id ||
+        a->fuse_unk != b->fuse_unk || a->ignore_merges != b->ignore_merges || a->merge_mask != b->merge_mask ||
+        a->word_mask != b->word_mask || a->n_added != b->n_added || a->n_norms != b->n_norms ||
+        a->n_steps != b->n_steps)
+        return false;
+    for (size_t id = 0; id < a->n_ids; id++)
+        if (a->tok_len[id] != b->tok_len[id] || a->tok_flags[id] != b->tok_flags[id] ||
+            (a->tok_len[id] != UINT32_MAX && memcmp(a->blob + a->tok_off[id], b->blob + b->tok_off[id], a->tok_len[id])))
+            return false;
+    for (size_t i = 0; i <= a->merge_mask; i++) {
+        const merge_slot *x = &a->merges[i], *y = &b->merges[i];
+        if (x->rank != y->rank || (x->rank != UINT32_MAX && (x->key != y->key || x->id != y->id)))
+            return false;
+    }
+    if ((a->word_slots || b->word_slots) &&
+        (!a->word_slots || !b->word_slots || memcmp(a->word_slots, b->word_slots, (a->word_mask + 1) * sizeof *a->word_slots)))
+        return false;
+    for (size_t i = 0; i < a->n_added; i++) {
+        const added_tok *x = &a->added[i], *y = &b->added[i];
+        if (x->id != y->id || x->match_len != y->match_len || memcmp(x->match, y->match, x->match_len) ||
+            x->special != y->special || x->normalized != y->normalized || x->single_word != y->single_word ||
+            x->lstrip != y->lstrip || x->rstrip != y->rstrip)
+            return false;
+    }
+    for (size_t i = 0; i < a->n_norms; i++)
+        if (a->norms[i] != b->norms[i])
+            return false;
+    for (size_t i = 0; i < a->n_steps; i++) {
+        const pretok_step *x = &a->steps[i], *y = &b->steps[i];
+        if ((x->re == NULL) != (y->re == NULL) || x->behavior != y->behavior || x->invert != y->invert ||
+            x->byte_level != y->byte_level || x->add_prefix_space != y->add_prefix_space)
+            return false;
+    }
+    return true;
 }

@@ -31,7 +31,7 @@ UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 export ASAN_OPTIONS UBSAN_OPTIONS
 sh "$QD_SRCDIR/tests/fuzz/seed_forms.sh" "$bin/seed_onnx" "$QD_SRCDIR" "$work/onnx" ||
   { echo "FAIL: seed_forms.sh"; exit 1; }
-for t in parse chat tokenizer onnx sse schema; do
+for t in parse chat tokenizer tokfile onnx sse schema; do
   extra=""
   [ -d "$regress/$t" ] && extra="$regress/$t"
   printf '%s: ' "$t"

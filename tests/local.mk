@@ -259,9 +259,10 @@ TESTS += tests/test_session
 TESTS += tests/kv_f16.sh tests/kv_q8.sh
 EXTRA_DIST += tests/kv_f16.sh tests/kv_q8.sh tests/ort/kv-type.sh
 
-# Fuzzing (tests/fuzz/): six libFuzzer targets (request parser, chat
-# template, tokenizer, ONNX loader and plan, SSE stream, JSON Schema
-# compiler with the grammar matcher). `make check` replays their corpus and
+# Fuzzing (tests/fuzz/): seven libFuzzer targets (request parser, chat
+# template, tokenizer, tokenizer.json loading read directly against jansson
+# alone, ONNX loader and plan, SSE stream, JSON Schema compiler with the
+# grammar matcher). `make check` replays their corpus and
 # the reproducers of past findings (tests/fuzz/regress/) through the targets
 # built with the project's compiler against a copy of the library built with
 # ASan and UBSan, so undefined behaviour fails the test
@@ -270,11 +271,11 @@ EXTRA_DIST += tests/kv_f16.sh tests/kv_q8.sh tests/ort/kv-type.sh
 # fuzz-smoke` (CI) runs each for a fixed number of runs from a fixed seed,
 # `make fuzz` (by hand) runs each unseeded for FUZZ_SECONDS
 # (tests/fuzz/run.sh).
-FUZZ_TARGETS = parse chat tokenizer onnx sse schema
+FUZZ_TARGETS = parse chat tokenizer tokfile onnx sse schema
 FUZZ_CC = clang
 # fuzz-smoke: runs per target, 20-50 s each (about 4 minutes in all) on a
 # 2-core Zen 5 shared with other work; FUZZ_SEED picks another fixed seed.
-FUZZ_SMOKE_RUNS = parse=200000 chat=400000 tokenizer=100000 onnx=4000 sse=16000 schema=150000
+FUZZ_SMOKE_RUNS = parse=200000 chat=400000 tokenizer=100000 tokfile=100000 onnx=4000 sse=16000 schema=150000
 FUZZ_SEED = 1
 FUZZ_SECONDS = 600
 check_LIBRARIES += tests/fuzz/libqwen3d_san.a
@@ -283,7 +284,7 @@ tests_fuzz_libqwen3d_san_a_CFLAGS = $(AM_CFLAGS) $(QD_REPLAY_SAN_CFLAGS)
 FUZZ_REPLAY_CC_FLAGS = $(AM_CFLAGS) $(QD_REPLAY_SAN_CFLAGS)
 FUZZ_REPLAY_LD_FLAGS = $(AM_LDFLAGS) $(QD_REPLAY_SAN_CFLAGS)
 FUZZ_REPLAY_LIBS = tests/fuzz/libqwen3d_san.a $(QD_KERNEL_ARCHIVES) $(QD_LIBS)
-check_PROGRAMS += tests/fuzz/replay_parse tests/fuzz/replay_chat tests/fuzz/replay_tokenizer \
+check_PROGRAMS += tests/fuzz/replay_parse tests/fuzz/replay_chat tests/fuzz/replay_tokenizer tests/fuzz/replay_tokfile \
 	tests/fuzz/replay_onnx tests/fuzz/replay_sse tests/fuzz/replay_schema tests/fuzz/seed_onnx
 tests_fuzz_replay_parse_SOURCES = tests/fuzz/fuzz_parse.c tests/fuzz/replay.c tests/fuzz/fuzz.h
 tests_fuzz_replay_parse_CFLAGS = $(FUZZ_REPLAY_CC_FLAGS)
@@ -297,6 +298,10 @@ tests_fuzz_replay_tokenizer_SOURCES = tests/fuzz/fuzz_tokenizer.c tests/fuzz/rep
 tests_fuzz_replay_tokenizer_CFLAGS = $(FUZZ_REPLAY_CC_FLAGS)
 tests_fuzz_replay_tokenizer_LDFLAGS = $(FUZZ_REPLAY_LD_FLAGS)
 tests_fuzz_replay_tokenizer_LDADD = $(FUZZ_REPLAY_LIBS)
+tests_fuzz_replay_tokfile_SOURCES = tests/fuzz/fuzz_tokfile.c tests/fuzz/replay.c tests/fuzz/fuzz.h
+tests_fuzz_replay_tokfile_CFLAGS = $(FUZZ_REPLAY_CC_FLAGS)
+tests_fuzz_replay_tokfile_LDFLAGS = $(FUZZ_REPLAY_LD_FLAGS)
+tests_fuzz_replay_tokfile_LDADD = $(FUZZ_REPLAY_LIBS)
 tests_fuzz_replay_onnx_SOURCES = tests/fuzz/fuzz_onnx.c tests/fuzz/replay.c tests/fuzz/fuzz.h
 tests_fuzz_replay_onnx_CFLAGS = $(FUZZ_REPLAY_CC_FLAGS)
 tests_fuzz_replay_onnx_LDFLAGS = $(FUZZ_REPLAY_LD_FLAGS)
@@ -314,7 +319,7 @@ tests_fuzz_seed_onnx_LDADD = libqwen3d_writer.a $(QD_ARCHIVES) $(QD_LIBS)
 TESTS += tests/fuzz_replay.sh
 EXTRA_DIST += tests/fuzz_replay.sh tests/fuzz/corpus tests/fuzz/regress tests/fuzz/gen-makefile.sh \
 	tests/fuzz/run.sh tests/fuzz/seed_forms.sh tests/fuzz/lsan.sh tests/fuzz/parse.dict tests/fuzz/chat.dict tests/fuzz/sse.dict \
-	tests/fuzz/onnx.dict tests/fuzz/schema.dict
+	tests/fuzz/onnx.dict tests/fuzz/schema.dict tests/fuzz/tokfile.dict
 
 fuzz-build: $(ONNX_PB) config.h
 	$(AM_V_GEN)FUZZ_CC='$(FUZZ_CC)' \

@@ -700,44 +700,6 @@ END_TEST
 
 /* ---- the direct reader against jansson ------------------------------------- */
 
-static void assert_same_tables(const eng_tok *a, const eng_tok *b)
-{
-    ck_assert_uint_eq(a->n_ids, b->n_ids);
-    for (size_t id = 0; id < a->n_ids; id++) {
-        ck_assert_uint_eq(a->tok_len[id], b->tok_len[id]);
-        ck_assert_uint_eq(a->tok_flags[id], b->tok_flags[id]);
-        if (a->tok_len[id] != UINT32_MAX)
-            ck_assert(!memcmp(a->blob + a->tok_off[id], b->blob + b->tok_off[id], a->tok_len[id]));
-    }
-    ck_assert(!memcmp(a->byte_id, b->byte_id, sizeof a->byte_id));
-    ck_assert_int_eq(a->unk_id, b->unk_id);
-    ck_assert_int_eq(a->fuse_unk, b->fuse_unk);
-    ck_assert_int_eq(a->ignore_merges, b->ignore_merges);
-    ck_assert_uint_eq(a->merge_mask, b->merge_mask);
-    size_t n_merges = 0;
-    for (size_t i = 0; i <= a->merge_mask; i++) {
-        ck_assert_uint_eq(a->merges[i].rank, b->merges[i].rank);
-        if (a->merges[i].rank == UINT32_MAX)
-            continue;
-        ck_assert_uint_eq(a->merges[i].key, b->merges[i].key);
-        ck_assert_int_eq(a->merges[i].id, b->merges[i].id);
-        n_merges++;
-    }
-    ck_assert_uint_eq(a->word_mask, b->word_mask);
-    if (a->word_slots || b->word_slots)
-        ck_assert(!memcmp(a->word_slots, b->word_slots, (a->word_mask + 1) * sizeof *a->word_slots));
-    ck_assert_uint_eq(a->n_added, b->n_added);
-    for (size_t i = 0; i < a->n_added; i++) {
-        ck_assert_int_eq(a->added[i].id, b->added[i].id);
-        ck_assert_uint_eq(a->added[i].match_len, b->added[i].match_len);
-        ck_assert(!memcmp(a->added[i].match, b->added[i].match, a->added[i].match_len));
-        ck_assert_int_eq(a->added[i].special, b->added[i].special);
-        ck_assert_int_eq(a->added[i].normalized, b->added[i].normalized);
-    }
-    ck_assert_uint_eq(a->n_norms, b->n_norms);
-    ck_assert_uint_eq(a->n_steps, b->n_steps);
-}
-
 enum load_outcome { BOTH_FAIL, READ_DIRECTLY, FELL_BACK };
 
 /* Loads PATH both ways; they must agree. Returns which way eng_tok_load() went. */
@@ -753,7 +715,7 @@ static enum load_outcome load_both_ways(const char *path)
     enum load_outcome out = BOTH_FAIL;
     if (ra == 0) {
         ck_assert(!b->read_directly);
-        assert_same_tables(a, b);
+        ck_assert_msg(tok_same_tables(a, b), "%s: the tables differ", path);
         out = a->read_directly ? READ_DIRECTLY : FELL_BACK;
     } else {
         ck_assert_uint_eq(da.n_total, db.n_total);
