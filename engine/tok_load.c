@@ -288,8 +288,9 @@ static int merges_from_json(load_ctx *c, json_t *merges, tok_bpe_lists *l)
             bad(c, "model.merges[%zu]: token '%.*s' is not in model.vocab", i, (int)(ia < 0 ? la : lb), ia < 0 ? a : b);
             goto out;
         }
-        if (la + lb > buf_cap) {
-            buf_cap = 2 * (la + lb);
+        /* Never NULL, even for two empty spellings: memcpy and the lookup need a pointer. */
+        if (!buf || la + lb > buf_cap) {
+            buf_cap = 2 * (la + lb) + 16;
             char *nb = realloc(buf, buf_cap);
             if (!nb) {
                 bad(c, "model.merges: out of memory");

@@ -610,8 +610,9 @@ int tok_read_bpe_lists(const char *text, size_t len, tok_bpe_lists *out, char **
     const char *span[2][2] = {{NULL, NULL}, {NULL, NULL}};
     if (find_values(text, len, span) || *span[0][0] != '{' || *span[1][0] != '[')
         return -1;
+    /* Storage from the start: the readers point into it even when every string so far was empty. */
     eng_tok_text buf = {0};
-    int rc = read_vocab(span[0][0], span[0][1], &out->vocab, &buf) ||
+    int rc = tok_text_append(&buf, "", 0) || read_vocab(span[0][0], span[0][1], &out->vocab, &buf) ||
              read_merges(span[1][0], span[1][1], out, &buf) ? -1 : 0;
     eng_tok_text_free(&buf);
     if (rc) {
