@@ -185,7 +185,7 @@ int tok_bpe_lists_add_merge(tok_bpe_lists *l, int32_t a, int32_t b, int32_t id)
 }
 
 /* ---------------------------------------------------------------------- */
-/* Finding the two values                                                  */
+/* Walking to the two values                                              */
 
 static const char *skip_ws(const char *p, const char *end)
 {
@@ -248,15 +248,16 @@ typedef struct member {
     const char *key;     /* between the quotes, as written */
     size_t key_len;
     bool escaped;
-    const char *val, *val_end;
+    const char *val;     /* the value's first byte */
 } member;
 
 /*
- * The next member of the object whose members start at *PP (just past its
- * '{', or past the previous member): 1 and *M, 0 at the closing brace (*PP
- * past it), -1 when malformed.
+ * The next key of the object whose members start at *PP (just past its '{',
+ * or past the previous member's value): 1 and *M with M->val the value's
+ * first byte (*PP there too), 0 at the closing brace (*PP past it), -1 when
+ * malformed. The caller reads or skips the value and leaves *PP past it.
  */
-static int next_member(const char **pp, const char *end, bool *first, member *m)
+static int next_key(const char **pp, const char *end, bool *first, member *m)
 {
     const char *p = skip_ws(*pp, end);
     if (p == end)
@@ -281,60 +282,13 @@ static int next_member(const char **pp, const char *end, bool *first, member *m)
     p = skip_ws(key_end, end);
     if (p == end || *p != ':')
         return -1;
-    p = skip_ws(p + 1, end);
-    m->val = p;
-    if (!(p = skip_value(p, end)))
-        return -1;
-    m->val_end = p;
-    *pp = p;
+    *pp = m->val = skip_ws(p + 1, end);
     return 1;
 }
 
 static bool key_is(const member *m, const char *name)
 {
     return m->key_len == strlen(name) && !memcmp(m->key, name, m->key_len);
-}
-
-/* The extents of model.vocab (span[0]) and model.merges (span[1]); -1 unless each is found once. */
-static int find_values(const char *text, size_t len, const char *span[2][2])
-{
-    const char *end = text + len, *p = skip_ws(text, end);
-    if (p == end || *p != '{')
-        return -1;
-    p++;
-    bool first = true, model_seen = false;
-    member m;
-    int r;
-    while ((r = next_member(&p, end, &first, &m)) == 1) {
-        /* An escaped key could spell "model"; jansson would then see what this walk does not. */
-        if (m.escaped)
-            return -1;
-        if (!key_is(&m, "model"))
-            continue;
-        if (model_seen || *m.val != '{')
-            return -1;
-        model_seen = true;
-        const char *q = m.val + 1;
-        bool first_in_model = true;
-        member mm;
-        int rm;
-        while ((rm = next_member(&q, m.val_end, &first_in_model, &mm)) == 1) {
-            if (mm.escaped)
-                return -1;
-            int which = key_is(&mm, "vocab") ? 0 : key_is(&mm, "merges") ? 1 : -1;
-            if (which < 0)
-                continue;
-            if (span[which][0])
-                return -1;
-            span[which][0] = mm.val;
-            span[which][1] = mm.val_end;
-        }
-        if (rm < 0 || q != m.val_end)
-            return -1;
-    }
-    if (r < 0 || skip_ws(p, end) != end)
-        return -1;
-    return model_seen && span[0][0] && span[1][0] ? 0 : -1;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -479,43 +433,60 @@ static int add_batch(tok_vocab *v, const eng_tok_text *buf, const size_t *off, c
     return 0;
 }
 
-static int read_vocab(const char *p, const char *end, tok_vocab *v, eng_tok_text *buf)
+/*
+ * The steps between a container's elements. open_list: *PP at its opening
+ * bracket; 1 when it closes at once (*PP past), else 0 with *PP at the first
+ * element. next_element: *PP past an element; 1 at the closing bracket (*PP
+ * past it), 0 at a comma (*PP at the next element), -1 when malformed.
+ */
+static int open_list(const char **pp, const char *end, char close)
 {
-    /* Every entry has a colon: sized for them all, the table never rehashes. */
-    size_t colons = 0;
-    for (const char *q = p; (q = memchr(q, ':', (size_t)(end - q))) != NULL; q++)
-        colons++;
-    if (vocab_reserve(v, colons))
+    const char *p = skip_ws(*pp + 1, end);
+    *pp = p < end && *p == close ? p + 1 : p;
+    return p < end && *p == close;
+}
+
+static int next_element(const char **pp, const char *end, char close)
+{
+    const char *p = skip_ws(*pp, end);
+    if (p < end && *p == close) {
+        *pp = p + 1;
+        return 1;
+    }
+    if (p == end || *p != ',')
         return -1;
+    *pp = skip_ws(p + 1, end);
+    return 0;
+}
+
+/* Adds the object at P (its '{') to V; past its '}', or NULL. */
+static const char *read_vocab(const char *p, const char *end, tok_vocab *v, eng_tok_text *buf)
+{
     size_t off[TOK_VOCAB_BATCH], len[TOK_VOCAB_BATCH], k = 0;
     int32_t ids[TOK_VOCAB_BATCH];
     buf->len = 0;
-    p = skip_ws(p + 1, end);
-    if (p < end && *p == '}')
-        return p + 1 == end ? 0 : -1;
+    if (open_list(&p, end, '}'))
+        return p;
     for (;;) {
         if (k == TOK_VOCAB_BATCH) {
             if (add_batch(v, buf, off, len, ids, k))
-                return -1;
+                return NULL;
             k = 0;
             buf->len = 0;
         }
         off[k] = buf->len;
         if (p == end || *p != '"' || !(p = read_string(p, end, buf)))
-            return -1;
+            return NULL;
         len[k] = buf->len - off[k];
         p = skip_ws(p, end);
         if (p == end || *p != ':')
-            return -1;
+            return NULL;
         if (!(p = read_id(skip_ws(p + 1, end), end, &ids[k])))
-            return -1;
+            return NULL;
         k++;
-        p = skip_ws(p, end);
-        if (p < end && *p == '}')
-            return p + 1 == end ? add_batch(v, buf, off, len, ids, k) : -1;
-        if (p == end || *p != ',')
-            return -1;
-        p = skip_ws(p + 1, end);
+        int r = next_element(&p, end, '}');
+        if (r)
+            return r > 0 && !add_batch(v, buf, off, len, ids, k) ? p : NULL;
     }
 }
 
@@ -544,31 +515,31 @@ static int add_merges(tok_bpe_lists *l, const eng_tok_text *buf, const size_t *o
     return 0;
 }
 
-static int read_merges(const char *p, const char *end, tok_bpe_lists *l, eng_tok_text *buf)
+/* Adds the merges of the array at P (its '[') to L; past its ']', or NULL. */
+static const char *read_merges(const char *p, const char *end, tok_bpe_lists *l, eng_tok_text *buf)
 {
     size_t off[MERGES_PER_BATCH], la[MERGES_PER_BATCH], lb[MERGES_PER_BATCH], k = 0;
     buf->len = 0;
-    p = skip_ws(p + 1, end);
-    if (p < end && *p == ']')
-        return p + 1 == end ? 0 : -1;
+    if (open_list(&p, end, ']'))
+        return p;
     for (;;) {
         if (k == MERGES_PER_BATCH) {
             if (add_merges(l, buf, off, la, lb, k))
-                return -1;
+                return NULL;
             k = 0;
             buf->len = 0;
         }
         size_t start = off[k] = buf->len;
         if (p == end)
-            return -1;
+            return NULL;
         if (*p == '"') {
             if (!(p = read_string(p, end, buf)))
-                return -1;
+                return NULL;
             char *m = buf->s + start;
             size_t n = buf->len - start;
             const char *sp = memchr(m, ' ', n);
             if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp + 1 - m)))
-                return -1;
+                return NULL;
             la[k] = (size_t)(sp - m);
             lb[k] = n - la[k] - 1;
             /* Close the gap so that the two halves spell the merged token. */
@@ -577,30 +548,96 @@ static int read_merges(const char *p, const char *end, tok_bpe_lists *l, eng_tok
         } else if (*p == '[') {
             p = skip_ws(p + 1, end);
             if (p == end || *p != '"' || !(p = read_string(p, end, buf)))
-                return -1;
+                return NULL;
             la[k] = buf->len - start;
             p = skip_ws(p, end);
             if (p == end || *p != ',')
-                return -1;
+                return NULL;
             p = skip_ws(p + 1, end);
             if (p == end || *p != '"' || !(p = read_string(p, end, buf)))
-                return -1;
+                return NULL;
             lb[k] = buf->len - start - la[k];
             p = skip_ws(p, end);
             if (p == end || *p != ']')
-                return -1;
+                return NULL;
             p++;
         } else {
-            return -1;
+            return NULL;
         }
         k++;
-        p = skip_ws(p, end);
-        if (p < end && *p == ']')
-            return p + 1 == end ? add_merges(l, buf, off, la, lb, k) : -1;
-        if (p == end || *p != ',')
-            return -1;
-        p = skip_ws(p + 1, end);
+        int r = next_element(&p, end, ']');
+        if (r)
+            return r > 0 && !add_merges(l, buf, off, la, lb, k) ? p : NULL;
     }
+}
+
+/*
+ * Walks TEXT, one JSON object, to "model" and reads its "vocab" and "merges"
+ * where they stand, into OUT (merges written before the vocabulary are read
+ * after it: they name its entries); SPAN[0] and SPAN[1] get the two values'
+ * extents. -1 unless "model" is there once, with each of the two once.
+ */
+static int read_model(const char *text, size_t len, tok_bpe_lists *out, eng_tok_text *buf, const char *span[2][2])
+{
+    const char *end = text + len, *p = skip_ws(text, end);
+    if (p == end || *p != '{')
+        return -1;
+    p++;
+    bool first = true, model_seen = false, merges_first = false;
+    member m;
+    int r;
+    while ((r = next_key(&p, end, &first, &m)) == 1) {
+        /* An escaped key could spell "model"; jansson would then see what this walk does not. */
+        if (m.escaped)
+            return -1;
+        if (!key_is(&m, "model")) {
+            if (!(p = skip_value(p, end)))
+                return -1;
+            continue;
+        }
+        if (model_seen || p == end || *p != '{')
+            return -1;
+        model_seen = true;
+        p++;
+        bool first_in_model = true;
+        member mm;
+        int rm;
+        while ((rm = next_key(&p, end, &first_in_model, &mm)) == 1) {
+            if (mm.escaped)
+                return -1;
+            int which = key_is(&mm, "vocab") ? 0 : key_is(&mm, "merges") ? 1 : -1;
+            if (which >= 0 && span[which][0])
+                return -1;
+            if (which == 0) {
+                /* Every entry has a colon, and little after the vocabulary does:
+                 * a bound that sizes the table once, without finding its end first. */
+                size_t colons = 0;
+                for (const char *q = p; (q = memchr(q, ':', (size_t)(end - q))) != NULL; q++)
+                    colons++;
+                p = p < end && *p == '{' && !vocab_reserve(&out->vocab, colons)
+                        ? read_vocab(p, end, &out->vocab, buf)
+                        : NULL;
+            } else if (which == 1 && span[0][0]) {
+                p = p < end && *p == '[' ? read_merges(p, end, out, buf) : NULL;
+            } else {
+                merges_first |= which == 1;
+                p = skip_value(p, end);
+            }
+            if (!p)
+                return -1;
+            if (which >= 0) {
+                span[which][0] = mm.val;
+                span[which][1] = p;
+            }
+        }
+        if (rm < 0)
+            return -1;
+    }
+    if (r < 0 || skip_ws(p, end) != end || !span[0][0] || !span[1][0])
+        return -1;
+    if (merges_first && (*span[1][0] != '[' || read_merges(span[1][0], span[1][1], out, buf) != span[1][1]))
+        return -1;
+    return 0;
 }
 
 int tok_read_bpe_lists(const char *text, size_t len, tok_bpe_lists *out, char **rest, size_t *rest_len)
@@ -608,12 +645,9 @@ int tok_read_bpe_lists(const char *text, size_t len, tok_bpe_lists *out, char **
     memset(out, 0, sizeof *out);
     *rest = NULL;
     const char *span[2][2] = {{NULL, NULL}, {NULL, NULL}};
-    if (find_values(text, len, span) || *span[0][0] != '{' || *span[1][0] != '[')
-        return -1;
     /* Storage from the start: the readers point into it even when every string so far was empty. */
     eng_tok_text buf = {0};
-    int rc = tok_text_append(&buf, "", 0) || read_vocab(span[0][0], span[0][1], &out->vocab, &buf) ||
-             read_merges(span[1][0], span[1][1], out, &buf) ? -1 : 0;
+    int rc = tok_text_append(&buf, "", 0) || read_model(text, len, out, &buf, span) ? -1 : 0;
     eng_tok_text_free(&buf);
     if (rc) {
         tok_bpe_lists_free(out);
