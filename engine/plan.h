@@ -127,6 +127,13 @@ typedef struct eng_prep_info {
 void eng_plan_prepared_cache(const eng_plan *p, eng_prep_info *out);
 const char *eng_prep_state_name(eng_prep_state s);
 
+/*
+ * How files kept for a model folder are named: the last component of DIR's
+ * real path (into REAL, REAL_CAP bytes; DIR itself when realpath fails, and
+ * then false), every byte but [A-Za-z0-9._-] turned into '_', in BASE.
+ */
+bool eng_folder_label(const char *dir, char *real, size_t real_cap, char *base, size_t base_cap);
+
 /* A runtime tensor: contiguous, row-major. */
 typedef struct eng_view {
     int32_t dtype;

@@ -261,26 +261,32 @@ static int make_dirs(char *dir)
     return mkdir(dir, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-static void name_char(char *c)
+static void name_chars(char *s)
 {
-    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
-          *c == '-' || *c == '_'))
-        *c = '_';
+    for (char *c = s; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
+              *c == '-' || *c == '_'))
+            *c = '_';
 }
 
-/* DIR/NAME-HASH.KERNELS.prep: NAME the model folder's last component, HASH of its real path. */
+bool eng_folder_label(const char *dir, char *real, size_t real_cap, char *base, size_t base_cap)
+{
+    char buf[PATH_MAX];
+    bool found = realpath(dir, buf) != NULL;
+    snprintf(real, real_cap, "%s", found ? buf : dir);
+    const char *slash = strrchr(real, '/');
+    snprintf(base, base_cap, "%s", slash && slash[1] ? slash + 1 : "model");
+    name_chars(base);
+    return found;
+}
+
+/* DIR/NAME-HASH.KERNELS.prep: NAME the model folder's label, HASH of its real path. */
 static bool cache_path(const eng_graph *g, const char *dir, const char *kernels, char *out, size_t cap)
 {
     char real[PATH_MAX], base[64], kern[96];
-    if (!realpath(g->dir, real))
-        snprintf(real, sizeof real, "%s", g->dir);
-    const char *slash = strrchr(real, '/');
-    snprintf(base, sizeof base, "%s", slash && slash[1] ? slash + 1 : "model");
+    eng_folder_label(g->dir, real, sizeof real, base, sizeof base);
     snprintf(kern, sizeof kern, "%s", kernels);
-    for (char *c = base; *c; c++)
-        name_char(c);
-    for (char *c = kern; *c; c++)
-        name_char(c);
+    name_chars(kern);
     uint64_t h[2] = {1, 2};
     hash_bytes(h, real, strlen(real));
     int n = snprintf(out, cap, "%s/%s-%016llx.%s.prep", dir, base, (unsigned long long)h[0], kern);

@@ -702,10 +702,8 @@ static int read_file(const char *path, eng_tok_text *out, load_ctx *c)
     for (;;) {
         if (buf && cap - len < 2) {
             char *nb = realloc(buf, 2 * cap);
-            if (!nb) {
+            if (!nb)
                 free(buf);
-                buf = NULL;
-            }
             buf = nb;
             cap *= 2;
         }

@@ -4,11 +4,14 @@
  */
 #include "server/fingerprint.h"
 
+#include "engine/plan.h"
+
 #include <dirent.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <link.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -204,10 +207,11 @@ static int64_t ns_of(struct timespec t) { return (int64_t)t.tv_sec * 1000000000 
 
 /*
  * The stat list of the NAMES in DIR (links followed) into KEY; *NEWEST is the
- * latest mtime or ctime of a regular file. Entries stat cannot see count by
- * name, as in the digest.
+ * latest mtime or ctime of a regular file; REGULAR (NULL: not wanted) says
+ * which names are regular files. Entries stat cannot see count by name, as
+ * in the digest.
  */
-static int stat_list(const char *dir, char *const *names, size_t n, bytes *key, int64_t *newest)
+static int stat_list(const char *dir, char *const *names, size_t n, bytes *key, int64_t *newest, bool *regular)
 {
     key->n = 0;
     *newest = INT64_MIN;
@@ -216,7 +220,9 @@ static int stat_list(const char *dir, char *const *names, size_t n, bytes *key, 
         struct stat st;
         uint64_t rec[6] = {0};
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        bool reg = false;
         if (stat(path, &st) == 0) {
+            reg = S_ISREG(st.st_mode);
             rec[0] = (uint64_t)st.st_mode;
             if (S_ISREG(st.st_mode)) {
                 rec[1] = (uint64_t)st.st_dev;
@@ -230,24 +236,20 @@ static int stat_list(const char *dir, char *const *names, size_t n, bytes *key, 
                     *newest = ns_of(st.st_ctim);
             }
         }
+        if (regular)
+            regular[i] = reg;
         if (put(key, names[i], strlen(names[i]) + 1) || put(key, rec, sizeof rec))
             return -1;
     }
     return 0;
 }
 
-/* CACHE/NAME-HASH.fingerprint: NAME the folder's last component, HASH of its real path. */
+/* CACHE/NAME-HASH.fingerprint: NAME the folder's label, HASH of its real path. */
 static bool kept_path(const char *cache, const char *dir, char *out, size_t cap)
 {
-    char real[4096], base[64];
-    if (!realpath(dir, real))
+    char real[PATH_MAX], base[64];
+    if (!eng_folder_label(dir, real, sizeof real, base, sizeof base))
         return false;
-    const char *slash = strrchr(real, '/');
-    snprintf(base, sizeof base, "%s", slash && slash[1] ? slash + 1 : "model");
-    for (char *c = base; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
-              *c == '-' || *c == '_'))
-            *c = '_';
     digest d;
     dg_init(&d);
     dg_add(&d, real, strlen(real));
@@ -347,6 +349,7 @@ int srv_fingerprint(const char *version, const char *dir, const char *cache, cha
     char **names = NULL;
     size_t n = 0, ncap = 0;
     unsigned char *buf = NULL;
+    bool *regular = NULL;
     DIR *dp = opendir(dir);
     if (!dp) {
         snprintf(err, err_cap, "cannot open the model folder '%s': %s", dir, strerror(errno));
@@ -379,8 +382,11 @@ int srv_fingerprint(const char *version, const char *dir, const char *cache, cha
 
     char record[4096];
     int64_t newest = 0, newest_after = 0;
-    bool use_kept = cache && *cache && strcmp(cache, "off") && kept_path(cache, dir, record, sizeof record) &&
-                    stat_list(dir, names, n, &key, &newest) == 0;
+    if (!(regular = calloc(n ? n : 1, sizeof *regular)) || stat_list(dir, names, n, &key, &newest, regular)) {
+        snprintf(err, err_cap, "out of memory");
+        goto fail;
+    }
+    bool use_kept = cache && *cache && strcmp(cache, "off") && kept_path(cache, dir, record, sizeof record);
     uint64_t model_digest;
     *kept = use_kept && kept_read(record, &key, &model_digest);
     if (*kept)
@@ -390,15 +396,14 @@ int srv_fingerprint(const char *version, const char *dir, const char *cache, cha
     for (size_t i = 0; i < n; i++) {
         dg_add(&d, names[i], strlen(names[i]) + 1);
         char path[4096];
-        struct stat st;
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && add_file(&d, path, buf, err, err_cap) != 0)
+        if (regular[i] && add_file(&d, path, buf, err, err_cap) != 0)
             goto fail;
     }
     model_digest = dg_end(&d);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    if (use_kept && stat_list(dir, names, n, &after, &newest_after) == 0 && after.n == key.n &&
+    if (use_kept && stat_list(dir, names, n, &after, &newest_after, NULL) == 0 && after.n == key.n &&
         !memcmp(after.p, key.p, key.n) && newest < ns_of(now) - RECENT_NS)
         kept_write(cache, record, &key, model_digest);
 done:;
@@ -414,6 +419,7 @@ fail:
     for (size_t i = 0; i < n; i++)
         free(names[i]);
     free(names);
+    free(regular);
     free(buf);
     return rc;
 }
