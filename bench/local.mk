@@ -16,7 +16,7 @@ EXTRA_DIST += bench/ort-bench.js bench/compare-ort.js bench/ort-notes.js
 # cold and warm), from a build tree:
 #   make bench/bw_probe && NODE_PATH=tests/npm/node_modules node $(srcdir)/bench/report.js \
 #     --qwen3d ./qwen3d --bw-probe bench/bw_probe --case DIR:1 --case DIR:2
-EXTRA_DIST += bench/report.js
+EXTRA_DIST += bench/report.js bench/ready.js
 
 # Tokenizer throughput against Hugging Face's `tokenizers`, from a build tree:
 #   sh $(srcdir)/bench/tokenizer-bench.sh [RUNS]

@@ -13,12 +13,14 @@
 // Usage (from a build tree, NODE_PATH reaching onnxruntime-node):
 //   node ../bench/report.js --qwen3d ./qwen3d --bw-probe bench/bw_probe \
 //       --case m06:1 --case m06:2 --case m4b:2 [--runs 3] [--repeat 3] \
-//       [--pairs 5] [--serve-model DIR] [--serve-runs 5]
+//       [--pairs 5] [--serve-model DIR ...] [--serve-runs 5] [--serve-cold]
 //       [--ort-kv contract|share] [--ort-logits all|last]
 //       [--contexts 1024,4096|none] [--context-steps 16] [--kv-types f32,f16]
 //       [--load-runs 3] [--cache-root DIR]
-// A case is MODEL_DIR:THREADS. --serve-model (a folder with a tokenizer)
-// adds load-to-ready: `qwen3d serve` started and /health polled until 200.
+// A case is MODEL_DIR:THREADS. --serve-model (a folder with a tokenizer;
+// repeatable) adds load-to-ready: `qwen3d serve` started and /health polled
+// until 200 (ready.js); --serve-cold pairs each start with one after the
+// page cache is dropped (needs root).
 // --contexts and --kv-types go to the decode comparison (compare-ort.js
 // --contexts, --kv-type): every run measures the short-context decode and
 // the context cases once per qwen3d KV type and once for ONNX Runtime.
@@ -45,19 +47,19 @@
 // stream's rate.
 'use strict';
 
-const { spawn, spawnSync } = require('child_process');
+const { spawnSync } = require('child_process');
 const fs = require('fs');
-const http = require('http');
 const os = require('os');
 const path = require('path');
 const { ortConditions } = require('./ort-notes.js');
+const { readyRows, tableHead: readyHead } = require('./ready.js');
 
 function fail(msg) {
   process.stderr.write(`report: ${msg}\n`);
   process.exit(1);
 }
 
-const o = { cases: [], runs: '3', repeat: '3', pairs: 5, serveRuns: 5, ortKv: 'contract', ortLogits: 'all',
+const o = { cases: [], serveModels: [], serveCold: false, runs: '3', repeat: '3', pairs: 5, serveRuns: 5, ortKv: 'contract', ortLogits: 'all',
   contexts: '1024,4096', contextSteps: '16', kvTypes: 'f32,f16', loadRuns: 3, cacheRoot: os.tmpdir() };
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i++) {
@@ -74,7 +76,8 @@ for (let i = 0; i < argv.length; i++) {
     case '--runs': o.runs = v(); break;
     case '--repeat': o.repeat = v(); break;
     case '--pairs': o.pairs = Number(v()); break;
-    case '--serve-model': o.serveModel = v(); break;
+    case '--serve-model': o.serveModels.push(v()); break;
+    case '--serve-cold': o.serveCold = true; break;
     case '--serve-runs': o.serveRuns = Number(v()); break;
     case '--ort-kv': o.ortKv = v(); break;
     case '--ort-logits': o.ortLogits = v(); break;
@@ -88,6 +91,8 @@ for (let i = 0; i < argv.length; i++) {
 }
 if (!o.bin || !o.probe || !o.cases.length) fail('--qwen3d BIN, --bw-probe BIN and at least one --case are required');
 if (!Number.isInteger(o.pairs) || o.pairs < 1) fail('--pairs wants a whole number of rounds, at least 1');
+if (o.serveCold && !o.serveModels.length) fail('--serve-cold wants a --serve-model');
+if (!Number.isInteger(o.serveRuns) || o.serveRuns < 1) fail('--serve-runs wants a whole number, at least 1');
 if (!Number.isInteger(o.loadRuns) || o.loadRuns < 0) fail('--load-runs wants a whole number of cold/warm pairs, 0 or more');
 if (o.contexts !== 'none' && !/^\d+(,\d+)*$/.test(o.contexts)) fail(`--contexts wants a list of lengths or none, not "${o.contexts}"`);
 const kvTypes = o.kvTypes.split(',');
@@ -209,34 +214,6 @@ function serializedInt4(model) {
   return q > 0 ? q : null;
 }
 
-function readyOnce(model, port) {
-  return new Promise((resolve) => {
-    const t0 = process.hrtime.bigint();
-    const child = spawn(o.bin, ['serve', '--model', model, '--port', String(port), '--threads', '2'],
-      { stdio: ['ignore', 'ignore', 'ignore'] });
-    let done = false;
-    const finish = (ms) => {
-      if (done) return;
-      done = true;
-      child.kill('SIGTERM');
-      child.on('exit', () => resolve(ms));
-    };
-    child.on('exit', () => { if (!done) { done = true; resolve(null); } });
-    const poll = () => {
-      if (done) return;
-      const req = http.get({ host: '127.0.0.1', port, path: '/health', timeout: 1000 }, (res) => {
-        res.resume();
-        if (res.statusCode === 200) finish(Number(process.hrtime.bigint() - t0) / 1e6);
-        else setTimeout(poll, 5);
-      });
-      req.on('error', () => setTimeout(poll, 5));
-      req.on('timeout', () => req.destroy());
-    };
-    setTimeout(() => finish(null), 60000);
-    poll();
-  });
-}
-
 async function main() {
   const f = (x, n = 1) => (x === null || x === undefined || Number.isNaN(x) ? '-' : x.toFixed(n));
   const pct = (x) => (x === null || x === undefined || Number.isNaN(x) ? '-' : f(100 * x, 0) + '%');
@@ -296,12 +273,11 @@ async function main() {
   lines.push(...ortConditions(o.ortKv, o.ortLogits));
   lines.push('');
   lines.push(...detail);
-  if (o.serveModel) {
-    const ms = [];
-    for (let i = 0; i < o.serveRuns; i++) ms.push(await readyOnce(o.serveModel, 18700 + i));
-    lines.push('');
-    lines.push(`load to ready (qwen3d serve --threads 2, start to first /health 200), ${o.serveRuns} starts: ` +
-      `median ${median(ms) === null ? '-' : median(ms).toFixed(0)} ms, all: ${ms.map((x) => (x === null ? 'failed' : x.toFixed(0))).join(', ')}`);
+  if (o.serveModels.length) {
+    const rows = await readyRows(o.bin, o.serveModels, o.serveRuns, '2', o.serveCold, 18700);
+    lines.push('', '### Serve load to ready', '', ...readyHead, ...rows, '',
+      `qwen3d serve --threads 2, spawn to the first /health 200, ${o.serveRuns} start(s) of each kind after one that makes ` +
+      'the prepared-weights cache if missing' + (o.serveCold ? '; cold (page cache dropped) and warm starts alternated.' : '.'));
   }
   lines.push('');
   lines.push(`runs ${o.runs} alternating x ${o.repeat} repeats per case (compare-ort.js), medians; ` +
