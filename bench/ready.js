@@ -61,6 +61,7 @@ function dropPageCache() {
   }
 }
 
+// The middle value, or the mean of the two middle ones; nulls (failed runs) are left out.
 const median = (a) => {
   const s = a.filter((x) => x !== null).sort((x, y) => x - y), m = s.length >> 1;
   if (!s.length) return null;
@@ -91,7 +92,12 @@ async function readyRows(bin, models, runs, threads, cold, port) {
 
 const tableHead = ['| model | threads | start | ready ms, median | all starts, ms |', '| --- | --- | --- | --- | --- |'];
 
-module.exports = { readyOnce, dropPageCache, readyRows, tableHead };
+// The sentence under the table.
+const readyNote = (runs, threads, cold) =>
+  `qwen3d serve --threads ${threads}, spawn to the first /health 200, ${runs} start(s) of each kind after one ` +
+  'start that makes the prepared-weights cache if missing' + (cold ? '; cold (page cache dropped) and warm starts alternated.' : '.');
+
+module.exports = { readyOnce, dropPageCache, readyRows, tableHead, readyNote, median };
 
 if (require.main === module) {
   const fail = (msg) => {
@@ -119,9 +125,7 @@ if (require.main === module) {
   readyRows(o.bin, o.models, o.runs, o.threads, o.cold, o.port).then((rows) => {
     const cpu = (fs.readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m) || [])[1] || os.arch();
     process.stdout.write([`Machine: ${cpu}, ${os.cpus().length} logical CPUs, Linux ${os.release()}.`, '',
-      ...tableHead, ...rows, '',
-      `qwen3d serve --threads ${o.threads}, spawn to the first /health 200, ${o.runs} start(s) of each kind after one ` +
-      'start that makes the prepared-weights cache if missing' + (o.cold ? '; cold and warm starts alternated' : '') + '.',
+      ...tableHead, ...rows, '', readyNote(o.runs, o.threads, o.cold),
       '', 'Command:', '', '    node ' + [path.relative(process.cwd(), process.argv[1]), ...argv].join(' '), ''].join('\n'));
   }, (e) => fail(e && e.message ? e.message : e));
 }

@@ -52,7 +52,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { ortConditions } = require('./ort-notes.js');
-const { readyRows, tableHead: readyHead } = require('./ready.js');
+const { readyRows, tableHead: readyHead, readyNote, median } = require('./ready.js');
 
 function fail(msg) {
   process.stderr.write(`report: ${msg}\n`);
@@ -96,13 +96,6 @@ if (!Number.isInteger(o.serveRuns) || o.serveRuns < 1) fail('--serve-runs wants 
 if (!Number.isInteger(o.loadRuns) || o.loadRuns < 0) fail('--load-runs wants a whole number of cold/warm pairs, 0 or more');
 if (o.contexts !== 'none' && !/^\d+(,\d+)*$/.test(o.contexts)) fail(`--contexts wants a list of lengths or none, not "${o.contexts}"`);
 const kvTypes = o.kvTypes.split(',');
-
-// The middle value, or the mean of the two middle ones; nulls (failed runs) are left out.
-const median = (a) => {
-  const s = a.filter((x) => x !== null).sort((x, y) => x - y), m = s.length >> 1;
-  if (!s.length) return null;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
 
 function run(cmd, args) {
   process.stderr.write(`report: ${path.basename(cmd)} ${args.join(' ')}\n`);
@@ -275,9 +268,7 @@ async function main() {
   lines.push(...detail);
   if (o.serveModels.length) {
     const rows = await readyRows(o.bin, o.serveModels, o.serveRuns, '2', o.serveCold, 18700);
-    lines.push('', '### Serve load to ready', '', ...readyHead, ...rows, '',
-      `qwen3d serve --threads 2, spawn to the first /health 200, ${o.serveRuns} start(s) of each kind after one that makes ` +
-      'the prepared-weights cache if missing' + (o.serveCold ? '; cold (page cache dropped) and warm starts alternated.' : '.'));
+    lines.push('', '### Serve load to ready', '', ...readyHead, ...rows, '', readyNote(o.serveRuns, '2', o.serveCold));
   }
   lines.push('');
   lines.push(`runs ${o.runs} alternating x ${o.repeat} repeats per case (compare-ort.js), medians; ` +
