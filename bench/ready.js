@@ -124,7 +124,11 @@ if (require.main === module) {
   if (!/^\d+$/.test(o.threads)) fail('--threads wants a whole number');
   readyRows(o.bin, o.models, o.runs, o.threads, o.cold, o.port).then((rows) => {
     const cpu = (fs.readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m) || [])[1] || os.arch();
-    process.stdout.write([`Machine: ${cpu}, ${os.cpus().length} logical CPUs, Linux ${os.release()}.`, '',
+    // The kernel level the prepared weights were packed for, as `inspect` names it.
+    const inspect = spawnSync(o.bin, ['inspect', '--model', o.models[0]], { encoding: 'utf8' });
+    const level = ((inspect.stdout || '').split('\n').find((l) => l.startsWith('kernels ')) || 'kernels -').trim();
+    process.stdout.write([`Machine: ${cpu}, ${os.cpus().length} logical CPUs, Linux ${os.release()}.`,
+      `Kernel level (qwen3d inspect): ${level}.`, '',
       ...tableHead, ...rows, '', readyNote(o.runs, o.threads, o.cold),
       '', 'Command:', '', '    node ' + [path.relative(process.cwd(), process.argv[1]), ...argv].join(' '), ''].join('\n'));
   }, (e) => fail(e && e.message ? e.message : e));

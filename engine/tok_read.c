@@ -583,7 +583,7 @@ static int read_model(const char *text, size_t len, tok_bpe_lists *out, eng_tok_
     if (p == end || *p != '{')
         return -1;
     p++;
-    bool first = true, model_seen = false, merges_first = false;
+    bool first = true, model_seen = false;
     member m;
     int r;
     while ((r = next_key(&p, end, &first, &m)) == 1) {
@@ -608,19 +608,18 @@ static int read_model(const char *text, size_t len, tok_bpe_lists *out, eng_tok_
             int which = key_is(&mm, "vocab") ? 0 : key_is(&mm, "merges") ? 1 : -1;
             if (which >= 0 && span[which][0])
                 return -1;
-            if (which == 0) {
+            if (which == 0 && (p == end || *p != '{')) {
+                return -1;
+            } else if (which == 0) {
                 /* Every entry has a colon, and little after the vocabulary does:
                  * a bound that sizes the table once, without finding its end first. */
                 size_t colons = 0;
                 for (const char *q = p; (q = memchr(q, ':', (size_t)(end - q))) != NULL; q++)
                     colons++;
-                p = p < end && *p == '{' && !vocab_reserve(&out->vocab, colons)
-                        ? read_vocab(p, end, &out->vocab, buf)
-                        : NULL;
+                p = !vocab_reserve(&out->vocab, colons) ? read_vocab(p, end, &out->vocab, buf) : NULL;
             } else if (which == 1 && span[0][0]) {
                 p = p < end && *p == '[' ? read_merges(p, end, out, buf) : NULL;
             } else {
-                merges_first |= which == 1;
                 p = skip_value(p, end);
             }
             if (!p)
@@ -635,7 +634,8 @@ static int read_model(const char *text, size_t len, tok_bpe_lists *out, eng_tok_
     }
     if (r < 0 || skip_ws(p, end) != end || !span[0][0] || !span[1][0])
         return -1;
-    if (merges_first && (*span[1][0] != '[' || read_merges(span[1][0], span[1][1], out, buf) != span[1][1]))
+    /* Merges that came first were only skipped. */
+    if (span[1][0] < span[0][0] && (*span[1][0] != '[' || read_merges(span[1][0], span[1][1], out, buf) != span[1][1]))
         return -1;
     return 0;
 }
