@@ -96,6 +96,8 @@ if (!Number.isInteger(o.serveRuns) || o.serveRuns < 1) fail('--serve-runs wants 
 if (!Number.isInteger(o.loadRuns) || o.loadRuns < 0) fail('--load-runs wants a whole number of cold/warm pairs, 0 or more');
 if (o.contexts !== 'none' && !/^\d+(,\d+)*$/.test(o.contexts)) fail(`--contexts wants a list of lengths or none, not "${o.contexts}"`);
 const kvTypes = o.kvTypes.split(',');
+// The short case (prompt 32, 128 generated) decodes at contexts 32 to 160.
+const SHORT_MEAN_CONTEXT = 96;
 
 function run(cmd, args) {
   process.stderr.write(`report: ${path.basename(cmd)} ${args.join(' ')}\n`);
@@ -200,11 +202,30 @@ function commandLine() {
 }
 
 // Serialized INT4 weights, scales and zero points of the MatMulNBits nodes, from inspect --json.
-function serializedInt4(model) {
-  const j = JSON.parse(run(o.bin, ['inspect', '--model', model, '--json']));
+function serializedInt4(j) {
   const b = j.weight_bytes || {};
   const q = (b.int4_weights || 0) + (b.scales || 0) + (b.zero_points || 0);
   return q > 0 ? q : null;
+}
+
+// The cache bytes one position adds, keys and values of every layer: fp32 or
+// fp16 elements, or q8 rows of head_size codes and one fp32 scale.
+function kvBytesPerPosition(g, kv) {
+  const row = kv === 'q8' ? g.head_size + 4 : g.head_size * (kv === 'f16' ? 2 : 4);
+  return 2 * g.layers * g.kv_heads * row;
+}
+
+// The share of the short case's rate a decode step at context CTX keeps
+// when the weights and the cache stream at one rate: the bytes a short step
+// reads (prepared weights, and the cache at its mean context SHORT_CTX) over
+// those of a step at CTX. Where the measured share meets it, the cache
+// streams as fast as the weights do; no pass that reads the whole cache
+// does better.
+function streamCeiling(j, kv, ctx, shortCtx) {
+  const g = j.geometry || {}, w = (j.weight_bytes || {}).prepared;
+  if (!w || !g.layers || !g.kv_heads || !g.head_size) return null;
+  const b = kvBytesPerPosition(g, kv);
+  return (w + shortCtx * b) / (w + Number(ctx) * b);
 }
 
 async function main() {
@@ -225,20 +246,22 @@ async function main() {
     const t = compare(c.model, c.threads, 512, 2)['prompt 512'];
     const lw = o.loadRuns ? coldWarm(c.model, c.threads) : null;
     const bytes = d.qwen3d_prepared_bytes;
-    const ser = serializedInt4(c.model);
+    const info = JSON.parse(run(o.bin, ['inspect', '--model', c.model, '--json']));
+    const ser = serializedInt4(info);
     (probes[c.threads] = probes[c.threads] || []).push(...e.probes);
     speed.push(`| ${name} | ${c.threads} | ${f(d.qwen3d_decode_tokens_per_s)} / ${f(d.onnxruntime_decode_tokens_per_s)} (${f(d.decode_speedup, 2)}x)` +
       ` | ${pct(e.share)} (${pct(e.lo)}-${pct(e.hi)}) | ${f(e.gbs, 2)} | ${f(e.probe, 2)}` +
       ` | ${f(t.qwen3d_ttft_ms, 0)} / ${f(t.onnxruntime_ttft_ms, 0)} (${f(t.qwen3d_ttft_ms / t.onnxruntime_ttft_ms, 2)}) |`);
     // One row per qwen3d KV type and one for ONNX Runtime, each context's rate
     // beside its share of the same processes' short-context rate.
-    const runtimes = [...kvTypes.map((k, i) => ({ label: `qwen3d, ${k}`, key: i ? `qwen3d_${k}` : 'qwen3d' })),
+    const runtimes = [...kvTypes.map((k, i) => ({ label: `qwen3d, ${k}`, key: i ? `qwen3d_${k}` : 'qwen3d', kv: k })),
       { label: `ONNX Runtime, ${o.ortKv}`, key: 'onnxruntime' }];
     for (const r of runtimes) {
       const short = d[`${r.key}_decode_tokens_per_s`];
       const cells = contexts.map((ctx) => {
         const x = (dr[`context ${ctx}`] || {})[`${r.key}_decode_tokens_per_s`];
-        return `${f(x)} (${pct(x / short)})`;
+        const cap = r.kv ? streamCeiling(info, r.kv, ctx, SHORT_MEAN_CONTEXT) : null;
+        return `${f(x)} (${pct(x / short)}${cap === null ? '' : ` of ${pct(cap)}`})`;
       });
       longctx.push(`| ${name} | ${c.threads} | ${r.label} | ${f(short)} |${cells.map((x) => ` ${x} |`).join('')}`);
     }
@@ -255,7 +278,9 @@ async function main() {
   lines.push('### Decode at long contexts', '', ...longctx, '');
   lines.push(`Short: the decode rate of the prompt-32 case (128 generated) in the same processes; context C: the median of ${o.contextSteps} ` +
     'decode steps after a synthetic context of C positions. Percentages: the context rate over the short rate of the same runtime and KV cache ' +
-    '(the goal: at least 50% at context 4096, 2 threads).', '');
+    '(the goal: at least 50% at context 4096, 2 threads). "Of N%": the share if the cache streamed at the rate the weights ' +
+    `do, the ceiling of a cache read in full: the bytes a short step reads (prepared weights, the cache at its mean context of ${SHORT_MEAN_CONTEXT}) over those ` +
+    'of a step at context C, from the model geometry `inspect` reports.', '');
   lines.push('### Load', '', ...load, '');
   lines.push(o.loadRuns ? `Load to ready: the load_ms of \`qwen3d generate --max-tokens 1\` (graph, plan, and packing or the cache's checks), ` +
     `${o.loadRuns} pair(s) per case on a fresh --prepared-cache folder under ${o.cacheRoot}: cold = the folder empty (packed, ` +
