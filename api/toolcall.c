@@ -217,10 +217,9 @@ static int parse_head(const char *p, size_t n, bool final, size_t *used, char **
     return *name ? 1 : -1;
 }
 
-/* Arguments bytes of P that can go out now: not a possible end of the wrapper ("}", whitespace, a partial tag). */
-static size_t args_ready(const char *p, size_t n)
+/* The arguments of P's first K bytes: without the wrapper's end ("}" between whitespace). */
+static size_t args_trim(const char *p, size_t k)
 {
-    size_t k = n - api_partial_tag(p, n, CLOSE);
     while (k > 0 && is_ws(p[k - 1]))
         k--;
     if (k > 0 && p[k - 1] == '}')
@@ -228,6 +227,16 @@ static size_t args_ready(const char *p, size_t n)
     while (k > 0 && is_ws(p[k - 1]))
         k--;
     return k;
+}
+
+/*
+ * Arguments bytes of P, before any close tag, that can go out now: not a
+ * possible start of the close tag, nor the wrapper's end. Once the close tag
+ * is found, what precedes it is whole (args_trim): a '<' there is text.
+ */
+static size_t args_ready(const char *p, size_t n)
+{
+    return args_trim(p, n - api_partial_tag(p, n, CLOSE));
 }
 
 /* Decides what it can of the pending text; returns the bytes used. */
@@ -264,7 +273,7 @@ static size_t step(api_toolcalls *t, const char *p, size_t n, bool final)
         return used;
     }
     const char *hit = memmem(p, n, CLOSE, strlen(CLOSE));
-    size_t k = hit ? args_ready(p, (size_t)(hit - p)) : final ? n : args_ready(p, n);
+    size_t k = hit ? args_trim(p, (size_t)(hit - p)) : final ? n : args_ready(p, n);
     if (k)
         event(t, API_TC_ARGS, p, k, NULL);
     if (!hit)

@@ -777,6 +777,9 @@ START_TEST(test_stream_tool_calls)
         {"<tool_call>\n{\"nam", "<tool_call>\n{\"nam", 0},
         {"x<tool_call>\n{\"name\": 5}", "x<tool_call>\n{\"name\": 5}", 0},
         {"<tool_call>", "<tool_call>", 0},
+        /* text before the close tag that starts as the tag does is arguments (a fuzz finding) */
+        {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}<</tool_call>", NULL, 1},
+        {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}</tool</tool_call>", NULL, 1},
         /* cut short by max_tokens: the arguments so far */
         {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1", NULL, 1},
         {"plain answer\n", "plain answer", 0},
@@ -808,9 +811,17 @@ START_TEST(test_stream_tool_calls)
     json_t *call3 = json_array_get(
         json_object_get(json_object_get(json_array_get(json_object_get(j3, "choices"), 0), "message"), "tool_calls"), 0);
     ck_assert_str_ne(json_string_value(json_object_get(call3, "id")), id);
+    /* the close tag ends the arguments where it stands: a partial tag before it stays */
+    const char *partial = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}</tool</tool_call>";
+    json_t *j4 = parse_ok(api_render_result(API_KIND_CHAT, &m, partial, strlen(partial), "stop", &u, &t, NULL));
+    json_t *call4 = json_array_get(
+        json_object_get(json_object_get(json_array_get(json_object_get(j4, "choices"), 0), "message"), "tool_calls"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(call4, "function"), "arguments")),
+                     "{\"a\": 1}</tool");
     json_decref(j);
     json_decref(j2);
     json_decref(j3);
+    json_decref(j4);
 }
 END_TEST
 
