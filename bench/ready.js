@@ -97,7 +97,14 @@ const readyNote = (runs, threads, cold) =>
   `qwen3d serve --threads ${threads}, spawn to the first /health 200, ${runs} start(s) of each kind after one ` +
   'start that makes the prepared-weights cache if missing' + (cold ? '; cold (page cache dropped) and warm starts alternated.' : '.');
 
-module.exports = { readyOnce, dropPageCache, readyRows, tableHead, readyNote, median };
+// The CPU's model name, for the machine line above a table.
+const cpuName = () => (fs.readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m) || [])[1] || os.arch();
+
+// The kernel level in `qwen3d inspect`'s text: its "kernels" line (the level
+// this machine selects, which also keys the prepared-weights cache).
+const kernelLevel = (inspectText) => ((inspectText || '').split('\n').find((l) => l.startsWith('kernels ')) || 'kernels -').trim();
+
+module.exports = { readyOnce, dropPageCache, readyRows, tableHead, readyNote, median, cpuName, kernelLevel };
 
 if (require.main === module) {
   const fail = (msg) => {
@@ -123,11 +130,8 @@ if (require.main === module) {
   if (!Number.isInteger(o.port) || o.port < 1 || o.port > 65535) fail('--port wants a TCP port');
   if (!/^\d+$/.test(o.threads)) fail('--threads wants a whole number');
   readyRows(o.bin, o.models, o.runs, o.threads, o.cold, o.port).then((rows) => {
-    const cpu = (fs.readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m) || [])[1] || os.arch();
-    // The kernel level the prepared weights were packed for, as `inspect` names it.
-    const inspect = spawnSync(o.bin, ['inspect', '--model', o.models[0]], { encoding: 'utf8' });
-    const level = ((inspect.stdout || '').split('\n').find((l) => l.startsWith('kernels ')) || 'kernels -').trim();
-    process.stdout.write([`Machine: ${cpu}, ${os.cpus().length} logical CPUs, Linux ${os.release()}.`,
+    const level = kernelLevel(spawnSync(o.bin, ['inspect', '--model', o.models[0]], { encoding: 'utf8' }).stdout);
+    process.stdout.write([`Machine: ${cpuName()}, ${os.cpus().length} logical CPUs, Linux ${os.release()}.`,
       `Kernel level (qwen3d inspect): ${level}.`, '',
       ...tableHead, ...rows, '', readyNote(o.runs, o.threads, o.cold),
       '', 'Command:', '', '    node ' + [path.relative(process.cwd(), process.argv[1]), ...argv].join(' '), ''].join('\n'));

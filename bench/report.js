@@ -52,7 +52,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { ortConditions } = require('./ort-notes.js');
-const { readyRows, tableHead: readyHead, readyNote, median } = require('./ready.js');
+const { readyRows, tableHead: readyHead, readyNote, median, cpuName, kernelLevel } = require('./ready.js');
 
 function fail(msg) {
   process.stderr.write(`report: ${msg}\n`);
@@ -179,11 +179,11 @@ function coldWarm(model, threads) {
 // The machine beside the figures: CPU model, the kernel level `inspect`
 // names (it honours QWEN3D_KERNELS as the other commands do) and the
 // kernel names of the MatMulNBits nodes.
-function machine(model) {
-  const cpu = (fs.readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m) || [])[1] || os.arch();
-  const text = run(o.bin, ['inspect', '--model', model]);
-  const level = (text.split('\n').find((l) => l.startsWith('kernels ')) || 'kernels -').trim();
-  const nodes = JSON.parse(run(o.bin, ['inspect', '--model', model, '--json'])).nodes || [];
+// INFO: the model's `inspect --json`.
+function machine(model, info) {
+  const cpu = cpuName();
+  const level = kernelLevel(run(o.bin, ['inspect', '--model', model]));
+  const nodes = info.nodes || [];
   const mm = [...new Set(nodes.filter((n) => n.op === 'MatMulNBits').flatMap((n) => n.kernel.match(/mmnb[\w.]*/g) || [n.kernel]))];
   return [`Machine: ${cpu}, ${os.cpus().length} logical CPUs, Linux ${os.release()}; load average ` +
     `${os.loadavg().map((x) => x.toFixed(1)).join(' / ')} (1 / 5 / 15 min) when the runs ended.`,
@@ -238,7 +238,7 @@ async function main() {
   const longctx = [`| ${head.join(' | ')} |`, `|${head.map(() => ' --- |').join('')}`];
   const load = ['| model | threads | load to ready ms, cold / warm (median) | cache states | load ms in the decode runs, qwen3d / ORT | prepared / serialized INT4 |',
     '| --- | --- | --- | --- | --- | --- |'];
-  const detail = [], probes = {};
+  const detail = [], probes = {}, infos = [];
   for (const c of o.cases) {
     const name = path.basename(c.model);
     const dr = compare(c.model, c.threads, 32, 128, o.contexts, o.kvTypes), d = dr['prompt 32'];
@@ -247,6 +247,7 @@ async function main() {
     const lw = o.loadRuns ? coldWarm(c.model, c.threads) : null;
     const bytes = d.qwen3d_prepared_bytes;
     const info = JSON.parse(run(o.bin, ['inspect', '--model', c.model, '--json']));
+    infos.push(info);
     const ser = serializedInt4(info);
     (probes[c.threads] = probes[c.threads] || []).push(...e.probes);
     speed.push(`| ${name} | ${c.threads} | ${f(d.qwen3d_decode_tokens_per_s)} / ${f(d.onnxruntime_decode_tokens_per_s)} (${f(d.decode_speedup, 2)}x)` +
@@ -270,7 +271,7 @@ async function main() {
       ` | ${bytes && ser ? (bytes / ser).toFixed(3) : '-'} (${bytes || '-'} / ${ser || '-'}) |`);
     detail.push(`${name} at ${c.threads} thread(s), share per round: ${e.all.map(pct).join(', ')}`);
   }
-  const lines = machine(o.cases[0].model);
+  const lines = machine(o.cases[0].model, infos[0]);
   lines.push('Bandwidth probe (bw_probe, the best of its sequential reads of 1 GiB, huge pages requested), median (range) of the ' +
     'probes taken in this run: ' + Object.entries(probes).map(([th, p]) =>
     `${th} thread(s) ${f(median(p), 2)} GB/s (${f(Math.min(...p), 2)}-${f(Math.max(...p), 2)}, ${p.length} probes)`).join('; ') + '.');
