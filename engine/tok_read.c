@@ -608,9 +608,9 @@ static int read_model(const char *text, size_t len, tok_bpe_lists *out, eng_tok_
             int which = key_is(&mm, "vocab") ? 0 : key_is(&mm, "merges") ? 1 : -1;
             if (which >= 0 && span[which][0])
                 return -1;
-            if (which == 0 && (p == end || *p != '{')) {
-                return -1;
-            } else if (which == 0) {
+            if (which == 0) {
+                if (p == end || *p != '{')
+                    return -1;
                 /* Every entry has a colon, and little after the vocabulary does:
                  * a bound that sizes the table once, without finding its end first. */
                 size_t colons = 0;
