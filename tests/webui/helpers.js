@@ -4,6 +4,7 @@
 // weights never think or write Markdown, so the tests that need reasoning
 // or hostile Markdown in an answer take a real stream and swap its text).
 'use strict';
+const http = require('http');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -115,4 +116,69 @@ function authOf(req) {
   return h ? { Authorization: h } : {};
 }
 
-module.exports = { sleep, waitFor, metric, setSettings, sendMessage, answers, rewriteNextChat };
+// A pass-through proxy to the daemon at BASE, so that a test can hold a
+// stream open: the tiny model answers within one animation frame, and a page
+// that renders once per frame may get the whole stream before it draws.
+// After hold(), the next /v1/chat/completions stream is passed on up to the
+// first chunk with non-empty content text, and the rest waits for release().
+// Resolves with {url, hold, release, close}; serve pages from url.
+function holdingProxy(base) {
+  const target = new URL(base);
+  let armed = false;
+  let releaseHeld = null;
+  const server = http.createServer((req, res) => {
+    const headers = { ...req.headers };
+    delete headers.connection;
+    const up = http.request({ host: target.hostname, port: target.port, method: req.method, path: req.url, headers },
+      (ur) => {
+        const h = { ...ur.headers };
+        delete h.connection;
+        delete h['keep-alive'];
+        res.writeHead(ur.statusCode, h);
+        res.flushHeaders();
+        const holding = armed && req.method === 'POST' && req.url.endsWith('/v1/chat/completions');
+        if (holding) armed = false;
+        let held = null; // chunks after the first text, once holding
+        let ended = false;
+        ur.on('data', (chunk) => {
+          if (held) {
+            held.push(chunk);
+            return;
+          }
+          res.write(chunk);
+          if (holding && /"content":\s*"(?:[^"\\]|\\.)/.test(chunk.toString('utf8'))) {
+            held = [];
+            releaseHeld = () => {
+              for (const c of held) res.write(c);
+              held = null;
+              if (ended) res.end();
+            };
+          }
+        });
+        ur.on('end', () => {
+          ended = true;
+          if (!held) res.end();
+        });
+        ur.on('error', () => res.destroy());
+      });
+    up.on('error', () => res.destroy());
+    // A page that stops reading (its stop button) must close the daemon's side too.
+    res.on('close', () => {
+      if (!res.writableFinished) up.destroy();
+    });
+    req.pipe(up);
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({
+    url: `http://127.0.0.1:${server.address().port}`,
+    hold: () => { armed = true; },
+    release: () => {
+      const r = releaseHeld;
+      releaseHeld = null;
+      if (r) r();
+      return !!r;
+    },
+    close: () => new Promise((r) => { server.closeAllConnections(); server.close(r); }),
+  })));
+}
+
+module.exports = { sleep, waitFor, metric, setSettings, sendMessage, answers, rewriteNextChat, holdingProxy };

@@ -8,7 +8,7 @@ const assert = require('assert');
 const fs = require('fs');
 const { checks } = require('../serve/checks.js');
 const { launch, openPage } = require('./browser.js');
-const { sleep, waitFor, metric, setSettings, sendMessage, answers, rewriteNextChat } = require('./helpers.js');
+const { sleep, waitFor, metric, setSettings, sendMessage, answers, rewriteNextChat, holdingProxy } = require('./helpers.js');
 
 const [base, logPath] = process.argv.slice(2);
 const runner = checks();
@@ -64,16 +64,18 @@ async function waitAnswer(page, states, count) {
 }
 
 async function main() {
+  // The chat pages load through a proxy that can hold a stream open (holdingProxy).
+  const front = await holdingProxy(base);
   const browser = await launch();
   const page = await openPage(browser);
   const chatIds = watchChatIds(page);
   let docHeaders = null;
   page.on('response', (r) => {
-    if (r.url() === base + '/') docHeaders = r.headers();
+    if (r.url() === front.url + '/') docHeaders = r.headers();
   });
 
   await check('the chat page loads under its Content-Security-Policy', async () => {
-    await page.goto(base + '/', { waitUntil: 'networkidle0' });
+    await page.goto(front.url + '/', { waitUntil: 'networkidle0' });
     const csp = docHeaders && docHeaders['content-security-policy'];
     assert.ok(csp, 'no Content-Security-Policy header on GET /');
     for (const d of ["default-src 'none'", "script-src 'self'", "style-src 'self'", "connect-src 'self'", "frame-ancestors 'none'",
@@ -96,7 +98,7 @@ async function main() {
     });
     try {
       await p.setRequestInterception(true);
-      await p.goto(base + '/', { waitUntil: 'networkidle0' });
+      await p.goto(front.url + '/', { waitUntil: 'networkidle0' });
       await p.waitForFunction(() => /tokens of context/.test(document.getElementById('model').textContent), { timeout: LONG });
       assert.ok(asked >= 2, `asked ${asked} times`);
     } finally {
@@ -128,10 +130,18 @@ async function main() {
   await check('a message streams: text shows before the answer ends', async () => {
     await setSettings(page, { max_tokens: 40, seed: 11 });
     await watchPartial(page);
+    // The rest of the stream waits after its first text, so the page has frames to draw in.
+    front.hold();
     await sendMessage(page, 'Tell me about streams.');
-    const a = await waitAnswer(page, ['done'], 1);
-    const partial = await page.evaluate(() => window.__partial);
+    let partial;
+    try {
+      partial = await waitFor('text shown while the answer streams',
+        () => page.evaluate(() => window.__partial), 30000).catch(() => null);
+    } finally {
+      assert.ok(front.release(), 'the stream had no content text to hold after');
+    }
     assert.ok(partial && partial.length > 0, 'no text was shown while the answer streamed');
+    const a = await waitAnswer(page, ['done'], 1);
     assert.ok(a.text.length >= partial.length, 'the final text is shorter than a partial one');
     assert.strictEqual(a.stats.completionTokens, '40', `stats: ${JSON.stringify(a.stats)}`);
     assert.ok(Number(a.stats.promptTokens) > 0 && Number(a.stats.ttftMs) > 0 && Number(a.stats.decodeTokensPerS) > 0,
@@ -366,6 +376,7 @@ async function main() {
   });
 
   await browser.close();
+  await front.close();
   finish('webui-checks');
 }
 
