@@ -238,7 +238,8 @@ async function main() {
   const longctx = [`| ${head.join(' | ')} |`, `|${head.map(() => ' --- |').join('')}`];
   const load = ['| model | threads | load to ready ms, cold / warm (median) | cache states | load ms in the decode runs, qwen3d / ORT | prepared / serialized INT4 |',
     '| --- | --- | --- | --- | --- | --- |'];
-  const detail = [], probes = {}, infos = [];
+  const detail = [], probes = {};
+  let firstInfo = null; // the machine line reads the first case's inspect
   for (const c of o.cases) {
     const name = path.basename(c.model);
     const dr = compare(c.model, c.threads, 32, 128, o.contexts, o.kvTypes), d = dr['prompt 32'];
@@ -247,7 +248,7 @@ async function main() {
     const lw = o.loadRuns ? coldWarm(c.model, c.threads) : null;
     const bytes = d.qwen3d_prepared_bytes;
     const info = JSON.parse(run(o.bin, ['inspect', '--model', c.model, '--json']));
-    infos.push(info);
+    firstInfo = firstInfo || info;
     const ser = serializedInt4(info);
     (probes[c.threads] = probes[c.threads] || []).push(...e.probes);
     speed.push(`| ${name} | ${c.threads} | ${f(d.qwen3d_decode_tokens_per_s)} / ${f(d.onnxruntime_decode_tokens_per_s)} (${f(d.decode_speedup, 2)}x)` +
@@ -271,7 +272,7 @@ async function main() {
       ` | ${bytes && ser ? (bytes / ser).toFixed(3) : '-'} (${bytes || '-'} / ${ser || '-'}) |`);
     detail.push(`${name} at ${c.threads} thread(s), share per round: ${e.all.map(pct).join(', ')}`);
   }
-  const lines = machine(o.cases[0].model, infos[0]);
+  const lines = machine(o.cases[0].model, firstInfo);
   lines.push('Bandwidth probe (bw_probe, the best of its sequential reads of 1 GiB, huge pages requested), median (range) of the ' +
     'probes taken in this run: ' + Object.entries(probes).map(([th, p]) =>
     `${th} thread(s) ${f(median(p), 2)} GB/s (${f(Math.min(...p), 2)}-${f(Math.max(...p), 2)}, ${p.length} probes)`).join('; ') + '.');

@@ -62,10 +62,14 @@ function answers(page) {
 // deltas); ids, finish, usage and timings are the daemon's. Every other
 // request goes through untouched. Resolves, once interception is on, with
 // {answered}: a promise of the request's JSON body once it has been
-// answered (interception is then off again).
-async function rewriteNextChat(page, base, reasoning, content) {
+// answered (interception is then off again); it rejects when no request
+// has been answered within TIMEOUT_MS.
+async function rewriteNextChat(page, base, reasoning, content, timeoutMs = 60000) {
   let settle;
   const answered = new Promise((resolve, reject) => { settle = { resolve, reject }; });
+  // A page that never sends its request must fail the check, not hang it.
+  const timer = setTimeout(() => settle.reject(new Error(`no chat request was rewritten within ${timeoutMs} ms`)),
+    timeoutMs);
   let taken = false;
   const onRequest = async (req) => {
     if (taken || req.method() !== 'POST' || !req.url().endsWith('/v1/chat/completions')) {
@@ -105,6 +109,7 @@ async function rewriteNextChat(page, base, reasoning, content) {
   page.on('request', onRequest);
   await page.setRequestInterception(true);
   const done = answered.finally(async () => {
+    clearTimeout(timer);
     page.off('request', onRequest);
     await page.setRequestInterception(false);
   });

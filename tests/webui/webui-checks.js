@@ -133,13 +133,9 @@ async function main() {
     // The rest of the stream waits after its first text, so the page has frames to draw in.
     front.hold();
     await sendMessage(page, 'Tell me about streams.');
-    let partial;
-    try {
-      partial = await waitFor('text shown while the answer streams',
-        () => page.evaluate(() => window.__partial), 30000).catch(() => null);
-    } finally {
-      assert.ok(front.release(), 'the stream had no content text to hold after');
-    }
+    const partial = await waitFor('text shown while the answer streams',
+      () => page.evaluate(() => window.__partial), 30000).catch(() => null);
+    assert.ok(front.release(), 'the stream had no content text to hold after');
     assert.ok(partial && partial.length > 0, 'no text was shown while the answer streamed');
     const a = await waitAnswer(page, ['done'], 1);
     assert.ok(a.text.length >= partial.length, 'the final text is shorter than a partial one');
