@@ -503,6 +503,71 @@ static int parse_tool_call_id(json_t *e, size_t i, api_error *err)
     return !id || json_is_null(id) || json_is_string(id) ? 0 : type_error(err, p, "a string", id);
 }
 
+/*
+ * A message's keys beyond role and content: a message is checked like the
+ * request itself, so a key that could change the prompt is never dropped
+ * unseen. Accepted as they are: a message's name (a string; the Qwen3
+ * template does not show it) and what an OpenAI client sends back with an
+ * assistant turn it received, where it asks for nothing: refusal null or
+ * "", audio null, annotations (citations of the answer: an array, not
+ * shown), prefix false (vLLM's request to continue the turn is refused).
+ * "reasoning" (vLLM's newer name) is reasoning_content when that is absent
+ * or the same; parse_messages reads it.
+ */
+static int message_keys(json_t *e, size_t i, api_error *err)
+{
+    static const char *const keys[] = {"role",          "content", "name",  "tool_calls",  "tool_call_id", "reasoning_content",
+                                       "reasoning",     "refusal", "audio", "annotations", "prefix",       "function_call",
+                                       NULL};
+    char p[160];
+    fieldf(p, sizeof p, "messages[%zu]", i);
+    int rc = known_keys(e, p, keys, err);
+    if (rc)
+        return rc;
+    json_t *v;
+    fieldf(p, sizeof p, "messages[%zu].name", i);
+    if ((v = json_object_get(e, "name")) && !json_is_null(v) && !json_is_string(v))
+        return type_error(err, p, "a string", v);
+    fieldf(p, sizeof p, "messages[%zu].refusal", i);
+    if ((v = json_object_get(e, "refusal")) && !json_is_null(v) && (rc = refuse_string(v, p, err)))
+        return rc;
+    fieldf(p, sizeof p, "messages[%zu].audio", i);
+    if ((v = json_object_get(e, "audio")) && !json_is_null(v))
+        return refuse(p, err);
+    fieldf(p, sizeof p, "messages[%zu].annotations", i);
+    if ((v = json_object_get(e, "annotations")) && !json_is_null(v) && !json_is_array(v))
+        return type_error(err, p, "an array", v);
+    fieldf(p, sizeof p, "messages[%zu].prefix", i);
+    if ((v = json_object_get(e, "prefix")) && !json_is_null(v)) {
+        if (!json_is_boolean(v))
+            return type_error(err, p, "a boolean", v);
+        if (json_is_true(v))
+            return refuse(p, err);
+    }
+    return 0;
+}
+
+/* The message's reasoning_content, or its "reasoning" (vLLM's newer name) when that is absent or the same. */
+static int message_reasoning(json_t *e, size_t i, json_t **out, api_error *err)
+{
+    json_t *a = json_object_get(e, "reasoning_content"), *b = json_object_get(e, "reasoning");
+    char p[64];
+    if (a && json_is_null(a))
+        a = NULL;
+    if (b && json_is_null(b))
+        b = NULL;
+    fieldf(p, sizeof p, "messages[%zu].reasoning_content", i);
+    if (a && !json_is_string(a))
+        return type_error(err, p, "a string", a);
+    fieldf(p, sizeof p, "messages[%zu].reasoning", i);
+    if (b && !json_is_string(b))
+        return type_error(err, p, "a string", b);
+    if (a && b && !json_equal(a, b))
+        return api_error_set(err, API_ERANGE, p, "'%s' differs from 'messages[%zu].reasoning_content': send one", p, i);
+    *out = a ? a : b;
+    return 0;
+}
+
 static int parse_messages(json_t *root, api_request *r, api_error *err)
 {
     json_t *m = json_object_get(root, "messages");
@@ -524,6 +589,9 @@ static int parse_messages(json_t *root, api_request *r, api_error *err)
         fieldf(p, sizeof p, "messages[%zu]", i);
         if (!json_is_object(e))
             return type_error(err, p, "an object", e);
+        int rc = message_keys(e, i, err);
+        if (rc)
+            return rc;
         r->n_messages = i + 1;
         api_chat_msg *msg = &r->messages[i];
         json_t *role = json_object_get(e, "role");
@@ -544,7 +612,7 @@ static int parse_messages(json_t *root, api_request *r, api_error *err)
             return api_error_set(err, API_ENOMEM, NULL, NULL);
         fieldf(p, sizeof p, "messages[%zu].content", i);
         char *content = NULL;
-        int rc = parse_content(json_object_get(e, "content"), p, !strcmp(rs, "assistant"), &content, err);
+        rc = parse_content(json_object_get(e, "content"), p, !strcmp(rs, "assistant"), &content, err);
         msg->content = content;
         if (rc)
             return rc;
@@ -555,11 +623,10 @@ static int parse_messages(json_t *root, api_request *r, api_error *err)
             return refuse(p, err);
         if ((rc = parse_tool_calls(e, i, msg, err)) || (rc = parse_tool_call_id(e, i, err)))
             return rc;
-        json_t *rc_v = json_object_get(e, "reasoning_content");
-        if (rc_v && !json_is_null(rc_v)) {
-            fieldf(p, sizeof p, "messages[%zu].reasoning_content", i);
-            if (!json_is_string(rc_v))
-                return type_error(err, p, "a string", rc_v);
+        json_t *rc_v = NULL;
+        if ((rc = message_reasoning(e, i, &rc_v, err)))
+            return rc;
+        if (rc_v) {
             msg->reasoning_content = dup_n(json_string_value(rc_v), json_string_length(rc_v));
             if (!msg->reasoning_content)
                 return api_error_set(err, API_ENOMEM, NULL, NULL);
@@ -1069,6 +1136,23 @@ static int parse_choices(json_t *root, api_request *r, api_error *err)
     return 0;
 }
 
+/* A token limit FIELD, when given: at least 1 (0 with ECHO: the prompt's log-likelihood, nothing generated). */
+static int get_limit(json_t *root, const char *field, bool echo, int64_t *out, bool *given, api_error *err)
+{
+    int rc = get_int(root, field, INT64_MIN, INT64_MAX, out, given, err);
+    if (rc || !*given)
+        return rc;
+    if (*out < (echo ? 0 : 1))
+        return api_error_set(err, API_ERANGE, field, "'%s' must be at least %d%s, not %lld", field, echo ? 0 : 1,
+                             echo ? "" : " (0 only with 'echo')", (long long)*out);
+    /* No context holds more (the engine counts tokens in INT32), and the
+     * server adds the prompt's length to it. */
+    if (*out > MAX_TOKENS)
+        return api_error_set(err, API_ERANGE, field, "'%s' must be at most %d, not %lld", field, MAX_TOKENS,
+                             (long long)*out);
+    return 0;
+}
+
 static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *err)
 {
     int rc;
@@ -1079,28 +1163,16 @@ static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *er
     if ((rc = kind == API_KIND_CHAT ? parse_messages(root, r, err) : parse_prompt(root, r, err)))
         return rc;
 
-    bool given = false;
-    int64_t mt = -1;
-    if ((rc = get_int(root, "max_tokens", INT64_MIN, INT64_MAX, &mt, &given, err)))
-        return rc;
-    const char *mt_field = "max_tokens";
-    if (!given && kind == API_KIND_CHAT) {
-        if ((rc = get_int(root, "max_completion_tokens", INT64_MIN, INT64_MAX, &mt, &given, err)))
-            return rc;
-        mt_field = "max_completion_tokens";
-    }
     if (kind == API_KIND_COMPLETION && (rc = get_bool(root, "echo", &r->echo, err)))
         return rc;
-    /* max_tokens 0 with echo: the prompt's log-likelihood, nothing generated */
-    if (given && mt < (r->echo ? 0 : 1))
-        return api_error_set(err, API_ERANGE, mt_field, "'%s' must be at least %d%s, not %lld", mt_field,
-                             r->echo ? 0 : 1, r->echo ? "" : " (0 only with 'echo')", (long long)mt);
-    /* No context holds more (the engine counts tokens in INT32), and the
-     * server adds the prompt's length to it. */
-    if (given && mt > MAX_TOKENS)
-        return api_error_set(err, API_ERANGE, mt_field, "'%s' must be at most %d, not %lld", mt_field, MAX_TOKENS,
-                             (long long)mt);
-    r->max_tokens = given ? mt : -1;
+    bool given = false, given_mc = false;
+    int64_t mt = -1, mc = -1;
+    if ((rc = get_limit(root, "max_tokens", r->echo, &mt, &given, err)))
+        return rc;
+    /* Both are checked when both are sent; max_tokens wins. */
+    if (kind == API_KIND_CHAT && (rc = get_limit(root, "max_completion_tokens", false, &mc, &given_mc, err)))
+        return rc;
+    r->max_tokens = given ? mt : given_mc ? mc : -1;
 
     if ((rc = parse_sampling(root, r, err)) || (rc = parse_stop(root, r, err)) ||
         (rc = parse_logprobs(kind, root, r, err)) || (rc = parse_logit_bias(root, r, err)))
