@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void copy_str(char *dst, size_t cap, json_t *obj, const char *key, const char *fallback)
 {
@@ -164,6 +165,34 @@ int eng_genai_config_load(const char *dir, eng_genai_config *cfg, eng_diag *diag
         eng_diag_add(diag, "%s: decoder.filename '%s' must be a plain name inside the model folder", path, cfg->filename);
     json_decref(root);
     return diag->n_total > before ? -1 : 0;
+}
+
+int eng_graph_load_model(const char *path, eng_graph **g, eng_genai_config *cfg, eng_diag *diag)
+{
+    *g = NULL;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+        if (eng_graph_load(path, g, diag) != 0)
+            return -1;
+        return eng_genai_config_load((*g)->dir, cfg, diag);
+    }
+    if (eng_genai_config_load(path, cfg, diag) != 0)
+        return -1;
+    if (!strcmp(cfg->filename, "model.onnx"))
+        return eng_graph_load(path, g, diag);
+    char file[4096];
+    int n = snprintf(file, sizeof file, "%s/%s", path, cfg->filename);
+    if (n < 0 || (size_t)n >= sizeof file) {
+        eng_diag_add(diag, "%s: the path of decoder.filename '%s' is too long", path, cfg->filename);
+        return -1;
+    }
+    int e = stat(file, &st) != 0 ? errno : 0;
+    if (e || !S_ISREG(st.st_mode)) {
+        eng_diag_add(diag, "%s: genai_config.json names the graph '%s' (decoder.filename): %s", path, cfg->filename,
+                     e ? strerror(e) : "not a regular file");
+        return -1;
+    }
+    return eng_graph_load(file, g, diag);
 }
 
 int eng_genai_config_sampling(const eng_genai_config *cfg, eng_sampling *out, char *err, size_t errlen)

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "engine/diag.h"
+#include "engine/model.h"
 #include "engine/sampler.h"
 
 #define ENG_MAX_EOS 8
@@ -45,6 +46,14 @@ typedef struct eng_genai_config {
  * defaults filled); a malformed one adds problems to diag and returns -1.
  */
 int eng_genai_config_load(const char *dir, eng_genai_config *cfg, eng_diag *diag);
+
+/*
+ * The model at PATH, as ONNX Runtime GenAI finds it: PATH is the model
+ * folder, whose graph is the file its genai_config.json names in
+ * decoder.filename (model.onnx without one), or the graph file itself (the
+ * config then comes from its folder). Loads both; -1 with problems in diag.
+ */
+int eng_graph_load_model(const char *path, eng_graph **g, eng_genai_config *cfg, eng_diag *diag);
 
 /*
  * The model's own sampling defaults into *out: eng_sampling_default() with

@@ -151,9 +151,7 @@ int eng_model_open(const char *dir, const eng_model_opts *opts, eng_model **out,
     }
     m->opts = o;
     size_t before = diag->n_total;
-    if (eng_graph_load(dir, &m->g, diag) != 0)
-        goto fail;
-    if (eng_genai_config_load(m->g->dir, &m->cfg, diag) != 0)
+    if (eng_graph_load_model(dir, &m->g, &m->cfg, diag) != 0)
         goto fail;
     if (eng_graph_geometry(m->g, &m->geo, diag) != 0)
         goto fail;

@@ -542,6 +542,54 @@ START_TEST(context_length_range)
 }
 END_TEST
 
+/*
+ * A folder's graph is the file genai_config.json names (decoder.filename), as
+ * ONNX Runtime GenAI loads it: here other.onnx beside a model.onnx that is
+ * not a graph at all, so reading model.onnx would fail the load.
+ */
+START_TEST(graph_named_by_config)
+{
+    char dir[2048], cmd[32768];
+    snprintf(dir, sizeof dir, "%s/named-graph", cases_dir);
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && mkdir -p '%s' && cp '%s/model.onnx' '%s/other.onnx' && cp '%s/model.onnx.data' '%s/' && "
+             "echo 'not a graph' > '%s/model.onnx' && "
+             "sed 's/\"filename\": \"model.onnx\"/\"filename\": \"other.onnx\"/' '%s/genai_config.json' > "
+             "'%s/genai_config.json' && grep -q other.onnx '%s/genai_config.json'",
+             dir, dir, base_dir, dir, base_dir, dir, dir, base_dir, dir, dir);
+    run_or_die(cmd);
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_graph *g = NULL;
+    eng_genai_config cfg;
+    int rc = eng_graph_load_model(dir, &g, &cfg, &d);
+    if (rc != 0)
+        eng_diag_print(&d, stderr, "named graph");
+    ck_assert_int_eq(rc, 0);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_str_eq(cfg.filename, "other.onnx");
+    ck_assert_uint_gt(g->n_nodes, 0);
+    eng_graph_free(g);
+    eng_diag_clear(&d);
+
+    /* `inspect` finds it too. */
+    snprintf(cmd, sizeof cmd, "'%s' inspect --model '%s' >/dev/null 2>&1", getenv("QWEN3D"), dir);
+    int st = system(cmd);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "inspect of a config-named graph failed");
+
+    /* A name with no file behind it is an error that says so. */
+    snprintf(cmd, sizeof cmd, "sed -i 's/other.onnx/absent.onnx/' '%s/genai_config.json'", dir);
+    run_or_die(cmd);
+    eng_diag_init(&d);
+    g = NULL;
+    ck_assert_int_eq(eng_graph_load_model(dir, &g, &cfg, &d), -1);
+    ck_assert_ptr_null(g);
+    ck_assert_msg(d.n_kept >= 1 && strstr(d.lines[0], "absent.onnx") && strstr(d.lines[0], "decoder.filename"),
+                  "diag '%s'", d.n_kept ? d.lines[0] : "(none)");
+    eng_diag_clear(&d);
+}
+END_TEST
+
 int main(void)
 {
     setup_base();
@@ -551,6 +599,7 @@ int main(void)
     tcase_add_test(tc, loads_synth_tiny);
     tcase_add_test(tc, missing_folder);
     tcase_add_test(tc, context_length_range);
+    tcase_add_test(tc, graph_named_by_config);
     tcase_add_loop_test(tc, corrupt_file_rejected, 0, (int)N_CASES);
     suite_add_tcase(s, tc);
     return qd_run_suite(s);

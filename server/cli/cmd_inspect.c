@@ -302,11 +302,7 @@ int cmd_inspect(int argc, char **argv)
     eng_genai_config cfg;
     eng_geometry geo;
     int rc = 1;
-    const char *cfg_dir = model;
-    if (eng_graph_load(model, &g, &diag) != 0)
-        goto out;
-    cfg_dir = g->dir;
-    if (eng_genai_config_load(cfg_dir, &cfg, &diag) != 0)
+    if (eng_graph_load_model(model, &g, &cfg, &diag) != 0)
         goto out;
     eng_graph_geometry(g, &geo, &diag);
     if (eng_diag_failed(&diag))
