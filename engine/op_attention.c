@@ -77,7 +77,11 @@ static int prep_gqa(plan_builder *b, step *s)
     g->heads = eng_node_attr_int(n, "num_heads", 0);
     g->kv_heads = eng_node_attr_int(n, "kv_num_heads", 0);
     g->scale = eng_node_attr_float(n, "scale", 0.0f);
-    g->rotary = eng_node_attr_int(n, "do_rotary", 0) != 0;
+    int64_t do_rotary = eng_node_attr_int(n, "do_rotary", 0);
+    g->rotary = do_rotary == 1;
+    /* ONNX Runtime rotates only for 1; any other value is a malformed node, not "off". */
+    if (do_rotary != 0 && do_rotary != 1)
+        PREP_FAIL(b, s, "attribute 'do_rotary' = %lld must be 0 or 1", (long long)do_rotary);
     if (g->heads <= 0 || g->kv_heads <= 0 || g->heads % g->kv_heads)
         PREP_FAIL(b, s, "num_heads = %lld must be a positive multiple of kv_num_heads = %lld", (long long)g->heads,
                   (long long)g->kv_heads);

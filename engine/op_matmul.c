@@ -99,6 +99,13 @@ const char *plan_pack_note(const krn_q4_weights *w)
     return w->packed_bf16 ? " (packed, bf16 scales)" : " (packed)";
 }
 
+/* Whether T is [D0] (FLAT) or [N, D1]: ONNX Runtime's shapes of MatMulNBits' scales and zero points. */
+static bool per_column(const eng_tensor *t, uint64_t flat, int64_t n, uint64_t d1)
+{
+    return (t->rank == 1 && (uint64_t)t->dims[0] == flat) ||
+           (t->rank == 2 && t->dims[0] == n && (uint64_t)t->dims[1] == d1);
+}
+
 static int prep_mmnb(plan_builder *b, step *s)
 {
     const eng_node *n = s->node;
@@ -123,20 +130,26 @@ static int prep_mmnb(plan_builder *b, step *s)
                   "the largest tensor (%llu bytes)", (long long)N, (long long)K, (long long)bs,
                   (unsigned long long)ENG_MAX_TENSOR_BYTES);
     uint64_t kb = z.kb, blob = (uint64_t)bs * (uint64_t)bits / 8;
-    if (!B || B->dtype != ENG_DT_UINT8 || B->n_elems != z.b_bytes)
-        PREP_FAIL(b, s, "input B must be a UINT8 initializer of %lld x %llu x %llu bytes", (long long)N,
+    /* Shapes as ONNX Runtime checks them (matmul_nbits_helper.h), so that no tensor of the right size but
+     * another layout, a transposed [k_blocks, N] for one, is read as if it were the right one. */
+    if (!B || B->dtype != ENG_DT_UINT8 || B->n_elems != z.b_bytes || B->rank != 3 || B->dims[0] != N ||
+        (uint64_t)B->dims[1] != kb)
+        PREP_FAIL(b, s, "input B must be a UINT8 initializer of shape [%lld, %llu, %llu]", (long long)N,
                   (unsigned long long)kb, (unsigned long long)blob);
-    if (!sc || sc->dtype != ENG_DT_FLOAT || sc->n_elems != z.n_scales)
-        PREP_FAIL(b, s, "input scales must be a FLOAT initializer of %llu elements", (unsigned long long)z.n_scales);
+    if (!sc || sc->dtype != ENG_DT_FLOAT || sc->n_elems != z.n_scales || !per_column(sc, z.n_scales, N, kb))
+        PREP_FAIL(b, s, "input scales must be a FLOAT initializer of shape [%llu] or [%lld, %llu]",
+                  (unsigned long long)z.n_scales, (long long)N, (unsigned long long)kb);
     if (s->n_in > 3 && s->in[3] >= 0) {
         if (!zp || zp->dtype != ENG_DT_UINT8)
             PREP_FAIL(b, s, "input zero_points must be a UINT8 initializer (other types are not supported)");
-        if (zp->n_elems != z.zp_bytes)
-            PREP_FAIL(b, s, "input zero_points has %llu bytes, packed %lld-bit zero points need %llu",
-                      (unsigned long long)zp->n_elems, (long long)bits, (unsigned long long)z.zp_bytes);
+        if (zp->n_elems != z.zp_bytes || !per_column(zp, z.zp_bytes, N, z.zp_bytes / (uint64_t)N))
+            PREP_FAIL(b, s, "input zero_points must have shape [%llu] or [%lld, %llu] (packed %lld-bit zero points)",
+                      (unsigned long long)z.zp_bytes, (long long)N, (unsigned long long)(z.zp_bytes / (uint64_t)N),
+                      (long long)bits);
     }
-    if (s->n_in > 5 && s->in[5] >= 0 && (!bias || bias->dtype != ENG_DT_FLOAT || bias->n_elems != (uint64_t)N))
-        PREP_FAIL(b, s, "input bias must be a FLOAT initializer of %lld elements", (long long)N);
+    if (s->n_in > 5 && s->in[5] >= 0 &&
+        (!bias || bias->dtype != ENG_DT_FLOAT || bias->n_elems != (uint64_t)N || bias->rank != 1))
+        PREP_FAIL(b, s, "input bias must be a FLOAT initializer of shape [%lld]", (long long)N);
     mmnb_params *m = &s->p.mmnb;
     m->w = (krn_q4_weights){.b_data = B->data, .scales = sc->data, .zero_pts = zp ? zp->data : NULL,
                             .bias = bias ? bias->data : NULL, .n = (size_t)N, .k = (size_t)K,
@@ -148,8 +161,11 @@ static int prep_mmnb(plan_builder *b, step *s)
     if (packing && !plan_size_packs(b))
         PREP_FAIL(b, s, "out of memory sizing the repacked weights");
     m->w.packed_bf16 = packing && b->scales_bf16[n - b->p->g->nodes];
-    /* Zero points all 8 pack as none (the same bits, smaller records), as node_pack_size found. */
+    /* Zero points all 8 pack as none (the same bits, smaller records), as node_pack_size found: they
+     * are the 4-bit default, so the weights are read as having none. */
     m->w.packed_zp = packing && zp && b->zp_records[n - b->p->g->nodes];
+    if (packing && zp && !m->w.packed_zp)
+        m->w.zero_pts = NULL;
     uint64_t resident = B->nbytes + sc->nbytes;
     size_t pack = packing ? krn_q4_pack_size(&m->w) : 0;
     if (pack) {

@@ -49,6 +49,7 @@ typedef struct opcase {
     double tol;          /* max |ours - ort| / max(1, max |ort|) for float outputs */
     bool expect_reject;  /* ONNX Runtime and the engine must both refuse the run */
     bool fp32;           /* plan with fp32 activations in the INT4 matmuls (ORT's exact DequantizeLinear -> MatMul) */
+    bool packs;          /* its one node is repacked where the level packs 4-bit weights */
 } opcase;
 
 /* Setup runs before the check suite starts, so it cannot use ck_assert. */
@@ -229,6 +230,7 @@ typedef struct mmnb_spec {
     int64_t m, n, k, bs, acc;
     bool zp, bias, rank3;
     int bits; /* 4 or 8 */
+    bool zp8; /* zero points all 8 (4-bit): the default written out, which the packed kernels read as none */
 } mmnb_spec;
 
 static void case_mmnb(const mmnb_spec *sp)
@@ -236,11 +238,13 @@ static void case_mmnb(const mmnb_spec *sp)
     char name[96];
     const int bits = sp->bits;
     snprintf(name, sizeof name, "mmnb_m%lld_n%lld_k%lld_b%lld_acc%lld%s%s%s%s", (long long)sp->m, (long long)sp->n,
-             (long long)sp->k, (long long)sp->bs, (long long)sp->acc, sp->zp ? "_zp" : "", sp->bias ? "_bias" : "",
+             (long long)sp->k, (long long)sp->bs, (long long)sp->acc, sp->zp8 ? "_zp8" : sp->zp ? "_zp" : "",
+             sp->bias ? "_bias" : "",
              sp->rank3 ? "_r3" : "", bits == 8 ? "_8bit" : "");
     /* int8 activations match ONNX Runtime's own int8 path closely; fp32
      * accumulation differs only in summation order */
     opcase *c = new_case(name, sp->acc == 4 ? 2e-4 : 2e-5);
+    c->packs = sp->acc == 4 && bits == 4 && (!sp->zp || sp->zp8);
     int64_t kb = (sp->k + sp->bs - 1) / sp->bs, blob = sp->bs * bits / 8;
     if (sp->rank3) {
         int64_t d[3] = {1, sp->m, sp->k};
@@ -269,7 +273,7 @@ static void case_mmnb(const mmnb_spec *sp)
         int64_t zd[1] = {sp->n * (bits == 8 ? kb : (kb + 1) / 2)};
         uint8_t *zp = malloc((size_t)zd[0]);
         for (int64_t i = 0; i < zd[0]; i++)
-            zp[i] = (uint8_t)rnd();
+            zp[i] = sp->zp8 ? 0x88 : (uint8_t)rnd();
         eng_ow_init_external(c->w, "zp", ENG_DT_UINT8, 1, zd, zp, (size_t)zd[0]);
         free(zp);
         ins[3] = "zp";
@@ -805,21 +809,24 @@ static void case_rmsnorm(void)
 static void build_cases(void)
 {
     static const mmnb_spec mm[] = {
-        {1, 7, 32, 32, 4, false, false, false, 4},     {3, 33, 64, 32, 4, false, false, true, 4},
-        {5, 31, 40, 32, 4, false, false, false, 4},    {2, 129, 100, 32, 0, false, false, false, 4},
-        {1, 17, 96, 16, 0, true, false, false, 4},     {4, 64, 128, 64, 4, false, true, false, 4},
-        {1, 1, 1024, 32, 4, false, false, true, 4},    {7, 127, 1024, 32, 4, true, false, false, 4},
-        {16, 33, 256, 32, 1, false, true, false, 4},   {1, 129, 33, 32, 4, true, true, false, 4},
-        {33, 16, 64, 32, 4, false, false, true, 4},    {2, 48, 136, 128, 0, true, false, false, 4},
-        {37, 40, 256, 32, 4, true, true, false, 4},    {9, 24, 100, 32, 4, true, false, true, 4},
+        {1, 7, 32, 32, 4, false, false, false, 4, false},     {3, 33, 64, 32, 4, false, false, true, 4, false},
+        {5, 31, 40, 32, 4, false, false, false, 4, false},    {2, 129, 100, 32, 0, false, false, false, 4, false},
+        {1, 17, 96, 16, 0, true, false, false, 4, false},     {4, 64, 128, 64, 4, false, true, false, 4, false},
+        {1, 1, 1024, 32, 4, false, false, true, 4, false},    {7, 127, 1024, 32, 4, true, false, false, 4, false},
+        {16, 33, 256, 32, 1, false, true, false, 4, false},   {1, 129, 33, 32, 4, true, true, false, 4, false},
+        {33, 16, 64, 32, 4, false, false, true, 4, false},    {2, 48, 136, 128, 0, true, false, false, 4, false},
+        {37, 40, 256, 32, 4, true, true, false, 4, false},    {9, 24, 100, 32, 4, true, false, true, 4, false},
         /* int8 products over blocks of several 32-k groups (packed records of 64 to 256 k) */
-        {9, 40, 1000, 128, 4, true, false, false, 4},  {17, 33, 768, 256, 4, false, false, true, 4},
-        {1, 48, 320, 64, 4, true, true, false, 4},
+        {9, 40, 1000, 128, 4, true, false, false, 4, false},  {17, 33, 768, 256, 4, false, false, true, 4, false},
+        {1, 48, 320, 64, 4, true, true, false, 4, false},
         /* 8-bit weights (mixed-precision exports), with and without zero points, blocks of 16 to 128 */
-        {1, 7, 32, 32, 4, false, false, false, 8},  {3, 33, 100, 32, 4, true, false, false, 8},
-        {5, 40, 256, 128, 4, true, true, false, 8}, {2, 17, 80, 16, 4, true, false, true, 8},
-        {4, 24, 64, 32, 0, true, false, false, 8},  {9, 129, 1024, 64, 4, false, true, false, 8},
-        {1, 9, 72, 16, 1, false, true, false, 8},
+        {1, 7, 32, 32, 4, false, false, false, 8, false},  {3, 33, 100, 32, 4, true, false, false, 8, false},
+        {5, 40, 256, 128, 4, true, true, false, 8, false}, {2, 17, 80, 16, 4, true, false, true, 8, false},
+        {4, 24, 64, 32, 0, true, false, false, 8, false},  {9, 129, 1024, 64, 4, false, true, false, 8, false},
+        {1, 9, 72, 16, 1, false, true, false, 8, false},
+        /* 4-bit zero points all 8, odd and even block counts */
+        {5, 40, 256, 32, 4, true, false, false, 4, true}, {3, 33, 96, 32, 4, true, true, false, 4, true},
+        {2, 24, 512, 128, 4, true, false, false, 4, true},
     };
     for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++)
         case_mmnb(&mm[i]);
@@ -902,6 +909,10 @@ START_TEST(op_matches_onnx_runtime)
     eng_plan_opts po = {.matmul_fp32 = c->fp32};
     ck_assert_msg(eng_plan_new(g, &po, &p, &d) == 0, "case %s: plan failed: %s", c->name,
                   d.n_kept ? d.lines[0] : "");
+    if (c->packs && krn_active()->q4_packed) /* zero points all 8 are read as none, not left unpacked */
+        ck_assert_msg(strstr(eng_plan_kernel(p, 0), "(packed") && !strstr(eng_plan_kernel(p, 0), "zero points"),
+                      "case %s: kernel '%s', expected the packed form without zero points", c->name,
+                      eng_plan_kernel(p, 0));
     x = eng_exec_new(p, NULL);
     ck_assert_ptr_nonnull(x);
     for (int i = 0; i < c->n_in; i++)
@@ -1012,41 +1023,87 @@ static eng_graph *save_and_load(eng_ow *w, const char *dir, eng_diag *d)
     return g;
 }
 
-/* Variants the engine must refuse at plan time, naming node and attribute. */
+/* Saves W's model in DIR and checks that planning it fails with one problem line naming NODE and EXPECT. */
+static void expect_plan_refusal(eng_ow *w, const char *dir, const char *node, const char *expect)
+{
+    eng_diag d;
+    eng_diag_init(&d);
+    eng_graph *g = save_and_load(w, dir, &d);
+    eng_plan *p = NULL;
+    ck_assert_int_eq(eng_plan_new(g, NULL, &p, &d), -1);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(d.n_kept == 1 && strstr(d.lines[0], node) && strstr(d.lines[0], expect), "%s: unexpected diag: %s",
+                  dir, d.n_kept ? d.lines[0] : "(none)");
+    eng_diag_clear(&d);
+    eng_graph_free(g);
+}
+
+/*
+ * Variants the engine must refuse at plan time, naming node and attribute or
+ * input: attribute values it does not run, and inputs of the right size in
+ * another shape (scales transposed to [k_blocks, N], B flattened to
+ * [N, k_blocks * blob]), which ONNX Runtime refuses too, never read as
+ * [N, k_blocks].
+ */
 START_TEST(unsupported_variants_rejected)
 {
-    static const struct { const char *attr; int64_t v; const char *expect; } bad[] = {
-        {"bits", 2, "'bits' = 2"},
-        {"block_size", 24, "'block_size' = 24"},
+    static const struct {
+        const char *tag, *attr;
+        int64_t v;
+        int b_rank;
+        int64_t b_dims[3], s_dims[2];
+        const char *expect;
+    } bad[] = {
+        {"bits", "bits", 2, 3, {8, 2, 16}, {8, 2}, "'bits' = 2"},
+        {"block_size", "block_size", 24, 3, {8, 2, 16}, {8, 2}, "'block_size' = 24"},
+        {"scales_transposed", "", 0, 3, {8, 2, 16}, {2, 8}, "input scales must"},
+        {"b_flat", "", 0, 2, {8, 32, 0}, {8, 2}, "input B must"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char dir[1100];
-        snprintf(dir, sizeof dir, "%s/reject_%s", root, bad[i].attr);
+        snprintf(dir, sizeof dir, "%s/reject_%s", root, bad[i].tag);
         eng_ow *w = refusal_writer(dir);
         int64_t ad[2] = {1, 64};
         eng_ow_input(w, "A", ENG_DT_FLOAT, 2, fixed_dims(2, ad));
         uint8_t b[8 * 2 * 16] = {0};
         float sc[16] = {0};
-        int64_t bd[3] = {8, 2, 16}, sd[1] = {16};
-        eng_ow_init_external(w, "B", ENG_DT_UINT8, 3, bd, b, sizeof b);
-        eng_ow_init_external(w, "S", ENG_DT_FLOAT, 1, sd, sc, sizeof sc);
+        eng_ow_init_external(w, "B", ENG_DT_UINT8, bad[i].b_rank, bad[i].b_dims, b, sizeof b);
+        eng_ow_init_external(w, "S", ENG_DT_FLOAT, 2, bad[i].s_dims, sc, sizeof sc);
         eng_ow_node(w, "MatMulNBits", "com.microsoft", "mm_bad", ENG_OW_LIST("A", "B", "S"), ENG_OW_LIST("Y"));
         eng_ow_attr_int(w, "K", 64);
         eng_ow_attr_int(w, "N", 8);
         eng_ow_attr_int(w, "bits", !strcmp(bad[i].attr, "bits") ? bad[i].v : 4);
         eng_ow_attr_int(w, "block_size", !strcmp(bad[i].attr, "block_size") ? bad[i].v : 32);
+        eng_ow_attr_int(w, "accuracy_level", 4);
         eng_ow_output(w, "Y", ENG_DT_FLOAT, 2, fixed_dims(2, (int64_t[]){1, 8}));
-        eng_diag d;
-        eng_diag_init(&d);
-        eng_graph *g = save_and_load(w, dir, &d);
-        eng_plan *p = NULL;
-        ck_assert_int_eq(eng_plan_new(g, NULL, &p, &d), -1);
-        ck_assert_ptr_null(p);
-        ck_assert_msg(d.n_kept == 1 && strstr(d.lines[0], "mm_bad") && strstr(d.lines[0], bad[i].expect),
-                      "unexpected diag: %s", d.n_kept ? d.lines[0] : "(none)");
-        eng_diag_clear(&d);
-        eng_graph_free(g);
+        expect_plan_refusal(w, dir, "mm_bad", bad[i].expect);
     }
+}
+END_TEST
+
+/* GroupQueryAttention's do_rotary is 0 or 1 (ONNX Runtime rotates only for 1): another value is refused. */
+START_TEST(gqa_do_rotary_out_of_range)
+{
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/reject_do_rotary", root);
+    eng_ow *w = refusal_writer(dir);
+    int64_t qd[3] = {1, 1, 64}, kd[3] = {1, 1, 32}, pd[4] = {1, 1, 4, 32}, one[1] = {1};
+    eng_ow_input(w, "q", ENG_DT_FLOAT, 3, fixed_dims(3, qd));
+    eng_ow_input(w, "k", ENG_DT_FLOAT, 3, fixed_dims(3, kd));
+    eng_ow_input(w, "v", ENG_DT_FLOAT, 3, fixed_dims(3, kd));
+    eng_ow_input(w, "pk", ENG_DT_FLOAT, 4, fixed_dims(4, pd));
+    eng_ow_input(w, "pv", ENG_DT_FLOAT, 4, fixed_dims(4, pd));
+    eng_ow_input(w, "seqlens_k", ENG_DT_INT32, 1, fixed_dims(1, one));
+    eng_ow_input(w, "total_len", ENG_DT_INT32, 1, fixed_dims(1, one));
+    eng_ow_node(w, "GroupQueryAttention", "com.microsoft", "gqa_bad",
+                ENG_OW_LIST("q", "k", "v", "pk", "pv", "seqlens_k", "total_len"), ENG_OW_LIST("o", "pk_out", "pv_out"));
+    eng_ow_attr_int(w, "num_heads", 2);
+    eng_ow_attr_int(w, "kv_num_heads", 1);
+    eng_ow_attr_int(w, "do_rotary", 2);
+    eng_ow_output(w, "o", ENG_DT_FLOAT, 3, fixed_dims(3, qd));
+    eng_ow_output(w, "pk_out", ENG_DT_FLOAT, 4, fixed_dims(4, pd));
+    eng_ow_output(w, "pv_out", ENG_DT_FLOAT, 4, fixed_dims(4, pd));
+    expect_plan_refusal(w, dir, "gqa_bad", "'do_rotary' = 2");
 }
 END_TEST
 
@@ -1133,6 +1190,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, op_matches_onnx_runtime, 0, n_cases);
     tcase_add_test(tc, unsupported_variants_rejected);
+    tcase_add_test(tc, gqa_do_rotary_out_of_range);
     tcase_add_test(tc, gbq_refusals);
     suite_add_tcase(s, tc);
     int status = qd_run_suite(s);
