@@ -25,6 +25,13 @@ for (const l of lines) {
   }
   if (j.case === "prompt" && !(j.in_place_bytes > 0)) /* the float embedding, at least */
     throw new Error(`the prompt row lacks in_place_bytes: ${l}`);
+  /* The fields every row carries (design.md); a context row ran no prefill. */
+  for (const k of ["load_ms", "prepared_bytes", "rss_bytes", "decode_ms_median", "decode_ms_p90",
+                   "decode_tokens_per_s", "kv_bytes_copied_per_token", "threads"])
+    if (typeof j[k] !== "number" || !(j[k] >= 0)) throw new Error(`${j.case} row: ${k} is not a number: ${l}`);
+  for (const k of ["ttft_ms", "prefill_tokens_per_s"])
+    if (j.case === "context" ? j[k] !== null : !(j[k] > 0))
+      throw new Error(`${j.case} row: ${k} is ${j[k]}: ${l}`);
   seen[j.case] = (seen[j.case] || 0) + 1;
 }
 if (seen.prompt !== 1 || seen.context !== 1 || seen.batch !== 2)

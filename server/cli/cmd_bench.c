@@ -297,7 +297,9 @@ static int warm_kv_pool(eng_model *m, const int64_t *ids, int64_t P, int64_t gen
  * session has its own prompt of --prompt-len's first length, all prefilled
  * in one step; then --gen - 1 decode steps of all B are timed.
  */
-static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times, eng_diag *d)
+/* LOAD_MS and PREPARED: the run's load, repeated in each case's JSON row. */
+static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times, double load_ms, uint64_t prepared,
+                      eng_diag *d)
 {
     int64_t P = o->prompts[0], V = eng_model_geometry(m)->vocab;
     if (P + o->gen > eng_model_max_context(m)) {
@@ -328,6 +330,9 @@ static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times
     double ttft = now_ms() - t0;
     eng_prof_entry at_prefill[32], at_end[32];
     size_t n_at_prefill = eng_exec_profile(x, at_prefill, 32);
+    uint64_t moved = 0;
+    for (size_t i = 0; i < B; i++)
+        moved -= eng_session_kv_bytes_moved(eng_gen_session(g[i]));
     int64_t steps = o->gen - 1;
     for (int64_t k = 0; k < steps; k++) {
         double a = now_ms();
@@ -337,6 +342,8 @@ static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times
     }
     size_t n_end = eng_exec_profile(x, at_end, 32);
     eng_exec_set_profiling(x, false);
+    for (size_t i = 0; i < B; i++)
+        moved += eng_session_kv_bytes_moved(eng_gen_session(g[i]));
     qsort(times, (size_t)steps, sizeof *times, cmp_double);
     double med = pct(times, (size_t)steps, 0.5), p90 = pct(times, (size_t)steps, 0.9);
     double tps = med > 0 ? 1000.0 * (double)B / med : 0.0;
@@ -348,11 +355,15 @@ static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times
                       (double)steps, o->json);
     }
     if (o->json) {
-        json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:I}", "case", "batch", "batch",
-                                (json_int_t)B, "prompt_len", (json_int_t)P, "gen", (json_int_t)o->gen, "threads",
-                                (json_int_t)eng_pool_threads(eng_model_pool(m)), "ttft_ms", ttft, "decode_ms_median",
-                                med, "decode_ms_p90", p90, "decode_tokens_per_s", tps, "rss_bytes",
-                                (json_int_t)rss_bytes());
+        /* ttft_ms: the one step that prefills every prompt of the batch. */
+        json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:I, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "case",
+                                "batch", "batch", (json_int_t)B, "prompt_len", (json_int_t)P, "gen",
+                                (json_int_t)o->gen, "threads", (json_int_t)eng_pool_threads(eng_model_pool(m)),
+                                "load_ms", load_ms, "prepared_bytes", (json_int_t)prepared, "ttft_ms", ttft,
+                                "prefill_tokens_per_s", ttft > 0 ? (double)P * (double)B * 1000.0 / ttft : 0.0,
+                                "decode_ms_median", med, "decode_ms_p90", p90, "decode_tokens_per_s", tps,
+                                "kv_bytes_copied_per_token", steps > 0 ? (double)moved / (double)steps / (double)B : 0.0,
+                                "rss_bytes", (json_int_t)rss_bytes());
         json_object_update(obj, prof);
         json_dumpf(obj, stdout, JSON_COMPACT);
         putchar('\n');
@@ -524,10 +535,14 @@ static int context_case(bench_run *b, int64_t C, eng_diag *d)
                       (double)o->context_steps, o->json);
     }
     if (o->json) {
-        json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:f, s:f, s:f, s:f, s:I, s:I}", "case", "context",
-                                "context", (json_int_t)C, "steps", (json_int_t)o->context_steps, "threads",
-                                (json_int_t)eng_pool_threads(eng_model_pool(b->m)), "kv_mode", eng_kv_mode_name(o->engine.kv_mode), "kv_type",
-                                kv_type_name(o->engine.kv_type), "decode_ms_median", med, "decode_ms_p90", p90,
+        /* The context is filled without running the model: no prefill to time (ttft_ms and
+         * prefill_tokens_per_s are null). */
+        json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s, s:f, s:I, s:n, s:n, s:f, s:f, s:f, s:f, s:I, s:I}",
+                                "case", "context", "context", (json_int_t)C, "steps", (json_int_t)o->context_steps,
+                                "threads", (json_int_t)eng_pool_threads(eng_model_pool(b->m)), "kv_mode",
+                                eng_kv_mode_name(o->engine.kv_mode), "kv_type", kv_type_name(o->engine.kv_type),
+                                "load_ms", b->load_ms, "prepared_bytes", (json_int_t)b->prepared, "ttft_ms",
+                                "prefill_tokens_per_s", "decode_ms_median", med, "decode_ms_p90", p90,
                                 "decode_tokens_per_s", med > 0 ? 1000.0 / med : 0.0, "kv_bytes_copied_per_token",
                                 per_token, "kv_bytes_committed", (json_int_t)committed, "rss_bytes",
                                 (json_int_t)rss_bytes());
@@ -614,7 +629,7 @@ int cmd_bench(int argc, char **argv)
         if (context_case(&b, o.contexts[i], &d) != 0)
             goto out;
     for (size_t i = 0; i < o.n_batches; i++)
-        if (batch_case(b.m, &o, (size_t)o.batches[i], b.times, &d) != 0)
+        if (batch_case(b.m, &o, (size_t)o.batches[i], b.times, b.load_ms, b.prepared, &d) != 0)
             goto out;
     rc = 0;
 out:
