@@ -221,6 +221,19 @@ static int want_object(const json_t *v, const char *field, api_error *err)
     return json_is_object(v) ? 0 : type_error(err, field, "an object", v);
 }
 
+static int want_array(const json_t *v, const char *field, api_error *err)
+{
+    return json_is_array(v) ? 0 : type_error(err, field, "an array", v);
+}
+
+/* false asks for nothing. */
+static int refuse_true(const json_t *v, const char *field, api_error *err)
+{
+    if (!json_is_boolean(v))
+        return type_error(err, field, "a boolean", v);
+    return json_is_true(v) ? refuse(field, err) : 0;
+}
+
 typedef struct field_rule {
     const char *name;
     unsigned in;            /* IN_COMPLETIONS, IN_CHAT */
@@ -297,25 +310,36 @@ static const char *endpoint_of(unsigned in)
     return in & IN_CHAT ? "/v1/chat/completions" : "/v1/completions";
 }
 
-/* Every top-level field against the table: unknown, refused and ignored ones. */
-static int check_fields(json_t *root, api_kind kind, api_error *err)
+/*
+ * Every key of obj against a table: unknown, refused and ignored ones. in is
+ * the endpoint's bit; prefix names obj in errors (NULL for the request itself).
+ */
+static int check_keys(json_t *obj, const field_rule *table, size_t n, unsigned in, const char *prefix,
+                      api_error *err)
 {
     const char *key;
     json_t *v;
-    json_object_foreach(root, key, v) {
+    json_object_foreach(obj, key, v) {
         const field_rule *f = NULL;
-        for (size_t i = 0; i < N_FIELDS && !f; i++)
-            if (!strcmp(FIELDS[i].name, key))
-                f = &FIELDS[i];
-        if (f && !(f->in & (1u << kind)))
-            return api_error_set(err, API_EUNSUPPORTED, key, "'%s' is a field of %s, not of %s", key,
-                                 endpoint_of(f->in), endpoint_of(1u << kind));
-        /* A field the server does not know might change the output: it is not dropped silently. */
+        for (size_t i = 0; i < n && !f; i++)
+            if (!strcmp(table[i].name, key))
+                f = &table[i];
+        char buf[160];
+        const char *p = key; /* the key's path in errors */
+        if (prefix) {
+            fieldf(buf, sizeof buf, "%s.%s", prefix, key);
+            p = buf;
+        }
+        if (f && !(f->in & in))
+            return api_error_set(err, API_EUNSUPPORTED, p, "'%s' is a field of %s, not of %s", p, endpoint_of(f->in),
+                                 endpoint_of(in));
+        /* A key the server does not know might change the output: it is not dropped silently. */
         if (!f)
-            return api_error_set(err, API_EUNSUPPORTED, key, "'%s' is not a request field this server knows", key);
+            return prefix ? refuse(p, err)
+                          : api_error_set(err, API_EUNSUPPORTED, p, "'%s' is not a request field this server knows", p);
         if (f->use == API_FIELD_READ || json_is_null(v))
             continue;
-        int rc = f->check(v, key, err);
+        int rc = f->check(v, p, err);
         if (rc)
             return rc;
     }
@@ -504,47 +528,35 @@ static int parse_tool_call_id(json_t *e, size_t i, api_error *err)
 }
 
 /*
- * A message's keys beyond role and content: a message is checked like the
- * request itself, so a key that could change the prompt is never dropped
- * unseen. Accepted as they are: a message's name (a string; the Qwen3
- * template does not show it) and what an OpenAI client sends back with an
- * assistant turn it received, where it asks for nothing: refusal null or
- * "", audio null, annotations (citations of the answer: an array, not
- * shown), prefix false (vLLM's request to continue the turn is refused).
- * "reasoning" (vLLM's newer name) is reasoning_content when that is absent
- * or the same; parse_messages reads it.
+ * A message's keys, checked like the request's own fields so that a key
+ * that could change the prompt is never dropped unseen. Accepted as they
+ * are: a message's name (the Qwen3 template does not show it) and what an
+ * OpenAI client sends back with an assistant turn it received, where it
+ * asks for nothing: refusal null or "", audio null, annotations (citations
+ * of the answer, not shown), prefix false (vLLM's request to continue the
+ * turn is refused). "reasoning" (vLLM's newer name) is reasoning_content
+ * when that is absent or the same; parse_messages reads it.
  */
+static const field_rule MESSAGE_FIELDS[] = {
+    READ("role", IN_CHAT),
+    READ("content", IN_CHAT),
+    READ("tool_calls", IN_CHAT),
+    READ("tool_call_id", IN_CHAT),
+    READ("reasoning_content", IN_CHAT),
+    READ("reasoning", IN_CHAT),
+    READ("function_call", IN_CHAT),
+    IGNORED("name", IN_CHAT, want_string),
+    IGNORED("annotations", IN_CHAT, want_array),
+    REFUSED("refusal", IN_CHAT, refuse_string),
+    REFUSED("audio", IN_CHAT, refuse_any),
+    REFUSED("prefix", IN_CHAT, refuse_true),
+};
+
 static int message_keys(json_t *e, size_t i, api_error *err)
 {
-    static const char *const keys[] = {"role",          "content", "name",  "tool_calls",  "tool_call_id", "reasoning_content",
-                                       "reasoning",     "refusal", "audio", "annotations", "prefix",       "function_call",
-                                       NULL};
-    char p[160];
+    char p[64];
     fieldf(p, sizeof p, "messages[%zu]", i);
-    int rc = known_keys(e, p, keys, err);
-    if (rc)
-        return rc;
-    json_t *v;
-    fieldf(p, sizeof p, "messages[%zu].name", i);
-    if ((v = json_object_get(e, "name")) && !json_is_null(v) && !json_is_string(v))
-        return type_error(err, p, "a string", v);
-    fieldf(p, sizeof p, "messages[%zu].refusal", i);
-    if ((v = json_object_get(e, "refusal")) && !json_is_null(v) && (rc = refuse_string(v, p, err)))
-        return rc;
-    fieldf(p, sizeof p, "messages[%zu].audio", i);
-    if ((v = json_object_get(e, "audio")) && !json_is_null(v))
-        return refuse(p, err);
-    fieldf(p, sizeof p, "messages[%zu].annotations", i);
-    if ((v = json_object_get(e, "annotations")) && !json_is_null(v) && !json_is_array(v))
-        return type_error(err, p, "an array", v);
-    fieldf(p, sizeof p, "messages[%zu].prefix", i);
-    if ((v = json_object_get(e, "prefix")) && !json_is_null(v)) {
-        if (!json_is_boolean(v))
-            return type_error(err, p, "a boolean", v);
-        if (json_is_true(v))
-            return refuse(p, err);
-    }
-    return 0;
+    return check_keys(e, MESSAGE_FIELDS, sizeof MESSAGE_FIELDS / sizeof *MESSAGE_FIELDS, IN_CHAT, p, err);
 }
 
 /* The message's reasoning_content, or its "reasoning" (vLLM's newer name) when that is absent or the same. */
@@ -1158,7 +1170,7 @@ static int parse_root(api_kind kind, json_t *root, api_request *r, api_error *er
     int rc;
     if ((rc = parse_model(root, r, err)))
         return rc;
-    if ((rc = check_fields(root, kind, err)))
+    if ((rc = check_keys(root, FIELDS, N_FIELDS, 1u << kind, NULL, err)))
         return rc;
     if ((rc = kind == API_KIND_CHAT ? parse_messages(root, r, err) : parse_prompt(root, r, err)))
         return rc;
