@@ -291,99 +291,6 @@ static int warm_kv_pool(eng_model *m, const int64_t *ids, int64_t P, int64_t gen
     return rc;
 }
 
-/*
- * B sessions decoding together: every step runs one id of each in one pass
- * of the model (as the daemon's scheduler does with B streams). Each
- * session has its own prompt of --prompt-len's first length, all prefilled
- * in one step; then --gen - 1 decode steps of all B are timed.
- */
-/* LOAD_MS and PREPARED: the run's load, repeated in each case's JSON row. */
-static int batch_case(eng_model *m, const bench_opts *o, size_t B, double *times, double load_ms, uint64_t prepared,
-                      eng_diag *d)
-{
-    int64_t P = o->prompts[0], V = eng_model_geometry(m)->vocab;
-    if (P + o->gen > eng_model_max_context(m)) {
-        eng_diag_add(d, "--prompt-len %lld + --gen %lld exceeds the model's context of %lld", (long long)P,
-                     (long long)o->gen, (long long)eng_model_max_context(m));
-        return -1;
-    }
-    int rc = -1;
-    eng_gen **g = calloc(B, sizeof *g);
-    int64_t *ids = malloc((size_t)P * B * sizeof *ids);
-    if (!g || !ids) {
-        eng_diag_add(d, "out of memory");
-        goto out;
-    }
-    /* distinct prompts: the same pseudo-random stream, one slice per session */
-    prompt_ids(ids, P * (int64_t)B, V);
-    if (warm_kv_pool(m, ids, P, o->gen, B, d) != 0)
-        goto out;
-    for (size_t i = 0; i < B; i++)
-        if (!(g[i] = bench_gen(m, ids + (size_t)P * i, (size_t)P, o->gen, P + o->gen, d)))
-            goto out;
-    /* every session of the batch runs through the model's one executor */
-    eng_exec *x = eng_session_exec(eng_gen_session(g[0]));
-    eng_exec_set_profiling(x, o->profile);
-    double t0 = now_ms();
-    if (eng_gen_step(g, B, NULL, d) != 0)
-        goto out;
-    double ttft = now_ms() - t0;
-    eng_prof_entry at_prefill[32], at_end[32];
-    size_t n_at_prefill = eng_exec_profile(x, at_prefill, 32);
-    uint64_t moved = 0;
-    for (size_t i = 0; i < B; i++)
-        moved -= eng_session_kv_bytes_moved(eng_gen_session(g[i]));
-    int64_t steps = o->gen - 1;
-    for (int64_t k = 0; k < steps; k++) {
-        double a = now_ms();
-        if (eng_gen_step(g, B, NULL, d) != 0)
-            goto out;
-        times[k] = now_ms() - a;
-    }
-    size_t n_end = eng_exec_profile(x, at_end, 32);
-    eng_exec_set_profiling(x, false);
-    for (size_t i = 0; i < B; i++)
-        moved += eng_session_kv_bytes_moved(eng_gen_session(g[i]));
-    qsort(times, (size_t)steps, sizeof *times, cmp_double);
-    double med = pct(times, (size_t)steps, 0.5), p90 = pct(times, (size_t)steps, 0.9);
-    double tps = med > 0 ? 1000.0 * (double)B / med : 0.0;
-    json_t *prof = json_object();
-    if (o->profile && steps > 0) {
-        char title[80];
-        snprintf(title, sizeof title, "batch %zu decode profile (ms per step of the batch, share)", B);
-        print_profile(prof, "profile_decode_ms_per_step", title, at_end, n_end, at_prefill, n_at_prefill,
-                      (double)steps, o->json);
-    }
-    if (o->json) {
-        /* ttft_ms: the one step that prefills every prompt of the batch. */
-        json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:I, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "case",
-                                "batch", "batch", (json_int_t)B, "prompt_len", (json_int_t)P, "gen",
-                                (json_int_t)o->gen, "threads", (json_int_t)eng_pool_threads(eng_model_pool(m)),
-                                "load_ms", load_ms, "prepared_bytes", (json_int_t)prepared, "ttft_ms", ttft,
-                                "prefill_tokens_per_s", ttft > 0 ? (double)P * (double)B * 1000.0 / ttft : 0.0,
-                                "decode_ms_median", med, "decode_ms_p90", p90, "decode_tokens_per_s", tps,
-                                "kv_bytes_copied_per_token", steps > 0 ? (double)moved / (double)steps / (double)B : 0.0,
-                                "rss_bytes", (json_int_t)rss_bytes());
-        json_object_update(obj, prof);
-        json_dumpf(obj, stdout, JSON_COMPACT);
-        putchar('\n');
-        json_decref(obj);
-    } else {
-        printf("batch %3zu: prompt %lld each, prefill of all %8.1f ms, decode step median %7.3f ms (p90 %7.3f) = "
-               "%7.1f tok/s in all\n",
-               B, (long long)P, ttft, med, p90, tps);
-    }
-    json_decref(prof);
-    fflush(stdout);
-    rc = 0;
-out:
-    for (size_t i = 0; g && i < B; i++)
-        eng_gen_free(g[i]);
-    free(g);
-    free(ids);
-    return rc;
-}
-
 /* What the cases of one bench run share. */
 typedef struct bench_run {
     const bench_opts *o;
@@ -563,6 +470,101 @@ fail:
     return -1;
 }
 
+/*
+ * B sessions decoding together: every step runs one id of each in one pass
+ * of the model (as the daemon's scheduler does with B streams). Each
+ * session has its own prompt of --prompt-len's first length, all prefilled
+ * in one step; then --gen - 1 decode steps of all B are timed. Its JSON row
+ * repeats the run's load.
+ */
+static int batch_case(bench_run *b, size_t B, eng_diag *d)
+{
+    const bench_opts *o = b->o;
+    eng_model *m = b->m;
+    double *times = b->times;
+    int64_t P = o->prompts[0], V = eng_model_geometry(m)->vocab;
+    if (P + o->gen > eng_model_max_context(m)) {
+        eng_diag_add(d, "--prompt-len %lld + --gen %lld exceeds the model's context of %lld", (long long)P,
+                     (long long)o->gen, (long long)eng_model_max_context(m));
+        return -1;
+    }
+    int rc = -1;
+    eng_gen **g = calloc(B, sizeof *g);
+    int64_t *ids = malloc((size_t)P * B * sizeof *ids);
+    if (!g || !ids) {
+        eng_diag_add(d, "out of memory");
+        goto out;
+    }
+    /* distinct prompts: the same pseudo-random stream, one slice per session */
+    prompt_ids(ids, P * (int64_t)B, V);
+    if (warm_kv_pool(m, ids, P, o->gen, B, d) != 0)
+        goto out;
+    for (size_t i = 0; i < B; i++)
+        if (!(g[i] = bench_gen(m, ids + (size_t)P * i, (size_t)P, o->gen, P + o->gen, d)))
+            goto out;
+    /* every session of the batch runs through the model's one executor */
+    eng_exec *x = eng_session_exec(eng_gen_session(g[0]));
+    eng_exec_set_profiling(x, o->profile);
+    double t0 = now_ms();
+    if (eng_gen_step(g, B, NULL, d) != 0)
+        goto out;
+    double ttft = now_ms() - t0;
+    eng_prof_entry at_prefill[32], at_end[32];
+    size_t n_at_prefill = eng_exec_profile(x, at_prefill, 32);
+    uint64_t moved = 0;
+    for (size_t i = 0; i < B; i++)
+        moved -= eng_session_kv_bytes_moved(eng_gen_session(g[i]));
+    int64_t steps = o->gen - 1;
+    for (int64_t k = 0; k < steps; k++) {
+        double a = now_ms();
+        if (eng_gen_step(g, B, NULL, d) != 0)
+            goto out;
+        times[k] = now_ms() - a;
+    }
+    size_t n_end = eng_exec_profile(x, at_end, 32);
+    eng_exec_set_profiling(x, false);
+    for (size_t i = 0; i < B; i++)
+        moved += eng_session_kv_bytes_moved(eng_gen_session(g[i]));
+    qsort(times, (size_t)steps, sizeof *times, cmp_double);
+    double med = pct(times, (size_t)steps, 0.5), p90 = pct(times, (size_t)steps, 0.9);
+    double tps = med > 0 ? 1000.0 * (double)B / med : 0.0;
+    json_t *prof = json_object();
+    if (o->profile && steps > 0) {
+        char title[80];
+        snprintf(title, sizeof title, "batch %zu decode profile (ms per step of the batch, share)", B);
+        print_profile(prof, "profile_decode_ms_per_step", title, at_end, n_end, at_prefill, n_at_prefill,
+                      (double)steps, o->json);
+    }
+    if (o->json) {
+        /* ttft_ms: the one step that prefills every prompt of the batch. */
+        json_t *obj = json_pack("{s:s, s:I, s:I, s:I, s:I, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "case",
+                                "batch", "batch", (json_int_t)B, "prompt_len", (json_int_t)P, "gen",
+                                (json_int_t)o->gen, "threads", (json_int_t)eng_pool_threads(eng_model_pool(m)),
+                                "load_ms", b->load_ms, "prepared_bytes", (json_int_t)b->prepared, "ttft_ms", ttft,
+                                "prefill_tokens_per_s", ttft > 0 ? (double)P * (double)B * 1000.0 / ttft : 0.0,
+                                "decode_ms_median", med, "decode_ms_p90", p90, "decode_tokens_per_s", tps,
+                                "kv_bytes_copied_per_token", steps > 0 ? (double)moved / (double)steps / (double)B : 0.0,
+                                "rss_bytes", (json_int_t)rss_bytes());
+        json_object_update(obj, prof);
+        json_dumpf(obj, stdout, JSON_COMPACT);
+        putchar('\n');
+        json_decref(obj);
+    } else {
+        printf("batch %3zu: prompt %lld each, prefill of all %8.1f ms, decode step median %7.3f ms (p90 %7.3f) = "
+               "%7.1f tok/s in all\n",
+               B, (long long)P, ttft, med, p90, tps);
+    }
+    json_decref(prof);
+    fflush(stdout);
+    rc = 0;
+out:
+    for (size_t i = 0; g && i < B; i++)
+        eng_gen_free(g[i]);
+    free(g);
+    free(ids);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     bench_opts o = {.prompts = {32, 512}, .n_prompts = 2, .contexts = {128, 1024, 4096}, .n_contexts = 3,
@@ -629,7 +631,7 @@ int cmd_bench(int argc, char **argv)
         if (context_case(&b, o.contexts[i], &d) != 0)
             goto out;
     for (size_t i = 0; i < o.n_batches; i++)
-        if (batch_case(b.m, &o, (size_t)o.batches[i], b.times, b.load_ms, b.prepared, &d) != 0)
+        if (batch_case(&b, (size_t)o.batches[i], &d) != 0)
             goto out;
     rc = 0;
 out:
