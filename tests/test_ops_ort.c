@@ -226,25 +226,29 @@ static void finish_case(opcase *c)
 
 /* ---- the cases -------------------------------------------------------------- */
 
+/* A MatMulNBits case's zero points. ZP_ALL8 (4-bit) is the default written
+ * out, which the packed kernels read as none. */
+typedef enum { ZP_NONE, ZP_RANDOM, ZP_ALL8 } zp_kind;
+
 typedef struct mmnb_spec {
     int64_t m, n, k, bs, acc;
-    bool zp, bias, rank3;
+    zp_kind zp;
+    bool bias, rank3;
     int bits; /* 4 or 8 */
-    bool zp8; /* zero points all 8 (4-bit): the default written out, which the packed kernels read as none */
 } mmnb_spec;
 
 static void case_mmnb(const mmnb_spec *sp)
 {
+    static const char *const zp_tag[] = {"", "_zp", "_zp8"};
     char name[96];
     const int bits = sp->bits;
     snprintf(name, sizeof name, "mmnb_m%lld_n%lld_k%lld_b%lld_acc%lld%s%s%s%s", (long long)sp->m, (long long)sp->n,
-             (long long)sp->k, (long long)sp->bs, (long long)sp->acc, sp->zp8 ? "_zp8" : sp->zp ? "_zp" : "",
-             sp->bias ? "_bias" : "",
+             (long long)sp->k, (long long)sp->bs, (long long)sp->acc, zp_tag[sp->zp], sp->bias ? "_bias" : "",
              sp->rank3 ? "_r3" : "", bits == 8 ? "_8bit" : "");
     /* int8 activations match ONNX Runtime's own int8 path closely; fp32
      * accumulation differs only in summation order */
     opcase *c = new_case(name, sp->acc == 4 ? 2e-4 : 2e-5);
-    c->packs = sp->acc == 4 && bits == 4 && (!sp->zp || sp->zp8);
+    c->packs = sp->acc == 4 && bits == 4 && sp->zp != ZP_RANDOM;
     int64_t kb = (sp->k + sp->bs - 1) / sp->bs, blob = sp->bs * bits / 8;
     if (sp->rank3) {
         int64_t d[3] = {1, sp->m, sp->k};
@@ -269,11 +273,11 @@ static void case_mmnb(const mmnb_spec *sp)
     free(sc);
     const char *ins[6] = {"A", "B", "scales", "", "", ""};
     int n_in = 3;
-    if (sp->zp) {
+    if (sp->zp != ZP_NONE) {
         int64_t zd[1] = {sp->n * (bits == 8 ? kb : (kb + 1) / 2)};
         uint8_t *zp = malloc((size_t)zd[0]);
         for (int64_t i = 0; i < zd[0]; i++)
-            zp[i] = sp->zp8 ? 0x88 : (uint8_t)rnd();
+            zp[i] = sp->zp == ZP_ALL8 ? 0x88 : (uint8_t)rnd();
         eng_ow_init_external(c->w, "zp", ENG_DT_UINT8, 1, zd, zp, (size_t)zd[0]);
         free(zp);
         ins[3] = "zp";
@@ -809,24 +813,24 @@ static void case_rmsnorm(void)
 static void build_cases(void)
 {
     static const mmnb_spec mm[] = {
-        {1, 7, 32, 32, 4, false, false, false, 4, false},     {3, 33, 64, 32, 4, false, false, true, 4, false},
-        {5, 31, 40, 32, 4, false, false, false, 4, false},    {2, 129, 100, 32, 0, false, false, false, 4, false},
-        {1, 17, 96, 16, 0, true, false, false, 4, false},     {4, 64, 128, 64, 4, false, true, false, 4, false},
-        {1, 1, 1024, 32, 4, false, false, true, 4, false},    {7, 127, 1024, 32, 4, true, false, false, 4, false},
-        {16, 33, 256, 32, 1, false, true, false, 4, false},   {1, 129, 33, 32, 4, true, true, false, 4, false},
-        {33, 16, 64, 32, 4, false, false, true, 4, false},    {2, 48, 136, 128, 0, true, false, false, 4, false},
-        {37, 40, 256, 32, 4, true, true, false, 4, false},    {9, 24, 100, 32, 4, true, false, true, 4, false},
+        {1, 7, 32, 32, 4, ZP_NONE, false, false, 4}, {3, 33, 64, 32, 4, ZP_NONE, false, true, 4},
+        {5, 31, 40, 32, 4, ZP_NONE, false, false, 4}, {2, 129, 100, 32, 0, ZP_NONE, false, false, 4},
+        {1, 17, 96, 16, 0, ZP_RANDOM, false, false, 4}, {4, 64, 128, 64, 4, ZP_NONE, true, false, 4},
+        {1, 1, 1024, 32, 4, ZP_NONE, false, true, 4}, {7, 127, 1024, 32, 4, ZP_RANDOM, false, false, 4},
+        {16, 33, 256, 32, 1, ZP_NONE, true, false, 4}, {1, 129, 33, 32, 4, ZP_RANDOM, true, false, 4},
+        {33, 16, 64, 32, 4, ZP_NONE, false, true, 4}, {2, 48, 136, 128, 0, ZP_RANDOM, false, false, 4},
+        {37, 40, 256, 32, 4, ZP_RANDOM, true, false, 4}, {9, 24, 100, 32, 4, ZP_RANDOM, false, true, 4},
         /* int8 products over blocks of several 32-k groups (packed records of 64 to 256 k) */
-        {9, 40, 1000, 128, 4, true, false, false, 4, false},  {17, 33, 768, 256, 4, false, false, true, 4, false},
-        {1, 48, 320, 64, 4, true, true, false, 4, false},
+        {9, 40, 1000, 128, 4, ZP_RANDOM, false, false, 4}, {17, 33, 768, 256, 4, ZP_NONE, false, true, 4},
+        {1, 48, 320, 64, 4, ZP_RANDOM, true, false, 4},
         /* 8-bit weights (mixed-precision exports), with and without zero points, blocks of 16 to 128 */
-        {1, 7, 32, 32, 4, false, false, false, 8, false},  {3, 33, 100, 32, 4, true, false, false, 8, false},
-        {5, 40, 256, 128, 4, true, true, false, 8, false}, {2, 17, 80, 16, 4, true, false, true, 8, false},
-        {4, 24, 64, 32, 0, true, false, false, 8, false},  {9, 129, 1024, 64, 4, false, true, false, 8, false},
-        {1, 9, 72, 16, 1, false, true, false, 8, false},
+        {1, 7, 32, 32, 4, ZP_NONE, false, false, 8}, {3, 33, 100, 32, 4, ZP_RANDOM, false, false, 8},
+        {5, 40, 256, 128, 4, ZP_RANDOM, true, false, 8}, {2, 17, 80, 16, 4, ZP_RANDOM, false, true, 8},
+        {4, 24, 64, 32, 0, ZP_RANDOM, false, false, 8}, {9, 129, 1024, 64, 4, ZP_NONE, true, false, 8},
+        {1, 9, 72, 16, 1, ZP_NONE, true, false, 8},
         /* 4-bit zero points all 8, odd and even block counts */
-        {5, 40, 256, 32, 4, true, false, false, 4, true}, {3, 33, 96, 32, 4, true, true, false, 4, true},
-        {2, 24, 512, 128, 4, true, false, false, 4, true},
+        {5, 40, 256, 32, 4, ZP_ALL8, false, false, 4}, {3, 33, 96, 32, 4, ZP_ALL8, true, false, 4},
+        {2, 24, 512, 128, 4, ZP_ALL8, false, false, 4},
     };
     for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++)
         case_mmnb(&mm[i]);
