@@ -174,7 +174,12 @@ int eng_graph_load_model(const char *path, eng_graph **g, eng_genai_config *cfg,
     if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
         if (eng_graph_load(path, g, diag) != 0)
             return -1;
-        return eng_genai_config_load((*g)->dir, cfg, diag);
+        if (eng_genai_config_load((*g)->dir, cfg, diag) != 0) {
+            eng_graph_free(*g);
+            *g = NULL;
+            return -1;
+        }
+        return 0;
     }
     if (eng_genai_config_load(path, cfg, diag) != 0)
         return -1;

@@ -51,7 +51,8 @@ int eng_genai_config_load(const char *dir, eng_genai_config *cfg, eng_diag *diag
  * The model at PATH, as ONNX Runtime GenAI finds it: PATH is the model
  * folder, whose graph is the file its genai_config.json names in
  * decoder.filename (model.onnx without one), or the graph file itself (the
- * config then comes from its folder). Loads both; -1 with problems in diag.
+ * config then comes from its folder). Loads both; -1 with problems in diag
+ * and *g NULL.
  */
 int eng_graph_load_model(const char *path, eng_graph **g, eng_genai_config *cfg, eng_diag *diag);
 
