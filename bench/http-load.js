@@ -303,7 +303,7 @@ async function stepTotals(url) {
   const t = {};
   for (const kind of ['decode', 'prompt']) {
     const value = (part) => {
-      const m = text.match(new RegExp(`^qwen3d_step_seconds_${part}\\{kind="${kind}"\\} (\\S+)$`, 'm'));
+      const m = text.match(new RegExp(`^qwen3d_step_seconds_${part}\\{(?:[^}]*,)?kind="${kind}"\\} (\\S+)$`, 'm'));
       return m ? Number(m[1]) : NaN;
     };
     t[kind] = { sum: value('sum'), count: value('count') };

@@ -299,11 +299,6 @@ static void hist_render_labels(out *o, const char *name, const char *help, const
     hist_samples(o, name, labels, h);
 }
 
-static void hist_render(out *o, const char *name, const char *help, const histogram *h)
-{
-    hist_render_labels(o, name, help, "", h);
-}
-
 /* S as a label value (backslash, quote and newline escaped) into BUF. */
 static const char *label_value(char *buf, size_t cap, const char *s)
 {
@@ -317,12 +312,9 @@ static const char *label_value(char *buf, size_t cap, const char *s)
     return buf;
 }
 
-/* The request-level families dashboards read (see the README's table of vLLM names). */
-static void render_requests(out *o, const srv_metrics *m)
+/* The request-level families dashboards read (see the README's table of vLLM names). LABELS: model_name. */
+static void render_requests(out *o, const srv_metrics *m, const char *labels)
 {
-    char model[600], labels[640];
-    label_value(model, sizeof model, m->model_name);
-    snprintf(labels, sizeof labels, "model_name=\"%s\"", model);
     family(o, "qwen3d_request_finished_total", "counter",
            "Generation requests ended, by finish reason (cancelled: the client left; error: the server failed "
            "or stopped) and API key name.");
@@ -380,41 +372,52 @@ char *srv_metrics_render(srv_metrics *m, size_t *len)
         return NULL;
     o.p[0] = '\0';
     pthread_mutex_lock(&m->mu);
+    /* Every qwen3d_ series carries the served model's name, as vLLM's do (design.md section 3). */
+    char model[600], ml[640], kind[680];
+    label_value(model, sizeof model, m->model_name);
+    snprintf(ml, sizeof ml, "model_name=\"%s\"", model);
     family(&o, "qwen3d_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
     for (int ep = 0; ep < SRV_EP_COUNT; ep++)
         for (size_t i = 0; i < MAX_CODES && m->requests[ep][i].code; i++)
-            outf(&o, "qwen3d_requests_total{endpoint=\"%s\",code=\"%d\"} %llu\n", srv_endpoint_name(ep),
+            outf(&o, "qwen3d_requests_total{%s,endpoint=\"%s\",code=\"%d\"} %llu\n", ml, srv_endpoint_name(ep),
                  m->requests[ep][i].code, (unsigned long long)m->requests[ep][i].n);
-    render_requests(&o, m);
+    render_requests(&o, m, ml);
     family(&o, "qwen3d_prompt_tokens_total", "counter", "Prompt tokens prefilled.");
-    outf(&o, "qwen3d_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
+    outf(&o, "qwen3d_prompt_tokens_total{%s} %llu\n", ml, (unsigned long long)m->prompt_tokens);
     family(&o, "qwen3d_generation_tokens_total", "counter", "Tokens generated.");
-    outf(&o, "qwen3d_generation_tokens_total %llu\n", (unsigned long long)m->generation_tokens);
-    hist_render(&o, "qwen3d_time_to_first_token_seconds",
-                "Time from the request's arrival (its last byte) to the first generated token.", &m->ttft);
-    hist_render(&o, "qwen3d_inter_token_latency_seconds", "Time between consecutive tokens of one request.", &m->itl);
-    hist_render(&o, "qwen3d_request_duration_seconds",
-                "Duration of generation requests, from their arrival to the end of the response.", &m->duration);
-    hist_render(&o, "qwen3d_queue_wait_seconds", "Time requests waited in the queue before getting a session.",
-                &m->queue);
-    hist_render(&o, "qwen3d_prefill_seconds",
-                "Time from getting a session to the first generated token (the prompt's prefill).", &m->prefill);
-    hist_render(&o, "qwen3d_batch_size",
-                "Sessions that decoded a token in one step of the model (0: a step of prompt tokens only).",
-                &m->batch);
-    hist_render(&o, "qwen3d_prefill_tokens_per_step",
-                "Prompt tokens fed in one step of the model, beside its decode rows (0: a decode-only step).",
-                &m->prefill_step);
+    outf(&o, "qwen3d_generation_tokens_total{%s} %llu\n", ml, (unsigned long long)m->generation_tokens);
+    const struct {
+        const char *name, *help;
+        const histogram *h;
+    } hists[] = {
+        {"qwen3d_time_to_first_token_seconds",
+         "Time from the request's arrival (its last byte) to the first generated token.", &m->ttft},
+        {"qwen3d_inter_token_latency_seconds", "Time between consecutive tokens of one request.", &m->itl},
+        {"qwen3d_request_duration_seconds",
+         "Duration of generation requests, from their arrival to the end of the response.", &m->duration},
+        {"qwen3d_queue_wait_seconds", "Time requests waited in the queue before getting a session.", &m->queue},
+        {"qwen3d_prefill_seconds", "Time from getting a session to the first generated token (the prompt's prefill).",
+         &m->prefill},
+        {"qwen3d_batch_size",
+         "Sessions that decoded a token in one step of the model (0: a step of prompt tokens only).", &m->batch},
+        {"qwen3d_prefill_tokens_per_step",
+         "Prompt tokens fed in one step of the model, beside its decode rows (0: a decode-only step).",
+         &m->prefill_step},
+    };
+    for (size_t i = 0; i < sizeof hists / sizeof *hists; i++)
+        hist_render_labels(&o, hists[i].name, hists[i].help, ml, hists[i].h);
     family(&o, "qwen3d_step_seconds", "histogram",
            "Duration of one step of the model: kind \"decode\", decode rows only; \"prompt\", prompt tokens fed too.");
-    hist_samples(&o, "qwen3d_step_seconds", "kind=\"decode\"", &m->step_decode);
-    hist_samples(&o, "qwen3d_step_seconds", "kind=\"prompt\"", &m->step_prompt);
+    snprintf(kind, sizeof kind, "%s,kind=\"decode\"", ml);
+    hist_samples(&o, "qwen3d_step_seconds", kind, &m->step_decode);
+    snprintf(kind, sizeof kind, "%s,kind=\"prompt\"", ml);
+    hist_samples(&o, "qwen3d_step_seconds", kind, &m->step_prompt);
     family(&o, "qwen3d_sessions_active", "gauge", "Sessions generating now.");
-    outf(&o, "qwen3d_sessions_active %lld\n", (long long)m->sessions_active);
+    outf(&o, "qwen3d_sessions_active{%s} %lld\n", ml, (long long)m->sessions_active);
     family(&o, "qwen3d_requests_waiting", "gauge", "Requests queued for a session.");
-    outf(&o, "qwen3d_requests_waiting %lld\n", (long long)m->requests_waiting);
+    outf(&o, "qwen3d_requests_waiting{%s} %lld\n", ml, (long long)m->requests_waiting);
     family(&o, "qwen3d_kv_cache_bytes", "gauge", "Memory committed to the KV caches of active sessions.");
-    outf(&o, "qwen3d_kv_cache_bytes %llu\n", (unsigned long long)m->kv_bytes);
+    outf(&o, "qwen3d_kv_cache_bytes{%s} %llu\n", ml, (unsigned long long)m->kv_bytes);
     const eng_prefix_stats *pf = &m->prefix;
     const struct {
         const char *name, *type, *help;
@@ -431,16 +434,14 @@ char *srv_metrics_render(srv_metrics *m, size_t *len)
     };
     for (size_t i = 0; i < sizeof prefix / sizeof *prefix; i++) {
         family(&o, prefix[i].name, prefix[i].type, prefix[i].help);
-        outf(&o, "%s %llu\n", prefix[i].name, (unsigned long long)prefix[i].v);
+        outf(&o, "%s{%s} %llu\n", prefix[i].name, ml, (unsigned long long)prefix[i].v);
     }
     family(&o, "qwen3d_model_weight_bytes", "gauge", "Resident bytes of the prepared model weights.");
-    outf(&o, "qwen3d_model_weight_bytes %llu\n", (unsigned long long)m->weight_bytes);
+    outf(&o, "qwen3d_model_weight_bytes{%s} %llu\n", ml, (unsigned long long)m->weight_bytes);
     family(&o, "qwen3d_model_load_seconds", "gauge", "Time the model took to load and prepare.");
-    outf(&o, "qwen3d_model_load_seconds %.6f\n", m->load_seconds);
+    outf(&o, "qwen3d_model_load_seconds{%s} %.6f\n", ml, m->load_seconds);
     family(&o, "qwen3d_build_info", "gauge", "Build information; the value is always 1.");
-    char model[600];
-    outf(&o, "qwen3d_build_info{version=\"%s\",model_name=\"%s\"} 1\n", m->version,
-         label_value(model, sizeof model, m->model_name));
+    outf(&o, "qwen3d_build_info{version=\"%s\",%s} 1\n", m->version, ml);
     double start = m->start_time;
     pthread_mutex_unlock(&m->mu);
 

@@ -58,7 +58,7 @@ wait_until "/health/ready 200 once the client left" status_is /health/ready 200
 curl -s -m 10 "$BASE/metrics" >"$work/metrics"
 for l in 'endpoint="/health/live",code="200"' 'endpoint="/health/ready",code="503"' \
   'endpoint="/health/ready",code="200"'; do
-  grep -q "^qwen3d_requests_total{$l} " "$work/metrics" || fail "no qwen3d_requests_total{$l}"
+  grep -q "^qwen3d_requests_total{model_name=\"[^\"]*\",$l} " "$work/metrics" || fail "no qwen3d_requests_total{$l}"
 done
 serve_stop
 [ "$STATUS" = 0 ] || fail "exit status $STATUS"

@@ -31,7 +31,7 @@ done
 # Each is counted once its lingering close has ended (the client closing).
 i=0
 while :; do
-  n=$(curl -s -m 10 "$BASE/metrics" | sed -n 's/^qwen3d_requests_total{endpoint="\/v1\/completions",code="413"} //p')
+  n=$(curl -s -m 10 "$BASE/metrics" | sed -n 's/^qwen3d_requests_total{model_name="[^"]*",endpoint="\/v1\/completions",code="413"} //p')
   [ "$n" = 5 ] && break
   i=$((i + 1))
   [ $i -lt 100 ] || fail "qwen3d_requests_total counts ${n:-no} 413s, the clients got 5"

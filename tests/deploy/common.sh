@@ -41,7 +41,7 @@ replica_wait() {
   eval "R_PORT_$1=$PORT"
 }
 
-# metric_is NAME VALUE: the unlabelled sample NAME of $BASE/metrics is VALUE.
+# metric_is NAME VALUE: the one series of NAME in $BASE/metrics is VALUE.
 metric_is() {
   [ "$(metric "$1")" = "$2" ]
 }

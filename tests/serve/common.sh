@@ -197,7 +197,7 @@ json() {
     const v = eval(process.argv[2]); process.stdout.write(typeof v === "string" ? v : JSON.stringify(v));' "$1" "$2"
 }
 
-# metric NAME: the value of one unlabelled sample from /metrics.
+# metric NAME: the value of the one series of NAME in /metrics (its labels, model_name, aside).
 metric() {
-  curl -s -m 10 "$BASE/metrics" | sed -n "s/^$1 //p"
+  curl -s -m 10 "$BASE/metrics" | sed -n "s/^$1\({[^}]*}\)\{0,1\} //p"
 }

@@ -20,6 +20,7 @@
 const assert = require('assert');
 const fs = require('fs');
 const { post, parse, summarize } = require('./sse-client.js');
+const { parseMetrics } = require('./metrics-parse.js');
 
 const [base, model, pidText, stallFile] = process.argv.slice(2);
 assert.ok(stallFile, 'usage: drain-clients.js BASE_URL MODEL_NAME DAEMON_PID STALL_FILE');
@@ -41,7 +42,7 @@ const plan = [req(0, 48), req(1, 4000), req(2, 64), req(3, 4000)];
 
   const metric = async (name) => {
     const m = await (await fetch(base + '/metrics', { signal: AbortSignal.timeout(10000) })).text();
-    return Number((new RegExp(`^${name} (\\S+)$`, 'm').exec(m) || [])[1]);
+    return parseMetrics(m).value(name);
   };
   // Held from the first step on: the first request's step waits, the others
   // queue. A stream's response headers leave once the daemon has taken its

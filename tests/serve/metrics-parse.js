@@ -2,8 +2,9 @@
 // serve tests: every sample must belong to a family declared by # TYPE (with
 // # HELP), names and labels must be well formed, counters must end in
 // _total, each series of a histogram (one per label set) must have
-// cumulative buckets ending in le="+Inf" equal to _count, plus _sum. Throws
-// on the first violation.
+// cumulative buckets ending in le="+Inf" equal to _count, plus _sum, and
+// every qwen3d_ sample must carry the one model_name label of the daemon's
+// served model. Throws on the first violation.
 'use strict';
 
 const NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
@@ -35,6 +36,7 @@ function parseMetrics(text) {
   if (!text.endsWith('\n')) throw new Error('the exposition must end with a newline');
   const families = new Map();
   const samples = [];
+  let modelName;
   for (const line of text.split('\n')) {
     if (line === '') continue;
     if (line.startsWith('#')) {
@@ -71,6 +73,12 @@ function parseMetrics(text) {
     if (fam.help === undefined) throw new Error(`family without HELP: ${fam.name}`);
     if (fam.type === 'counter' && !name.endsWith('_total')) throw new Error(`counter not ending in _total: ${name}`);
     if (fam.type !== 'histogram' && name !== fam.name) throw new Error(`sample name ${name} in family ${fam.name}`);
+    if (name.startsWith('qwen3d_')) {
+      if (labels.model_name === undefined) throw new Error(`no model_name label: ${line}`);
+      if (modelName !== undefined && labels.model_name !== modelName)
+        throw new Error(`model_name "${labels.model_name}" where other samples have "${modelName}": ${line}`);
+      modelName = labels.model_name;
+    }
     const s = { name, labels, value };
     fam.samples.push(s);
     samples.push(s);
@@ -106,14 +114,17 @@ function parseMetrics(text) {
       if (prev !== count.value) throw new Error(`histogram ${what}: +Inf bucket ${prev} != _count ${count.value}`);
     }
   }
+  // Labels equal, model_name (on every qwen3d_ sample) set aside.
   const same = (a, b) => {
-    const ka = Object.keys(a), kb = Object.keys(b);
+    const ka = Object.keys(a).filter((k) => k !== 'model_name'), kb = Object.keys(b).filter((k) => k !== 'model_name');
     return ka.length === kb.length && ka.every((k) => a[k] === b[k]);
   };
   return {
     families,
     samples,
-    // The value of NAME with exactly LABELS (none when null); with ANY, of its first sample. Absent = 0.
+    modelName,
+    // The value of NAME with exactly LABELS (none when null; model_name aside); with ANY, of its first sample.
+    // Absent = 0.
     value(name, labels = null, any = false) {
       const s = samples.find((x) => x.name === name && (any || same(x.labels, labels || {})));
       return s ? s.value : 0;

@@ -137,49 +137,49 @@ async function scrapedAfter(t, ms) {
   };
   const sel = `job="${job}"`;
   await expect(`up{${sel}}`, 1);
+  // Every qwen3d_ series is labelled with the served model's name (design.md section 3).
+  const msel = `${sel},model_name="${model}"`;
   const endpoints = { [CMPL]: CMPL, [CHAT]: CHAT, '/v1/nothing': 'other' };
   for (const [k, n] of Object.entries(counted.requests)) {
     const [path, code] = k.split(' ');
-    await expect(`qwen3d_requests_total{${sel},endpoint="${endpoints[path]}",code="${code}"}`, n);
+    await expect(`qwen3d_requests_total{${msel},endpoint="${endpoints[path]}",code="${code}"}`, n);
   }
   // No other endpoint/code pair of the generation endpoints exists.
-  const series = await query(`qwen3d_requests_total{${sel},endpoint=~"/v1/(chat/)?completions"}`);
+  const series = await query(`qwen3d_requests_total{${msel},endpoint=~"/v1/(chat/)?completions"}`);
   const known = Object.keys(counted.requests).filter((k) => !k.startsWith('/v1/nothing'));
   assert.strictEqual(series.length, known.length, `series: ${JSON.stringify(series.map((s) => s.metric))}`);
-  await expect(`qwen3d_prompt_tokens_total{${sel}}`, counted.prompt);
-  await expect(`qwen3d_generation_tokens_total{${sel}}`, counted.completion);
-  await expect(`qwen3d_time_to_first_token_seconds_count{${sel}}`, counted.withTokens);
-  await expect(`qwen3d_time_to_first_token_seconds_bucket{${sel},le="+Inf"}`, counted.withTokens);
-  await expect(`qwen3d_inter_token_latency_seconds_count{${sel}}`, counted.completion - counted.withTokens);
-  await expect(`qwen3d_queue_wait_seconds_count{${sel}}`, counted.admitted);
+  await expect(`qwen3d_prompt_tokens_total{${msel}}`, counted.prompt);
+  await expect(`qwen3d_generation_tokens_total{${msel}}`, counted.completion);
+  await expect(`qwen3d_time_to_first_token_seconds_count{${msel}}`, counted.withTokens);
+  await expect(`qwen3d_time_to_first_token_seconds_bucket{${msel},le="+Inf"}`, counted.withTokens);
+  await expect(`qwen3d_inter_token_latency_seconds_count{${msel}}`, counted.completion - counted.withTokens);
+  await expect(`qwen3d_queue_wait_seconds_count{${msel}}`, counted.admitted);
   // One decode row per token after a request's first, in the steps' batch sizes.
-  await expect(`qwen3d_batch_size_sum{${sel}}`, counted.completion - counted.withTokens);
-  await expect(`qwen3d_prefill_tokens_per_step_count{${sel}} - qwen3d_batch_size_count{${sel}}`, 0);
+  await expect(`qwen3d_batch_size_sum{${msel}}`, counted.completion - counted.withTokens);
+  await expect(`qwen3d_prefill_tokens_per_step_count{${msel}} - qwen3d_batch_size_count{${msel}}`, 0);
   // Each step's duration under its kind: decode-only steps are those that fed no prompt token.
-  const steps = await scalar(`qwen3d_prefill_tokens_per_step_count{${sel}}`);
-  const decodeSteps = await scalar(`qwen3d_prefill_tokens_per_step_bucket{${sel},le="0"}`);
+  const steps = await scalar(`qwen3d_prefill_tokens_per_step_count{${msel}}`);
+  const decodeSteps = await scalar(`qwen3d_prefill_tokens_per_step_bucket{${msel},le="0"}`);
   assert.ok(steps - decodeSteps >= 1, `${steps} steps, ${decodeSteps} of them decode-only: no prompt was fed`);
-  await expect(`qwen3d_step_seconds_count{${sel},kind="decode"}`, decodeSteps);
-  await expect(`qwen3d_step_seconds_bucket{${sel},kind="prompt",le="+Inf"}`, steps - decodeSteps);
-  await expect(`qwen3d_step_seconds_count{${sel},kind="prompt"}`, steps - decodeSteps);
-  const promptSeconds = await scalar(`qwen3d_step_seconds_sum{${sel},kind="prompt"}`);
+  await expect(`qwen3d_step_seconds_count{${msel},kind="decode"}`, decodeSteps);
+  await expect(`qwen3d_step_seconds_bucket{${msel},kind="prompt",le="+Inf"}`, steps - decodeSteps);
+  await expect(`qwen3d_step_seconds_count{${msel},kind="prompt"}`, steps - decodeSteps);
+  const promptSeconds = await scalar(`qwen3d_step_seconds_sum{${msel},kind="prompt"}`);
   assert.ok(promptSeconds > 0, `qwen3d_step_seconds_sum{kind="prompt"} ${promptSeconds}: prompt steps take time`);
   results.push(`qwen3d_step_seconds_sum{kind="prompt"} = ${promptSeconds}`);
   const generation = Object.entries(counted.requests).filter(([k]) => k.startsWith(CMPL) || k.startsWith(CHAT))
     .reduce((a, [, n]) => a + n, 0);
-  await expect(`qwen3d_request_duration_seconds_count{${sel}}`, generation);
-  await expect(`qwen3d_request_duration_seconds_bucket{${sel},le="+Inf"}`, generation);
-  await expect(`qwen3d_prefix_cache_hits_total{${sel}}`, counted.hits);
-  await expect(`qwen3d_prefix_cache_misses_total{${sel}}`, counted.admitted - counted.hits);
-  await expect(`qwen3d_prefix_cache_tokens_total{${sel}}`, counted.cached);
-  await expect(`qwen3d_prefix_cache_evictions_total{${sel}}`, 0);
-  const cacheBytes = await scalar(`qwen3d_prefix_cache_bytes{${sel}}`);
+  await expect(`qwen3d_request_duration_seconds_count{${msel}}`, generation);
+  await expect(`qwen3d_request_duration_seconds_bucket{${msel},le="+Inf"}`, generation);
+  await expect(`qwen3d_prefix_cache_hits_total{${msel}}`, counted.hits);
+  await expect(`qwen3d_prefix_cache_misses_total{${msel}}`, counted.admitted - counted.hits);
+  await expect(`qwen3d_prefix_cache_tokens_total{${msel}}`, counted.cached);
+  await expect(`qwen3d_prefix_cache_evictions_total{${msel}}`, 0);
+  const cacheBytes = await scalar(`qwen3d_prefix_cache_bytes{${msel}}`);
   assert.ok(cacheBytes > 0, `qwen3d_prefix_cache_bytes ${cacheBytes}: the cache keeps the shared prompts`);
   results.push(`qwen3d_prefix_cache_bytes = ${cacheBytes}`);
-  await expect(`qwen3d_sessions_active{${sel}}`, 0);
-  await expect(`qwen3d_requests_waiting{${sel}}`, 0);
-  // The request-level families dashboards read, labelled with the model's name.
-  const msel = `${sel},model_name="${model}"`;
+  await expect(`qwen3d_sessions_active{${msel}}`, 0);
+  await expect(`qwen3d_requests_waiting{${msel}}`, 0);
   for (const reason of ['stop', 'length', 'tool_calls', 'cancelled', 'error'])
     await expect(`qwen3d_request_finished_total{${msel},finished_reason="${reason}"}`, counted.finished[reason] || 0);
   await expect(`qwen3d_request_prompt_tokens_count{${msel}}`, counted.admitted);
@@ -191,7 +191,7 @@ async function scrapedAfter(t, ms) {
   await expect(`qwen3d_kv_cache_usage_ratio{${msel}}`, 0);
   await expect(`qwen3d_build_info{${msel}}`, 1);
   // The histograms are usable as histograms: a median TTFT within the buckets.
-  const q = await scalar(`histogram_quantile(0.5, qwen3d_time_to_first_token_seconds_bucket{${sel}})`);
+  const q = await scalar(`histogram_quantile(0.5, qwen3d_time_to_first_token_seconds_bucket{${msel}})`);
   assert.ok(q > 0 && q <= 60, `median TTFT from the buckets: ${q}`);
   results.push(`histogram_quantile(0.5, ttft) = ${q}`);
   for (const r of results) console.log(`ok - ${r}`);

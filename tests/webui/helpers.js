@@ -19,12 +19,12 @@ async function waitFor(what, fn, timeoutMs = 60000, everyMs = 200) {
   }
 }
 
-// One unlabelled sample of /metrics, as a number.
+// The value of a family of one series (its labels, model_name, aside) in /metrics, as a number.
 async function metric(base, name) {
   const text = await (await fetch(base + '/metrics')).text();
-  const line = text.split('\n').find((l) => l.startsWith(name + ' '));
+  const line = text.split('\n').find((l) => l.startsWith(name + ' ') || l.startsWith(name + '{'));
   if (!line) throw new Error(`${name} is not in /metrics`);
-  return Number(line.slice(name.length + 1));
+  return Number(line.slice(line.lastIndexOf(' ') + 1));
 }
 
 // Sets the chat page's settings through its dialog: VALUES maps a field's
