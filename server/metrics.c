@@ -33,7 +33,7 @@ static const double TOKEN_BOUNDS[] = {1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4
 
 #define MAX_BOUNDS 16
 #define MAX_CODES 16
-/* Key names with series of their own in request_finished_total; more count under "other". */
+/* Key names with series of their own (request_finished_total, the token counters); more count under "other". */
 #define MAX_KEYS 64
 #define KEY_NAME_MAX 64
 
@@ -44,10 +44,12 @@ enum { SRV_FINISHED_REASONS(REASON_ENUM) N_REASONS };
 static const char *const REASONS[N_REASONS] = {SRV_FINISHED_REASONS(REASON_NAME)};
 #undef REASON_NAME
 
-typedef struct finished_row {
+/* What one API key's requests (all requests without keys) have counted. */
+typedef struct key_row {
     char key[KEY_NAME_MAX + 1];   /* "" without keys */
-    uint64_t n[N_REASONS];
-} finished_row;
+    uint64_t finished[N_REASONS];
+    uint64_t prompt_tokens, generation_tokens;
+} key_row;
 
 typedef struct histogram {
     const double *bounds;
@@ -66,7 +68,6 @@ struct srv_metrics {
     pthread_mutex_t mu;
     char version[64];
     code_count requests[SRV_EP_COUNT][MAX_CODES];
-    uint64_t prompt_tokens, generation_tokens;
     histogram ttft, itl, duration, queue, prefill, batch, prefill_step;
     histogram step_decode, step_prompt; /* step times: decode rows only, or prompt tokens fed too */
     int64_t sessions_active, requests_waiting;
@@ -76,8 +77,8 @@ struct srv_metrics {
     double start_time;
     char model_name[256];
     uint64_t kv_budget;
-    finished_row finished[MAX_KEYS + 1]; /* the last absorbs key names beyond MAX_KEYS */
-    size_t n_finished;
+    key_row keys[MAX_KEYS + 1]; /* the last absorbs key names beyond MAX_KEYS */
+    size_t n_keys;
     histogram prompt_len, gen_len, decode;
 };
 
@@ -168,8 +169,30 @@ void srv_metrics_request(srv_metrics *m, srv_endpoint ep, int status, double sec
         pthread_mutex_unlock(&m->mu);  \
     } while (0)
 
-void srv_metrics_prompt_tokens(srv_metrics *m, uint64_t n) { LOCKED(m->prompt_tokens += n); }
-void srv_metrics_generation_tokens(srv_metrics *m, uint64_t n) { LOCKED(m->generation_tokens += n); }
+/* KEY's row (NULL: ""), made on first use; the mutex is held. */
+static key_row *key_row_of(srv_metrics *m, const char *key)
+{
+    if (!key)
+        key = "";
+    size_t i = 0;
+    while (i < m->n_keys && i < MAX_KEYS && strcmp(m->keys[i].key, key) != 0)
+        i++;
+    if (i == m->n_keys) {
+        snprintf(m->keys[i].key, sizeof m->keys[i].key, "%s", i < MAX_KEYS ? key : "other");
+        m->n_keys++;
+    }
+    return &m->keys[i];
+}
+
+void srv_metrics_prompt_tokens(srv_metrics *m, uint64_t n, const char *key)
+{
+    LOCKED(key_row_of(m, key)->prompt_tokens += n);
+}
+
+void srv_metrics_generation_tokens(srv_metrics *m, uint64_t n, const char *key)
+{
+    LOCKED(key_row_of(m, key)->generation_tokens += n);
+}
 void srv_metrics_ttft(srv_metrics *m, double s) { LOCKED(hist_observe(&m->ttft, s)); }
 void srv_metrics_prefill(srv_metrics *m, double s) { LOCKED(hist_observe(&m->prefill, s)); }
 void srv_metrics_inter_token(srv_metrics *m, double s) { LOCKED(hist_observe(&m->itl, s)); }
@@ -209,18 +232,7 @@ void srv_metrics_finished(srv_metrics *m, const char *reason, const char *key)
     for (size_t i = 0; i < N_REASONS; i++)
         if (reason && !strcmp(reason, REASONS[i]))
             r = i;
-    if (!key)
-        key = "";
-    pthread_mutex_lock(&m->mu);
-    size_t i = 0;
-    while (i < m->n_finished && i < MAX_KEYS && strcmp(m->finished[i].key, key) != 0)
-        i++;
-    if (i == m->n_finished) {
-        snprintf(m->finished[i].key, sizeof m->finished[i].key, "%s", i < MAX_KEYS ? key : "other");
-        m->n_finished++;
-    }
-    m->finished[i].n[r]++;
-    pthread_mutex_unlock(&m->mu);
+    LOCKED(key_row_of(m, key)->finished[r]++);
 }
 
 void srv_metrics_job_done(srv_metrics *m, int64_t n_prompt, int64_t n_generated, double decode_s)
@@ -312,24 +324,53 @@ static const char *label_value(char *buf, size_t cap, const char *s)
     return buf;
 }
 
+/* The key rows to render: every key's, or before any request one row of zeros. */
+static const key_row *key_rows(const srv_metrics *m, size_t *n)
+{
+    static const key_row none = {.key = ""};
+    *n = m->n_keys ? m->n_keys : 1;
+    return m->n_keys ? m->keys : &none;
+}
+
+/* ',key_name="NAME"' for a key's row into BUF, "" for the row of requests without keys. */
+static const char *key_label(char *buf, size_t cap, const key_row *row)
+{
+    char v[2 * KEY_NAME_MAX + 2];
+    if (!row->key[0])
+        return "";
+    snprintf(buf, cap, ",key_name=\"%s\"", label_value(v, sizeof v, row->key));
+    return buf;
+}
+
+/* The token counters, a series per API key name. LABELS: model_name. */
+static void render_tokens(out *o, const srv_metrics *m, const char *labels)
+{
+    size_t n;
+    const key_row *rows = key_rows(m, &n);
+    char key[2 * KEY_NAME_MAX + 16];
+    family(o, "qwen3d_prompt_tokens_total", "counter", "Prompt tokens prefilled, by API key name.");
+    for (size_t i = 0; i < n; i++)
+        outf(o, "qwen3d_prompt_tokens_total{%s%s} %llu\n", labels, key_label(key, sizeof key, &rows[i]),
+             (unsigned long long)rows[i].prompt_tokens);
+    family(o, "qwen3d_generation_tokens_total", "counter", "Tokens generated, by API key name.");
+    for (size_t i = 0; i < n; i++)
+        outf(o, "qwen3d_generation_tokens_total{%s%s} %llu\n", labels, key_label(key, sizeof key, &rows[i]),
+             (unsigned long long)rows[i].generation_tokens);
+}
+
 /* The request-level families dashboards read (see the README's table of vLLM names). LABELS: model_name. */
 static void render_requests(out *o, const srv_metrics *m, const char *labels)
 {
     family(o, "qwen3d_request_finished_total", "counter",
            "Generation requests ended, by finish reason (cancelled: the client left; error: the server failed "
            "or stopped) and API key name.");
-    finished_row none = {.key = ""};
-    const finished_row *rows = m->n_finished ? m->finished : &none;
-    for (size_t i = 0; i < (m->n_finished ? m->n_finished : 1); i++)
-        for (size_t r = 0; r < N_REASONS; r++) {
-            char key[2 * KEY_NAME_MAX + 16] = "";
-            if (rows[i].key[0]) {
-                char v[2 * KEY_NAME_MAX + 2];
-                snprintf(key, sizeof key, ",key_name=\"%s\"", label_value(v, sizeof v, rows[i].key));
-            }
-            outf(o, "qwen3d_request_finished_total{%s,finished_reason=\"%s\"%s} %llu\n", labels, REASONS[r], key,
-                 (unsigned long long)rows[i].n[r]);
-        }
+    size_t n;
+    const key_row *rows = key_rows(m, &n);
+    char key[2 * KEY_NAME_MAX + 16];
+    for (size_t i = 0; i < n; i++)
+        for (size_t r = 0; r < N_REASONS; r++)
+            outf(o, "qwen3d_request_finished_total{%s,finished_reason=\"%s\"%s} %llu\n", labels, REASONS[r],
+                 key_label(key, sizeof key, &rows[i]), (unsigned long long)rows[i].finished[r]);
     hist_render_labels(o, "qwen3d_request_prompt_tokens", "Prompt tokens of each request that got a session.", labels,
                        &m->prompt_len);
     hist_render_labels(o, "qwen3d_request_generation_tokens", "Tokens generated by each request that got a session.",
@@ -382,10 +423,7 @@ char *srv_metrics_render(srv_metrics *m, size_t *len)
             outf(&o, "qwen3d_requests_total{%s,endpoint=\"%s\",code=\"%d\"} %llu\n", ml, srv_endpoint_name(ep),
                  m->requests[ep][i].code, (unsigned long long)m->requests[ep][i].n);
     render_requests(&o, m, ml);
-    family(&o, "qwen3d_prompt_tokens_total", "counter", "Prompt tokens prefilled.");
-    outf(&o, "qwen3d_prompt_tokens_total{%s} %llu\n", ml, (unsigned long long)m->prompt_tokens);
-    family(&o, "qwen3d_generation_tokens_total", "counter", "Tokens generated.");
-    outf(&o, "qwen3d_generation_tokens_total{%s} %llu\n", ml, (unsigned long long)m->generation_tokens);
+    render_tokens(&o, m, ml);
     const struct {
         const char *name, *help;
         const histogram *h;

@@ -847,6 +847,7 @@ static void submit(call *c)
         .id = c->id,
         .grammar = c->grammar,
         .scope = job_scope(c),
+        .key_name = c->has_key ? c->key.name : NULL,
         .logprobs = q->logprobs,
         .top_logprobs = q->top_logprobs,
         /* max_tokens 0 is a generation that only feeds its prompt: the engine allows it with these */

@@ -128,6 +128,7 @@ struct srv_job {
     double t_received;
     char *id;
     char *scope;
+    char *key_name;              /* or NULL: no API keys */
     eng_grammar *grammar;        /* or NULL */
     bool logprobs, echo_logprobs;
     int top_logprobs;
@@ -248,11 +249,12 @@ srv_job *srv_job_new(const srv_job_params *p, srv_job_fn fn, void *user)
     j->prompt32 = malloc((p->n_prompt ? p->n_prompt : 1) * sizeof *j->prompt32);
     j->id = strdup(p->id ? p->id : "-");
     j->scope = strdup(p->scope ? p->scope : "");
+    j->key_name = p->key_name ? strdup(p->key_name) : NULL;
     j->stop = calloc(p->n_stop ? p->n_stop : 1, sizeof *j->stop);
     j->n_choices = p->n_choices > 1 ? p->n_choices : 1;
     j->rank = p->rank;
     j->ch = j->n_choices <= SRV_MAX_CHOICES ? calloc((size_t)j->n_choices, sizeof *j->ch) : NULL;
-    if (!j->prompt || !j->prompt32 || !j->id || !j->scope || !j->stop || !j->ch)
+    if (!j->prompt || !j->prompt32 || !j->id || !j->scope || !j->stop || !j->ch || (p->key_name && !j->key_name))
         goto fail;
     for (size_t i = 0; i < p->n_prompt; i++) {
         j->prompt[i] = p->prompt[i];
@@ -299,6 +301,7 @@ void srv_job_release(srv_job *j)
     free(j->stop);
     free(j->id);
     free(j->scope);
+    free(j->key_name);
     eng_grammar_free(j->grammar);
     for (int c = 0; j->ch && c < j->n_choices; c++) {
         free(j->ch[c].text);
@@ -1087,7 +1090,7 @@ static srv_finish after_step(srv_sched *s, slot *sl, double now, char *msg, size
     const eng_gen_event *ev = eng_gen_last(sl->gen);
     /* A request's prompt, first token and prefill count once, at its first choice. */
     if (ev->prefilled && sl->choice == 0)
-        srv_metrics_prompt_tokens(s->metrics, j->n_prompt);
+        srv_metrics_prompt_tokens(s->metrics, j->n_prompt, j->key_name);
     if (ev->token >= 0) {
         if (eng_gen_generated(sl->gen) == 1) {
             sl->t_first = now;
@@ -1099,7 +1102,7 @@ static srv_finish after_step(srv_sched *s, slot *sl, double now, char *msg, size
             srv_metrics_inter_token(s->metrics, now - sl->t_prev);
         }
         sl->t_prev = now;
-        srv_metrics_generation_tokens(s->metrics, 1);
+        srv_metrics_generation_tokens(s->metrics, 1, j->key_name);
     }
     publish(s, sl, ev->text, ev->len, true);
     switch (ev->finish) {

@@ -164,6 +164,7 @@ typedef struct srv_job_params {
     double t_received;       /* srv_now() when the request had fully arrived; TTFT counts from it (0: submission) */
     const char *id;          /* for logs; copied */
     const char *scope;       /* whose cached prefixes it may reuse (the API key's name; NULL = ""); copied */
+    const char *key_name;    /* the API key's name, which its token counts are kept under (NULL: no keys); copied */
     eng_grammar *grammar;    /* constrained decoding, or NULL; the job takes it (freed with the job) */
     /* logprobs of each generated token with TOP_LOGPROBS top ids (eng_gen_params); with
      * echo_logprobs, of the prompt's tokens too, and max_tokens may be 0 */

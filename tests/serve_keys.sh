@@ -53,13 +53,16 @@ ok "$(http GET /v1/models - -H "$(auth alice)")" 401 "a key's name"
 
 # The same prompt under each key: prefix hits only within a key.
 P='The daemon keeps the prompt rows of finished requests and gives them back to the next request with the same beginning, but only within one tenant.'
-gen() { # gen KEY: one completion of $P; sets CACHED, the prompt tokens it reused
+gen() { # gen KEY: one completion of $P; sets CACHED, the prompt tokens it reused, and adds its usage to KEYNAME's
   ok "$(http POST /v1/completions "{\"prompt\":\"$P\",\"max_tokens\":2,\"temperature\":0}" -H "$(auth "$1")")" 200 "a completion"
   id=$(json "$work/body" 'j.id')
+  usage=$(json "$work/body" 'j.usage.prompt_tokens + " " + j.usage.completion_tokens')
   wait_until "the log line of $id" grep -q "event=request id=$id " "$LOG"
   line=$(grep "event=request id=$id " "$LOG")
   CACHED=$(echo "$line" | sed -n 's/.* cached_tokens=\([0-9]*\) .*/\1/p')
   KEYNAME=$(echo "$line" | sed -n 's/.* key=\([^ ]*\) .*/\1/p')
+  set -- $usage
+  eval "PT_$KEYNAME=\$((\${PT_$KEYNAME:-0} + $1)) CT_$KEYNAME=\$((\${CT_$KEYNAME:-0} + $2))"
 }
 gen "$KA"; [ "$CACHED" = 0 ] || fail "alice's first request reused $CACHED tokens"
 [ "$KEYNAME" = alice ] || fail "the log names alice's key '$KEYNAME'"
@@ -75,6 +78,16 @@ for l in 'key_name="alice"} 2' 'key_name="bob"} 1' 'key_name="key3"} 2'; do
   grep -q "^qwen3d_request_finished_total{model_name=\"tiny\",finished_reason=\"length\",$l\$" "$work/metrics" ||
     fail "no request_finished_total ... $l: $(grep finished_total "$work/metrics")"
 done
+# Each key's token counters hold its own requests' usage, and no series without a key exists.
+for k in alice bob key3; do
+  eval "pt=\$PT_$k ct=\$CT_$k"
+  grep -q "^qwen3d_prompt_tokens_total{model_name=\"tiny\",key_name=\"$k\"} $pt\$" "$work/metrics" ||
+    fail "prompt_tokens_total of $k is not $pt: $(grep '^qwen3d_prompt_tokens_total' "$work/metrics")"
+  grep -q "^qwen3d_generation_tokens_total{model_name=\"tiny\",key_name=\"$k\"} $ct\$" "$work/metrics" ||
+    fail "generation_tokens_total of $k is not $ct: $(grep '^qwen3d_generation_tokens_total' "$work/metrics")"
+done
+[ "$(grep -c '^qwen3d_\(prompt\|generation\)_tokens_total{' "$work/metrics")" = 6 ] ||
+  fail "token series other than the 3 keys': $(grep '^qwen3d_[a-z]*_tokens_total{' "$work/metrics")"
 serve_stop
 [ "$STATUS" = 0 ] || fail "exit status $STATUS"
 for k in "$KA" "$KB" "$KC"; do
