@@ -10,6 +10,7 @@
  *
  * Called by the request parser (api/parse.c) on the loop thread; pure.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -783,7 +784,14 @@ static int value_types(const json_t *v)
     case JSON_INTEGER:
         return T_INT | T_NUM;
     case JSON_REAL: {
+        /* A number with no fraction is an integer (JSON Schema). Every double
+         * of magnitude 2^53 or more is one, and only below that is the cast
+         * to long long defined for all of them. */
         double d = json_real_value(v);
+        if (!isfinite(d))
+            return T_NUM;
+        if (fabs(d) >= 0x1p53)
+            return T_INT | T_NUM;
         return d == (double)(long long)d ? T_INT | T_NUM : T_NUM;
     }
     case JSON_TRUE:
