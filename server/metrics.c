@@ -184,14 +184,23 @@ static key_row *key_row_of(srv_metrics *m, const char *key)
     return &m->keys[i];
 }
 
-void srv_metrics_prompt_tokens(srv_metrics *m, uint64_t n, const char *key)
+size_t srv_metrics_key_row(srv_metrics *m, const char *key)
 {
-    LOCKED(key_row_of(m, key)->prompt_tokens += n);
+    size_t row;
+    LOCKED(row = (size_t)(key_row_of(m, key) - m->keys));
+    return row;
 }
 
-void srv_metrics_generation_tokens(srv_metrics *m, uint64_t n, const char *key)
+void srv_metrics_prompt_tokens(srv_metrics *m, uint64_t n, size_t row)
 {
-    LOCKED(key_row_of(m, key)->generation_tokens += n);
+    if (row <= MAX_KEYS)
+        LOCKED(m->keys[row].prompt_tokens += n);
+}
+
+void srv_metrics_generation_tokens(srv_metrics *m, uint64_t n, size_t row)
+{
+    if (row <= MAX_KEYS)
+        LOCKED(m->keys[row].generation_tokens += n);
 }
 void srv_metrics_ttft(srv_metrics *m, double s) { LOCKED(hist_observe(&m->ttft, s)); }
 void srv_metrics_prefill(srv_metrics *m, double s) { LOCKED(hist_observe(&m->prefill, s)); }

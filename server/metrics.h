@@ -52,9 +52,12 @@ void srv_metrics_free(srv_metrics *m);
  * endpoints also observe request_duration_seconds (SECONDS from the arrival
  * of the request's last byte to the end of its response). */
 void srv_metrics_request(srv_metrics *m, srv_endpoint ep, int status, double seconds);
-/* Tokens prefilled and generated for a request of the API key named KEY (NULL without keys). */
-void srv_metrics_prompt_tokens(srv_metrics *m, uint64_t n, const char *key);
-void srv_metrics_generation_tokens(srv_metrics *m, uint64_t n, const char *key);
+/* The row that counts the API key named KEY (NULL without keys), made on
+ * first use. Rows never move, so a job looks its row up once, not per token. */
+size_t srv_metrics_key_row(srv_metrics *m, const char *key);
+/* Tokens prefilled and generated for a request counted under key row ROW. */
+void srv_metrics_prompt_tokens(srv_metrics *m, uint64_t n, size_t row);
+void srv_metrics_generation_tokens(srv_metrics *m, uint64_t n, size_t row);
 /* Latencies are timed from the moment the request had fully arrived: TTFT
  * is the time spent parsing and tokenizing, then queue_wait, then prefill
  * (admission to the first token). */

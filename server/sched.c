@@ -129,6 +129,7 @@ struct srv_job {
     char *id;
     char *scope;
     char *key_name;              /* or NULL: no API keys */
+    size_t key_row;              /* key_name's metrics row, looked up at submission */
     eng_grammar *grammar;        /* or NULL */
     bool logprobs, echo_logprobs;
     int top_logprobs;
@@ -538,6 +539,7 @@ void srv_sched_set_kv_budget(srv_sched *s, uint64_t bytes)
 int srv_sched_submit(srv_sched *s, srv_job *j)
 {
     int rc = 0;
+    j->key_row = srv_metrics_key_row(s->metrics, j->key_name);
     pthread_mutex_lock(&s->mu);
     if (s->closed)
         rc = SRV_ESHUTDOWN;
@@ -1090,7 +1092,7 @@ static srv_finish after_step(srv_sched *s, slot *sl, double now, char *msg, size
     const eng_gen_event *ev = eng_gen_last(sl->gen);
     /* A request's prompt, first token and prefill count once, at its first choice. */
     if (ev->prefilled && sl->choice == 0)
-        srv_metrics_prompt_tokens(s->metrics, j->n_prompt, j->key_name);
+        srv_metrics_prompt_tokens(s->metrics, j->n_prompt, j->key_row);
     if (ev->token >= 0) {
         if (eng_gen_generated(sl->gen) == 1) {
             sl->t_first = now;
@@ -1102,7 +1104,7 @@ static srv_finish after_step(srv_sched *s, slot *sl, double now, char *msg, size
             srv_metrics_inter_token(s->metrics, now - sl->t_prev);
         }
         sl->t_prev = now;
-        srv_metrics_generation_tokens(s->metrics, 1, j->key_name);
+        srv_metrics_generation_tokens(s->metrics, 1, j->key_row);
     }
     publish(s, sl, ev->text, ev->len, true);
     switch (ev->finish) {
