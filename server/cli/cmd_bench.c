@@ -171,6 +171,17 @@ static int timed_steps(eng_gen *g, int64_t steps, double *times, bench_progress 
     return 0;
 }
 
+/* Prints OBJ, a case's row (consumed), with EXTRA's keys (its profile or options) added, as one JSON line. */
+static void print_json_row(json_t *obj, json_t *extra)
+{
+    if (obj && extra)
+        json_object_update(obj, extra);
+    if (obj)
+        json_dumpf(obj, stdout, JSON_COMPACT);
+    putchar('\n');
+    json_decref(obj);
+}
+
 /*
  * Time per op kind over one phase: the entries now minus those at its start
  * (`before`, n_before of them; NULL for none), per `per` (the prompt for
@@ -377,12 +388,9 @@ static int prompt_case(bench_run *b, int64_t P, eng_diag *d)
                                 "decode_ms_median", med, "decode_ms_p90", p90, "decode_tokens_per_s",
                                 med > 0 ? 1000.0 / med : 0.0, "kv_bytes_copied_per_token", per_token,
                                 "kv_bytes_committed", (json_int_t)committed, "prepared_cache", b->prepared_cache);
-        json_object_update(obj, row);
-        json_object_set_new(obj, "repeat", json_integer(o->repeat));
-        json_object_set_new(obj, "in_place_bytes", json_integer((json_int_t)b->in_place));
-        json_dumpf(obj, stdout, JSON_COMPACT);
-        putchar('\n');
-        json_decref(obj);
+        json_object_set_new(row, "repeat", json_integer(o->repeat));
+        json_object_set_new(row, "in_place_bytes", json_integer((json_int_t)b->in_place));
+        print_json_row(obj, row);
     } else {
         printf("prompt %5lld: ttft %8.2f ms, prefill %8.1f tok/s, decode median %7.3f ms (p90 %7.3f) = %7.1f tok/s, "
                "kv bytes/token %.0f, kv committed %llu, rss %llu\n",
@@ -453,10 +461,7 @@ static int context_case(bench_run *b, int64_t C, eng_diag *d)
                                 "decode_tokens_per_s", med > 0 ? 1000.0 / med : 0.0, "kv_bytes_copied_per_token",
                                 per_token, "kv_bytes_committed", (json_int_t)committed, "rss_bytes",
                                 (json_int_t)rss_bytes());
-        json_object_update(obj, prof);
-        json_dumpf(obj, stdout, JSON_COMPACT);
-        putchar('\n');
-        json_decref(obj);
+        print_json_row(obj, prof);
     } else {
         printf("context %5lld: decode median %7.3f ms (p90 %7.3f) = %7.1f tok/s, kv bytes/token %.0f, "
                "kv committed %llu\n",
@@ -545,10 +550,7 @@ static int batch_case(bench_run *b, size_t B, eng_diag *d)
                                 "decode_ms_median", med, "decode_ms_p90", p90, "decode_tokens_per_s", tps,
                                 "kv_bytes_copied_per_token", steps > 0 ? (double)moved / (double)steps / (double)B : 0.0,
                                 "rss_bytes", (json_int_t)rss_bytes());
-        json_object_update(obj, prof);
-        json_dumpf(obj, stdout, JSON_COMPACT);
-        putchar('\n');
-        json_decref(obj);
+        print_json_row(obj, prof);
     } else {
         printf("batch %3zu: prompt %lld each, prefill of all %8.1f ms, decode step median %7.3f ms (p90 %7.3f) = "
                "%7.1f tok/s in all\n",
