@@ -122,7 +122,6 @@ function parseMetrics(text) {
   return {
     families,
     samples,
-    modelName,
     // The value of NAME with exactly LABELS (none when null; model_name aside); with ANY, of its first sample.
     // Absent = 0.
     value(name, labels = null, any = false) {
