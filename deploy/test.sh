@@ -22,7 +22,7 @@ summary() {
 }
 # failed_logs DIR: the last lines of each failed test's log under DIR.
 failed_logs() {
-  for f in $(grep -l '^FAIL\|^ERROR' "$1"/*.log 2>/dev/null); do echo "== $f"; tail -n 40 "$f"; done
+  for f in $(grep -l '^FAIL\|^ERROR' "$1"/*.log 2>/dev/null); do echo "== $f"; tail -n 60 "$f"; done
 }
 status=0
 make -j"$(nproc)" check || status=$?

@@ -4,6 +4,14 @@
 // 1 if any check failed.
 'use strict';
 
+// An error's message with the first two frames of its stack: enough to
+// find the line, short enough that a log's tail holds every failure.
+function brief(e) {
+  if (!e || !e.stack) return String(e);
+  let frames = 0;
+  return e.stack.split('\n').filter((l) => !/^\s+at /.test(l) || frames++ < 2).join('\n');
+}
+
 function checks() {
   let failures = 0;
   const results = [];
@@ -13,7 +21,7 @@ function checks() {
       results.push(`ok - ${name}`);
     } catch (e) {
       failures++;
-      results.push(`not ok - ${name}: ${e && e.stack ? e.stack : e}`);
+      results.push(`not ok - ${name}: ${brief(e)}`);
     }
   }
   function finish(label) {

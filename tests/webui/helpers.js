@@ -9,12 +9,20 @@ const http = require('http');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // Polls FN until it returns a truthy value; throws WHAT after TIMEOUT_MS.
+// A poll that throws counts as not yet (a page busy with a frame may fail
+// one evaluate); the last such error is named if the time runs out.
 async function waitFor(what, fn, timeoutMs = 60000, everyMs = 200) {
   const end = Date.now() + timeoutMs;
+  let lastError = null;
   for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) {
+      lastError = e;
+    }
+    if (Date.now() > end)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? ` (last error: ${lastError.message})` : ''}`);
     await sleep(everyMs);
   }
 }
@@ -125,15 +133,26 @@ function authOf(req) {
 // stream open: the tiny model answers within one animation frame, and a page
 // that renders once per frame may get the whole stream before it draws.
 // After hold(), the next /v1/chat/completions stream is passed on up to the
-// first chunk with non-empty content text, and the rest waits for release().
-// Resolves with {url, hold, release, close}; serve pages from url.
+// end of its first SSE event with non-empty content text (a whole event, so
+// the page can show it), and the rest waits for release(). A release() before
+// that event came cancels the hold, so no stream stays held after the check
+// that asked for it. trace() tells what the held stream went through, with
+// times since hold(), for a failing check's message.
+// Resolves with {url, hold, release, trace, close}; serve pages from url.
 function holdingProxy(base) {
   const target = new URL(base);
-  let armed = false;
+  let pending = null; // the hold asked for: {active, t0, events}
   let releaseHeld = null;
+  const note = (h, what) => h.events.push(`${what} at ${Date.now() - h.t0} ms`);
   const server = http.createServer((req, res) => {
     const headers = { ...req.headers };
     delete headers.connection;
+    const isChat = req.method === 'POST' && req.url.endsWith('/v1/chat/completions');
+    const hold = isChat && pending && pending.active && !pending.taken ? pending : null;
+    if (hold) {
+      hold.taken = true;
+      note(hold, 'request');
+    }
     const up = http.request({ host: target.hostname, port: target.port, method: req.method, path: req.url, headers },
       (ur) => {
         const h = { ...ur.headers };
@@ -141,27 +160,48 @@ function holdingProxy(base) {
         delete h['keep-alive'];
         res.writeHead(ur.statusCode, h);
         res.flushHeaders();
-        const holding = armed && req.method === 'POST' && req.url.endsWith('/v1/chat/completions');
-        if (holding) armed = false;
-        let held = null; // chunks after the first text, once holding
+        if (hold) note(hold, `response ${ur.statusCode}`);
+        let scan = hold ? Buffer.alloc(0) : null; // bytes not yet passed on while looking for the event
+        let held = null; // chunks after that event, once holding
         let ended = false;
         ur.on('data', (chunk) => {
           if (held) {
             held.push(chunk);
             return;
           }
-          res.write(chunk);
-          if (holding && /"content":\s*"(?:[^"\\]|\\.)/.test(chunk.toString('utf8'))) {
-            held = [];
-            releaseHeld = () => {
-              for (const c of held) res.write(c);
-              held = null;
-              if (ended) res.end();
-            };
+          if (!scan) {
+            res.write(chunk);
+            return;
+          }
+          scan = Buffer.concat([scan, chunk]);
+          for (let k; (k = scan.indexOf('\n\n')) >= 0;) {
+            const event = scan.subarray(0, k + 2);
+            scan = scan.subarray(k + 2);
+            res.write(event);
+            if (!hold.active) {
+              // released before any content: pass the rest on
+              res.write(scan);
+              scan = null;
+              return;
+            }
+            if (/"content":\s*"(?:[^"\\]|\\.)/.test(event.toString('utf8'))) {
+              note(hold, 'first content held');
+              held = scan.length ? [scan] : [];
+              scan = null;
+              releaseHeld = () => {
+                note(hold, 'released');
+                for (const c of held) res.write(c);
+                held = null;
+                if (ended) res.end();
+              };
+              return;
+            }
           }
         });
         ur.on('end', () => {
           ended = true;
+          if (hold) note(hold, 'daemon ended the stream');
+          if (scan && scan.length) res.write(scan);
           if (!held) res.end();
         });
         ur.on('error', () => res.destroy());
@@ -175,13 +215,21 @@ function holdingProxy(base) {
   });
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({
     url: `http://127.0.0.1:${server.address().port}`,
-    hold: () => { armed = true; },
+    hold: () => {
+      if (pending) pending.active = false;
+      pending = { active: true, taken: false, t0: Date.now(), events: [] };
+    },
     release: () => {
+      if (pending && pending.active) {
+        pending.active = false;
+        if (!releaseHeld) note(pending, 'released before any content');
+      }
       const r = releaseHeld;
       releaseHeld = null;
       if (r) r();
       return !!r;
     },
+    trace: () => (pending ? pending.events.join(', ') || 'no chat request came' : 'no hold'),
     close: () => new Promise((r) => { server.closeAllConnections(); server.close(r); }),
   })));
 }

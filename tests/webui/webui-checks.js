@@ -13,12 +13,28 @@ const { sleep, waitFor, metric, setSettings, sendMessage, answers, rewriteNextCh
 const [base, logPath] = process.argv.slice(2);
 const runner = checks();
 const { finish } = runner;
-// Each check's name as it starts, so a log shows where a hang is.
+const LONG = 120000;
+// Set in main(): the chat page and the proxy it talks through.
+let chatPage = null, front = null;
+
+// Each check's name as it starts, so a log shows where a hang is. A check
+// begins with no stream held and the chat page idle: an answer a failed
+// check left running is stopped, so that failure stays its own.
 const check = (name, fn) => {
   console.error(`# ${name}`);
-  return runner.check(name, fn);
+  return runner.check(name, async () => {
+    if (front) front.release();
+    if (chatPage && !chatPage.isClosed()) {
+      const idle = () => chatPage.waitForFunction(() => !document.body.classList.contains('busy'), { timeout: 10000 });
+      await idle().catch(async () => {
+        console.error('# the chat page was still answering: stopped');
+        await chatPage.click('#stop');
+        await idle();
+      });
+    }
+    await fn();
+  });
 };
-const LONG = 120000;
 
 // The prompt the daemon logged (--log-prompts) for the request with ID.
 function loggedPrompt(id) {
@@ -65,9 +81,10 @@ async function waitAnswer(page, states, count) {
 
 async function main() {
   // The chat pages load through a proxy that can hold a stream open (holdingProxy).
-  const front = await holdingProxy(base);
+  front = await holdingProxy(base);
   const browser = await launch();
   const page = await openPage(browser);
+  chatPage = page;
   const chatIds = watchChatIds(page);
   let docHeaders = null;
   page.on('response', (r) => {
@@ -133,10 +150,12 @@ async function main() {
     // The rest of the stream waits after its first text, so the page has frames to draw in.
     front.hold();
     await sendMessage(page, 'Tell me about streams.');
+    let waited = '';
     const partial = await waitFor('text shown while the answer streams',
-      () => page.evaluate(() => window.__partial), 30000).catch(() => null);
-    assert.ok(front.release(), 'the stream had no content text to hold after');
-    assert.ok(partial && partial.length > 0, 'no text was shown while the answer streamed');
+      () => page.evaluate(() => window.__partial), LONG).catch((e) => { waited = ` (${e.message})`; return null; });
+    const released = front.release();
+    assert.ok(released, `the stream had no content text to hold after: ${front.trace()}`);
+    assert.ok(partial && partial.length > 0, `no text was shown while the answer streamed${waited}: ${front.trace()}`);
     const a = await waitAnswer(page, ['done'], 1);
     assert.ok(a.text.length >= partial.length, 'the final text is shorter than a partial one');
     assert.strictEqual(a.stats.completionTokens, '40', `stats: ${JSON.stringify(a.stats)}`);
