@@ -33,7 +33,7 @@ static const double TOKEN_BOUNDS[] = {1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4
 
 #define MAX_BOUNDS 16
 #define MAX_CODES 16
-/* Key names with series of their own (request_finished_total, the token counters); more count under "other". */
+/* Key names with series of their own (every request-level family); more count under "other". */
 #define MAX_KEYS 64
 #define KEY_NAME_MAX 64
 
@@ -44,13 +44,6 @@ enum { SRV_FINISHED_REASONS(REASON_ENUM) N_REASONS };
 static const char *const REASONS[N_REASONS] = {SRV_FINISHED_REASONS(REASON_NAME)};
 #undef REASON_NAME
 
-/* What one API key's requests (all requests without keys) have counted. */
-typedef struct key_row {
-    char key[KEY_NAME_MAX + 1];   /* "" without keys */
-    uint64_t finished[N_REASONS];
-    uint64_t prompt_tokens, generation_tokens;
-} key_row;
-
 typedef struct histogram {
     const double *bounds;
     size_t n_bounds;
@@ -58,6 +51,27 @@ typedef struct histogram {
     uint64_t count;
     double sum;
 } histogram;
+
+/* The request-level histograms, a set per API key name. */
+typedef enum {
+    RH_TTFT,
+    RH_ITL,
+    RH_DURATION,
+    RH_QUEUE,
+    RH_PREFILL,
+    RH_PROMPT_LEN,
+    RH_GEN_LEN,
+    RH_DECODE,
+    RH_COUNT
+} request_hist;
+
+/* What one API key's requests (all requests without keys) have counted. */
+typedef struct key_row {
+    char key[KEY_NAME_MAX + 1];   /* "" without keys */
+    uint64_t finished[N_REASONS];
+    uint64_t prompt_tokens, generation_tokens;
+    histogram h[RH_COUNT];
+} key_row;
 
 typedef struct code_count {
     int code;
@@ -68,7 +82,7 @@ struct srv_metrics {
     pthread_mutex_t mu;
     char version[64];
     code_count requests[SRV_EP_COUNT][MAX_CODES];
-    histogram ttft, itl, duration, queue, prefill, batch, prefill_step;
+    histogram batch, prefill_step;
     histogram step_decode, step_prompt; /* step times: decode rows only, or prompt tokens fed too */
     int64_t sessions_active, requests_waiting;
     uint64_t kv_bytes, weight_bytes;
@@ -79,7 +93,7 @@ struct srv_metrics {
     uint64_t kv_budget;
     key_row keys[MAX_KEYS + 1]; /* the last absorbs key names beyond MAX_KEYS */
     size_t n_keys;
-    histogram prompt_len, gen_len, decode;
+    key_row none; /* rendered, all zero, until the first request makes a row */
 };
 
 const char *srv_endpoint_name(srv_endpoint ep)
@@ -99,6 +113,8 @@ static void hist_init(histogram *h, const double *bounds, size_t n)
     h->n_bounds = n < MAX_BOUNDS ? n : MAX_BOUNDS;
 }
 
+#define HIST_INIT(h, bounds) hist_init(h, bounds, sizeof bounds / sizeof *bounds)
+
 static void hist_observe(histogram *h, double v)
 {
     size_t i = 0;
@@ -109,6 +125,21 @@ static void hist_observe(histogram *h, double v)
     h->sum += v;
 }
 
+/* An empty row counting the requests of the key named KEY ("" without keys). */
+static void key_row_init(key_row *row, const char *key)
+{
+    memset(row, 0, sizeof *row);
+    snprintf(row->key, sizeof row->key, "%s", key);
+    HIST_INIT(&row->h[RH_TTFT], TTFT_BOUNDS);
+    HIST_INIT(&row->h[RH_ITL], ITL_BOUNDS);
+    HIST_INIT(&row->h[RH_DURATION], DURATION_BOUNDS);
+    HIST_INIT(&row->h[RH_QUEUE], QUEUE_BOUNDS);
+    HIST_INIT(&row->h[RH_PREFILL], TTFT_BOUNDS);
+    HIST_INIT(&row->h[RH_PROMPT_LEN], TOKEN_BOUNDS);
+    HIST_INIT(&row->h[RH_GEN_LEN], TOKEN_BOUNDS);
+    HIST_INIT(&row->h[RH_DECODE], DURATION_BOUNDS);
+}
+
 srv_metrics *srv_metrics_new(const char *version)
 {
     srv_metrics *m = calloc(1, sizeof *m);
@@ -116,18 +147,11 @@ srv_metrics *srv_metrics_new(const char *version)
         return NULL;
     pthread_mutex_init(&m->mu, NULL);
     snprintf(m->version, sizeof m->version, "%s", version ? version : "");
-    hist_init(&m->ttft, TTFT_BOUNDS, sizeof TTFT_BOUNDS / sizeof *TTFT_BOUNDS);
-    hist_init(&m->itl, ITL_BOUNDS, sizeof ITL_BOUNDS / sizeof *ITL_BOUNDS);
-    hist_init(&m->duration, DURATION_BOUNDS, sizeof DURATION_BOUNDS / sizeof *DURATION_BOUNDS);
-    hist_init(&m->queue, QUEUE_BOUNDS, sizeof QUEUE_BOUNDS / sizeof *QUEUE_BOUNDS);
-    hist_init(&m->prefill, TTFT_BOUNDS, sizeof TTFT_BOUNDS / sizeof *TTFT_BOUNDS);
-    hist_init(&m->prompt_len, TOKEN_BOUNDS, sizeof TOKEN_BOUNDS / sizeof *TOKEN_BOUNDS);
-    hist_init(&m->gen_len, TOKEN_BOUNDS, sizeof TOKEN_BOUNDS / sizeof *TOKEN_BOUNDS);
-    hist_init(&m->decode, DURATION_BOUNDS, sizeof DURATION_BOUNDS / sizeof *DURATION_BOUNDS);
-    hist_init(&m->batch, BATCH_BOUNDS, sizeof BATCH_BOUNDS / sizeof *BATCH_BOUNDS);
-    hist_init(&m->prefill_step, PREFILL_STEP_BOUNDS, sizeof PREFILL_STEP_BOUNDS / sizeof *PREFILL_STEP_BOUNDS);
-    hist_init(&m->step_decode, STEP_BOUNDS, sizeof STEP_BOUNDS / sizeof *STEP_BOUNDS);
-    hist_init(&m->step_prompt, STEP_BOUNDS, sizeof STEP_BOUNDS / sizeof *STEP_BOUNDS);
+    key_row_init(&m->none, "");
+    HIST_INIT(&m->batch, BATCH_BOUNDS);
+    HIST_INIT(&m->prefill_step, PREFILL_STEP_BOUNDS);
+    HIST_INIT(&m->step_decode, STEP_BOUNDS);
+    HIST_INIT(&m->step_prompt, STEP_BOUNDS);
     struct timeval tv;
     gettimeofday(&tv, NULL);
     m->start_time = (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
@@ -140,26 +164,6 @@ void srv_metrics_free(srv_metrics *m)
         return;
     pthread_mutex_destroy(&m->mu);
     free(m);
-}
-
-void srv_metrics_request(srv_metrics *m, srv_endpoint ep, int status, double seconds)
-{
-    if (ep >= SRV_EP_COUNT)
-        ep = SRV_EP_OTHER;
-    pthread_mutex_lock(&m->mu);
-    code_count *row = m->requests[ep];
-    for (size_t i = 0; i < MAX_CODES; i++) {
-        /* Codes take the first free slot; the last slot absorbs any overflow. */
-        if (row[i].code == status || row[i].code == 0 || i == MAX_CODES - 1) {
-            if (row[i].code == 0)
-                row[i].code = status;
-            row[i].n++;
-            break;
-        }
-    }
-    if (ep == SRV_EP_COMPLETIONS || ep == SRV_EP_CHAT)
-        hist_observe(&m->duration, seconds);
-    pthread_mutex_unlock(&m->mu);
 }
 
 #define LOCKED(stmt)                   \
@@ -178,10 +182,30 @@ static key_row *key_row_of(srv_metrics *m, const char *key)
     while (i < m->n_keys && i < MAX_KEYS && strcmp(m->keys[i].key, key) != 0)
         i++;
     if (i == m->n_keys) {
-        snprintf(m->keys[i].key, sizeof m->keys[i].key, "%s", i < MAX_KEYS ? key : "other");
+        key_row_init(&m->keys[i], i < MAX_KEYS ? key : "other");
         m->n_keys++;
     }
     return &m->keys[i];
+}
+
+void srv_metrics_request(srv_metrics *m, srv_endpoint ep, int status, double seconds, const char *key)
+{
+    if (ep >= SRV_EP_COUNT)
+        ep = SRV_EP_OTHER;
+    pthread_mutex_lock(&m->mu);
+    code_count *row = m->requests[ep];
+    for (size_t i = 0; i < MAX_CODES; i++) {
+        /* Codes take the first free slot; the last slot absorbs any overflow. */
+        if (row[i].code == status || row[i].code == 0 || i == MAX_CODES - 1) {
+            if (row[i].code == 0)
+                row[i].code = status;
+            row[i].n++;
+            break;
+        }
+    }
+    if (ep == SRV_EP_COMPLETIONS || ep == SRV_EP_CHAT)
+        hist_observe(&key_row_of(m, key)->h[RH_DURATION], seconds);
+    pthread_mutex_unlock(&m->mu);
 }
 
 size_t srv_metrics_key_row(srv_metrics *m, const char *key)
@@ -202,10 +226,17 @@ void srv_metrics_generation_tokens(srv_metrics *m, uint64_t n, size_t row)
     if (row <= MAX_KEYS)
         LOCKED(m->keys[row].generation_tokens += n);
 }
-void srv_metrics_ttft(srv_metrics *m, double s) { LOCKED(hist_observe(&m->ttft, s)); }
-void srv_metrics_prefill(srv_metrics *m, double s) { LOCKED(hist_observe(&m->prefill, s)); }
-void srv_metrics_inter_token(srv_metrics *m, double s) { LOCKED(hist_observe(&m->itl, s)); }
-void srv_metrics_queue_wait(srv_metrics *m, double s) { LOCKED(hist_observe(&m->queue, s)); }
+/* Observes V in histogram H of key row ROW. */
+static void row_observe(srv_metrics *m, size_t row, request_hist h, double v)
+{
+    if (row <= MAX_KEYS)
+        LOCKED(hist_observe(&m->keys[row].h[h], v));
+}
+
+void srv_metrics_ttft(srv_metrics *m, double s, size_t row) { row_observe(m, row, RH_TTFT, s); }
+void srv_metrics_prefill(srv_metrics *m, double s, size_t row) { row_observe(m, row, RH_PREFILL, s); }
+void srv_metrics_inter_token(srv_metrics *m, double s, size_t row) { row_observe(m, row, RH_ITL, s); }
+void srv_metrics_queue_wait(srv_metrics *m, double s, size_t row) { row_observe(m, row, RH_QUEUE, s); }
 void srv_metrics_set_waiting(srv_metrics *m, int64_t n) { LOCKED(m->requests_waiting = n); }
 void srv_metrics_step(srv_metrics *m, uint64_t rows, uint64_t prompt_tokens, double seconds)
 {
@@ -244,13 +275,16 @@ void srv_metrics_finished(srv_metrics *m, const char *reason, const char *key)
     LOCKED(key_row_of(m, key)->finished[r]++);
 }
 
-void srv_metrics_job_done(srv_metrics *m, int64_t n_prompt, int64_t n_generated, double decode_s)
+void srv_metrics_job_done(srv_metrics *m, int64_t n_prompt, int64_t n_generated, double decode_s, size_t row)
 {
+    if (row > MAX_KEYS)
+        return;
     pthread_mutex_lock(&m->mu);
-    hist_observe(&m->prompt_len, (double)n_prompt);
-    hist_observe(&m->gen_len, (double)n_generated);
+    histogram *h = m->keys[row].h;
+    hist_observe(&h[RH_PROMPT_LEN], (double)n_prompt);
+    hist_observe(&h[RH_GEN_LEN], (double)n_generated);
     if (decode_s >= 0)
-        hist_observe(&m->decode, decode_s);
+        hist_observe(&h[RH_DECODE], decode_s);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -320,6 +354,23 @@ static void hist_render_labels(out *o, const char *name, const char *help, const
     hist_samples(o, name, labels, h);
 }
 
+static const key_row *key_rows(const srv_metrics *m, size_t *n);
+static const char *key_label(char *buf, size_t cap, const key_row *row);
+
+/* Request-level histogram H, a series set per API key name. LABELS: model_name. */
+static void hist_render_keys(out *o, const char *name, const char *help, const char *labels, const srv_metrics *m,
+                             request_hist h)
+{
+    size_t n;
+    const key_row *rows = key_rows(m, &n);
+    char key[2 * KEY_NAME_MAX + 16], all[1024];
+    family(o, name, "histogram", help);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(all, sizeof all, "%s%s", labels, key_label(key, sizeof key, &rows[i]));
+        hist_samples(o, name, all, &rows[i].h[h]);
+    }
+}
+
 /* S as a label value (backslash, quote and newline escaped) into BUF. */
 static const char *label_value(char *buf, size_t cap, const char *s)
 {
@@ -336,9 +387,8 @@ static const char *label_value(char *buf, size_t cap, const char *s)
 /* The key rows to render: every key's, or before any request one row of zeros. */
 static const key_row *key_rows(const srv_metrics *m, size_t *n)
 {
-    static const key_row none = {.key = ""};
     *n = m->n_keys ? m->n_keys : 1;
-    return m->n_keys ? m->keys : &none;
+    return m->n_keys ? m->keys : &m->none;
 }
 
 /* ',key_name="NAME"' for a key's row into BUF, "" for the row of requests without keys. */
@@ -380,12 +430,12 @@ static void render_requests(out *o, const srv_metrics *m, const char *labels)
         for (size_t r = 0; r < N_REASONS; r++)
             outf(o, "qwen3d_request_finished_total{%s,finished_reason=\"%s\"%s} %llu\n", labels, REASONS[r],
                  key_label(key, sizeof key, &rows[i]), (unsigned long long)rows[i].finished[r]);
-    hist_render_labels(o, "qwen3d_request_prompt_tokens", "Prompt tokens of each request that got a session.", labels,
-                       &m->prompt_len);
-    hist_render_labels(o, "qwen3d_request_generation_tokens", "Tokens generated by each request that got a session.",
-                       labels, &m->gen_len);
-    hist_render_labels(o, "qwen3d_request_decode_seconds",
-                       "Decode time of each request: from its first generated token to its last.", labels, &m->decode);
+    hist_render_keys(o, "qwen3d_request_prompt_tokens", "Prompt tokens of each request that got a session.", labels,
+                     m, RH_PROMPT_LEN);
+    hist_render_keys(o, "qwen3d_request_generation_tokens", "Tokens generated by each request that got a session.",
+                     labels, m, RH_GEN_LEN);
+    hist_render_keys(o, "qwen3d_request_decode_seconds",
+                     "Decode time of each request: from its first generated token to its last.", labels, m, RH_DECODE);
     if (m->kv_budget) {
         family(o, "qwen3d_kv_cache_usage_ratio", "gauge",
                "KV cache committed by active sessions over the KV budget (--kv-budget), 0 to 1.");
@@ -435,16 +485,23 @@ char *srv_metrics_render(srv_metrics *m, size_t *len)
     render_tokens(&o, m, ml);
     const struct {
         const char *name, *help;
+        request_hist h;
+    } request_hists[] = {
+        {"qwen3d_time_to_first_token_seconds",
+         "Time from the request's arrival (its last byte) to the first generated token.", RH_TTFT},
+        {"qwen3d_inter_token_latency_seconds", "Time between consecutive tokens of one request.", RH_ITL},
+        {"qwen3d_request_duration_seconds",
+         "Duration of generation requests, from their arrival to the end of the response.", RH_DURATION},
+        {"qwen3d_queue_wait_seconds", "Time requests waited in the queue before getting a session.", RH_QUEUE},
+        {"qwen3d_prefill_seconds", "Time from getting a session to the first generated token (the prompt's prefill).",
+         RH_PREFILL},
+    };
+    for (size_t i = 0; i < sizeof request_hists / sizeof *request_hists; i++)
+        hist_render_keys(&o, request_hists[i].name, request_hists[i].help, ml, m, request_hists[i].h);
+    const struct {
+        const char *name, *help;
         const histogram *h;
     } hists[] = {
-        {"qwen3d_time_to_first_token_seconds",
-         "Time from the request's arrival (its last byte) to the first generated token.", &m->ttft},
-        {"qwen3d_inter_token_latency_seconds", "Time between consecutive tokens of one request.", &m->itl},
-        {"qwen3d_request_duration_seconds",
-         "Duration of generation requests, from their arrival to the end of the response.", &m->duration},
-        {"qwen3d_queue_wait_seconds", "Time requests waited in the queue before getting a session.", &m->queue},
-        {"qwen3d_prefill_seconds", "Time from getting a session to the first generated token (the prompt's prefill).",
-         &m->prefill},
         {"qwen3d_batch_size",
          "Sessions that decoded a token in one step of the model (0: a step of prompt tokens only).", &m->batch},
         {"qwen3d_prefill_tokens_per_step",

@@ -50,8 +50,9 @@ void srv_metrics_free(srv_metrics *m);
 
 /* A finished HTTP request: requests_total{endpoint,code}; generation
  * endpoints also observe request_duration_seconds (SECONDS from the arrival
- * of the request's last byte to the end of its response). */
-void srv_metrics_request(srv_metrics *m, srv_endpoint ep, int status, double seconds);
+ * of the request's last byte to the end of its response) under the API key
+ * named KEY (NULL: none given or no keys). */
+void srv_metrics_request(srv_metrics *m, srv_endpoint ep, int status, double seconds, const char *key);
 /* The row that counts the API key named KEY (NULL without keys), made on
  * first use. Rows never move, so a job looks its row up once, not per token. */
 size_t srv_metrics_key_row(srv_metrics *m, const char *key);
@@ -60,11 +61,11 @@ void srv_metrics_prompt_tokens(srv_metrics *m, uint64_t n, size_t row);
 void srv_metrics_generation_tokens(srv_metrics *m, uint64_t n, size_t row);
 /* Latencies are timed from the moment the request had fully arrived: TTFT
  * is the time spent parsing and tokenizing, then queue_wait, then prefill
- * (admission to the first token). */
-void srv_metrics_ttft(srv_metrics *m, double seconds);
-void srv_metrics_prefill(srv_metrics *m, double seconds);
-void srv_metrics_inter_token(srv_metrics *m, double seconds);
-void srv_metrics_queue_wait(srv_metrics *m, double seconds);
+ * (admission to the first token). Each counts under key row ROW. */
+void srv_metrics_ttft(srv_metrics *m, double seconds, size_t row);
+void srv_metrics_prefill(srv_metrics *m, double seconds, size_t row);
+void srv_metrics_inter_token(srv_metrics *m, double seconds, size_t row);
+void srv_metrics_queue_wait(srv_metrics *m, double seconds, size_t row);
 /* One step of the model, SECONDS long: ROWS sessions decoded a token, PROMPT_TOKENS prompt ids were fed. */
 void srv_metrics_step(srv_metrics *m, uint64_t rows, uint64_t prompt_tokens, double seconds);
 void srv_metrics_set_sessions(srv_metrics *m, int64_t active, uint64_t kv_bytes);
@@ -91,9 +92,9 @@ void srv_metrics_finished(srv_metrics *m, const char *reason, const char *key);
 /*
  * A job that had a session ended (compute thread): the request_prompt_tokens
  * and request_generation_tokens histograms, and request_decode_seconds
- * (first token to last; DECODE_S < 0 when no token came).
+ * (first token to last; DECODE_S < 0 when no token came), under key row ROW.
  */
-void srv_metrics_job_done(srv_metrics *m, int64_t n_prompt, int64_t n_generated, double decode_s);
+void srv_metrics_job_done(srv_metrics *m, int64_t n_prompt, int64_t n_generated, double decode_s, size_t row);
 
 /* The exposition text, malloc'd and NUL-terminated (*len bytes); NULL on out-of-memory. */
 char *srv_metrics_render(srv_metrics *m, size_t *len);

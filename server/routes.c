@@ -1277,7 +1277,7 @@ void srv_routes_on_done(void *user, srv_req *r, bool completed)
     double secs = srv_now() - c->t_received;
     /* 499: the client closed the connection before any response was sent. */
     int status = srv_req_status(r) ? srv_req_status(r) : 499;
-    srv_metrics_request(rt->metrics, c->ep, status, secs);
+    srv_metrics_request(rt->metrics, c->ep, status, secs, c->has_key ? c->key.name : NULL);
     if (c->job) {
         srv_metrics_finished(rt->metrics, finished_reason(c), c->has_key ? c->key.name : NULL);
         srv_job_cancel(c->job);

@@ -973,7 +973,7 @@ static void slot_finish(srv_sched *s, batch *b, slot *sl, srv_finish why, const 
         srv_log(SRV_LOG_ERROR, "generation_failed", "id=%s choice=%d error=\"%s\"", j->id, sl->choice, message);
     slot_free(sl);
     if (done) {
-        srv_metrics_job_done(s->metrics, (int64_t)j->n_prompt, n_generated, decode_s);
+        srv_metrics_job_done(s->metrics, (int64_t)j->n_prompt, n_generated, decode_s, j->key_row);
         b->kv_used -= j->kv_need;
         b->rows -= j->n_choices;
         srv_job_release(j);
@@ -1097,11 +1097,11 @@ static srv_finish after_step(srv_sched *s, slot *sl, double now, char *msg, size
         if (eng_gen_generated(sl->gen) == 1) {
             sl->t_first = now;
             if (sl->choice == 0) {
-                srv_metrics_ttft(s->metrics, now - j->t_received);
-                srv_metrics_prefill(s->metrics, now - sl->t_admit);
+                srv_metrics_ttft(s->metrics, now - j->t_received, j->key_row);
+                srv_metrics_prefill(s->metrics, now - sl->t_admit, j->key_row);
             }
         } else {
-            srv_metrics_inter_token(s->metrics, now - sl->t_prev);
+            srv_metrics_inter_token(s->metrics, now - sl->t_prev, j->key_row);
         }
         sl->t_prev = now;
         srv_metrics_generation_tokens(s->metrics, 1, j->key_row);
@@ -1314,7 +1314,7 @@ static void *compute_main(void *arg)
             if (!why && j->deadline > 0 && now >= j->deadline)
                 why = SRV_FINISH_DEADLINE;
             if (!why && !sl->gen) {
-                srv_metrics_queue_wait(s->metrics, sl->t_admit - j->t_submit);
+                srv_metrics_queue_wait(s->metrics, sl->t_admit - j->t_submit, j->key_row);
                 if (!slot_setup(s, sl, msg, sizeof msg))
                     why = SRV_FINISH_ERROR;
             }

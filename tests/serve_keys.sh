@@ -4,7 +4,9 @@
 #    space in a key, no key) stop the start with exit 2 naming file:line;
 #  - several keys, named and not: each one passes, others get 401; the
 #    request log and request_finished_total carry the key's name (keyN for
-#    an unnamed one), and no key ever reaches the log or /metrics;
+#    an unnamed one), each key's token counters and request-level
+#    histograms (latencies, lengths) count its own requests, and no key
+#    ever reaches the log or /metrics;
 #  - prefix-cache scoping: a prompt cached under one key is a hit for that
 #    key again (cached_tokens > 0 in the request log) and a miss for another;
 #  - SIGHUP under load (tests/serve/qwen3d-hooks holds every step while a
@@ -63,6 +65,7 @@ gen() { # gen KEY: one completion of $P; sets CACHED, the prompt tokens it reuse
   KEYNAME=$(echo "$line" | sed -n 's/.* key=\([^ ]*\) .*/\1/p')
   set -- $usage
   eval "PT_$KEYNAME=\$((\${PT_$KEYNAME:-0} + $1)) CT_$KEYNAME=\$((\${CT_$KEYNAME:-0} + $2))"
+  eval "N_$KEYNAME=\$((\${N_$KEYNAME:-0} + 1))"
 }
 gen "$KA"; [ "$CACHED" = 0 ] || fail "alice's first request reused $CACHED tokens"
 [ "$KEYNAME" = alice ] || fail "the log names alice's key '$KEYNAME'"
@@ -88,6 +91,25 @@ for k in alice bob key3; do
 done
 [ "$(grep -c '^qwen3d_\(prompt\|generation\)_tokens_total{' "$work/metrics")" = 6 ] ||
   fail "token series other than the 3 keys': $(grep '^qwen3d_[a-z]*_tokens_total{' "$work/metrics")"
+# The request-level histograms, a set per key: each key's counts and sums are its own requests'.
+hist() { # hist FAMILY_SUFFIX KEY WANT
+  grep -q "^qwen3d_$1{model_name=\"tiny\",key_name=\"$2\"} $3\$" "$work/metrics" ||
+    fail "qwen3d_$1 of $2 is not $3: $(grep "^qwen3d_$1{" "$work/metrics")"
+}
+for k in alice bob key3; do
+  eval "n=\$N_$k pt=\$PT_$k ct=\$CT_$k"
+  for f in request_duration_seconds queue_wait_seconds time_to_first_token_seconds prefill_seconds \
+    request_prompt_tokens request_generation_tokens request_decode_seconds; do
+    hist "${f}_count" "$k" "$n"
+  done
+  hist inter_token_latency_seconds_count "$k" $((ct - n))
+  hist request_prompt_tokens_sum "$k" "$pt"
+  hist request_generation_tokens_sum "$k" "$ct"
+  grep -q "^qwen3d_time_to_first_token_seconds_bucket{model_name=\"tiny\",key_name=\"$k\",le=\"+Inf\"} $n\$" \
+    "$work/metrics" || fail "the +Inf bucket of $k's TTFT: $(grep '^qwen3d_time_to_first_token_seconds_bucket' "$work/metrics")"
+done
+[ "$(grep -c '^qwen3d_\(time_to_first_token\|inter_token_latency\|request_duration\)_seconds_count{' "$work/metrics")" = 9 ] ||
+  fail "latency series other than the 3 keys': $(grep '^qwen3d_[a-z_]*_seconds_count{' "$work/metrics")"
 serve_stop
 [ "$STATUS" = 0 ] || fail "exit status $STATUS"
 for k in "$KA" "$KB" "$KC"; do
