@@ -25,7 +25,9 @@ const check = (name, fn) => {
   return runner.check(name, async () => {
     if (front) front.release();
     if (chatPage && !chatPage.isClosed()) {
-      const idle = () => chatPage.waitForFunction(() => !document.body.classList.contains('busy'), { timeout: 10000 });
+      // Polled on a timer: the chat page may be behind the status page, with no animation frames.
+      const idle = () => chatPage.waitForFunction(() => !document.body.classList.contains('busy'),
+        { timeout: 10000, polling: 200 });
       await idle().catch(async () => {
         console.error('# the chat page was still answering: stopped');
         await chatPage.click('#stop');
@@ -154,6 +156,7 @@ async function main() {
     const partial = await waitFor('text shown while the answer streams',
       () => page.evaluate(() => window.__partial), LONG).catch((e) => { waited = ` (${e.message})`; return null; });
     const released = front.release();
+    console.error(`# the held stream: ${front.trace()}`);
     assert.ok(released, `the stream had no content text to hold after: ${front.trace()}`);
     assert.ok(partial && partial.length > 0, `no text was shown while the answer streamed${waited}: ${front.trace()}`);
     const a = await waitAnswer(page, ['done'], 1);
