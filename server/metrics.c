@@ -354,23 +354,6 @@ static void hist_render_labels(out *o, const char *name, const char *help, const
     hist_samples(o, name, labels, h);
 }
 
-static const key_row *key_rows(const srv_metrics *m, size_t *n);
-static const char *key_label(char *buf, size_t cap, const key_row *row);
-
-/* Request-level histogram H, a series set per API key name. LABELS: model_name. */
-static void hist_render_keys(out *o, const char *name, const char *help, const char *labels, const srv_metrics *m,
-                             request_hist h)
-{
-    size_t n;
-    const key_row *rows = key_rows(m, &n);
-    char key[2 * KEY_NAME_MAX + 16], all[1024];
-    family(o, name, "histogram", help);
-    for (size_t i = 0; i < n; i++) {
-        snprintf(all, sizeof all, "%s%s", labels, key_label(key, sizeof key, &rows[i]));
-        hist_samples(o, name, all, &rows[i].h[h]);
-    }
-}
-
 /* S as a label value (backslash, quote and newline escaped) into BUF. */
 static const char *label_value(char *buf, size_t cap, const char *s)
 {
@@ -399,6 +382,20 @@ static const char *key_label(char *buf, size_t cap, const key_row *row)
         return "";
     snprintf(buf, cap, ",key_name=\"%s\"", label_value(v, sizeof v, row->key));
     return buf;
+}
+
+/* Request-level histogram H, a series set per API key name. LABELS: model_name. */
+static void hist_render_keys(out *o, const char *name, const char *help, const char *labels, const srv_metrics *m,
+                             request_hist h)
+{
+    size_t n;
+    const key_row *rows = key_rows(m, &n);
+    char key[2 * KEY_NAME_MAX + 16], all[1024];
+    family(o, name, "histogram", help);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(all, sizeof all, "%s%s", labels, key_label(key, sizeof key, &rows[i]));
+        hist_samples(o, name, all, &rows[i].h[h]);
+    }
 }
 
 /* The token counters, a series per API key name. LABELS: model_name. */

@@ -141,7 +141,7 @@ function authOf(req) {
 // Resolves with {url, hold, release, trace, close}; serve pages from url.
 function holdingProxy(base) {
   const target = new URL(base);
-  let pending = null; // the hold asked for: {active, t0, events}
+  let pending = null; // the hold asked for: {active, taken, t0, events}
   let releaseHeld = null;
   const note = (h, what) => h.events.push(`${what} at ${Date.now() - h.t0} ms`);
   const server = http.createServer((req, res) => {
