@@ -19,8 +19,9 @@
  * too, one byte per column and block, which the GB/s figure does not count). --block-size B (a
  * power of 2 from 16 to 256) quantizes the weights in blocks of B along K instead of 32, as
  * exports made with another int4_block_size are. --bits 8 times the 8-bit weights' kernels
- * (mmnb8_*: one byte per weight, read in place; zero points one byte per block, and the GB/s
- * figure counts the 8-bit data plus scales). Activation quantization
+ * (mmnb8_*: one byte per weight, read in place, or with --packed from the packed copy on
+ * levels that read one; zero points one byte per block, and the GB/s figure counts the 8-bit
+ * data plus scales). Activation quantization
  * (int8 mode) is timed separately; it is O(K) per row. --threads N splits each call's columns
  * over N pinned threads as the engine's pool does; --roofline adds, per shape, the rate at
  * which the same threads read memory at that moment and the kernel's share of it (see
@@ -233,9 +234,9 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
             for (size_t i = 0; i < zb; i++)
                 w[c].zp[i] = (uint8_t)rnext();
         }
-        if (pack && !bits8) {
+        if (pack) {
             krn_q4_weights qw = {.b_data = w[c].b, .scales = w[c].scales, .zero_pts = w[c].zp, .n = sh->n,
-                                 .k = sh->k, .block_size = bs, .k_blocks = kb, .packed_zp = zp};
+                                 .k = sh->k, .block_size = bs, .k_blocks = kb, .packed_zp = zp, .bits8 = bits8};
             w[c].packed = bench_alloc("krn_bench", krn_q4_pack_size(&qw));
             krn_q4_pack(&qw, w[c].packed);
         }
@@ -274,8 +275,8 @@ static void bench_shape(const shape *sh, const krn_table *tabs, int n_tabs, size
                 args.w.b_data = c->b;
                 args.w.scales = c->scales;
                 args.w.zero_pts = c->zp;
-                args.w.packed_zp = zp && !bits8;
-                args.w.packed = mode && tab->q4_packed ? c->packed : NULL;
+                args.w.packed_zp = zp;
+                args.w.packed = mode && (bits8 ? tab->q8_packed : tab->q4_packed) ? c->packed : NULL;
                 double t0 = bench_now_ms();
                 team_run(fn, &args);
                 double dt = bench_now_ms() - t0;

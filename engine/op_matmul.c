@@ -157,12 +157,13 @@ static int prep_mmnb(plan_builder *b, step *s)
     /* ONNX Runtime runs accuracy_level 4 with int8 activations where the CPU
      * has int8 kernels (every x86-64 with AVX2 does); lower levels in fp32. */
     m->int8 = acc == 4 && !b->p->opts.matmul_fp32;
-    bool packing = m->int8 && b->p->krn.q4_packed && !m->w.bits8; /* 8-bit codes run in place */
+    /* 8-bit codes are packed for the tables whose kernel reads them so, else run in place */
+    bool packing = m->int8 && (m->w.bits8 ? b->p->krn.q8_packed : b->p->krn.q4_packed);
     if (packing && !plan_size_packs(b))
         PREP_FAIL(b, s, "out of memory sizing the repacked weights");
     m->w.packed_bf16 = packing && b->scales_bf16[n - b->p->g->nodes];
-    /* Zero points all 8 pack as none (the same bits, smaller records), as node_pack_size found: they
-     * are the 4-bit default, so the weights are read as having none. */
+    /* Zero points all 8 (8-bit: 128) pack as none (the same bits, smaller records), as node_pack_size
+     * found: they are the default, so the weights are read as having none. */
     m->w.packed_zp = packing && zp && b->zp_records[n - b->p->g->nodes];
     if (packing && zp && !m->w.packed_zp)
         m->w.zero_pts = NULL;

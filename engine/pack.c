@@ -83,6 +83,16 @@ bool plan_q4_zp_all_8(const uint8_t *zp, uint64_t bytes, uint64_t n, uint64_t k_
     return true;
 }
 
+bool plan_q8_zp_all_128(const uint8_t *zp, uint64_t bytes)
+{
+    if (!zp)
+        return false;
+    for (uint64_t i = 0; i < bytes; i++)
+        if (zp[i] != 128)
+            return false;
+    return true;
+}
+
 /* Nibble i of a 4-bit tensor. */
 static inline unsigned nib(const uint8_t *t, uint64_t i)
 {
@@ -149,23 +159,24 @@ static size_t node_pack_size(const eng_plan *p, size_t i, bool *bf16, bool *zp_r
         krn_q4_weights_set_blocks(&w);
         return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;
     }
-    int64_t bs = eng_node_attr_int(n, "block_size", 0);
-    if (strcmp(n->op_type, "MatMulNBits") || eng_node_attr_int(n, "bits", 4) != 4 || bs < 16 || (bs & (bs - 1)) ||
-        eng_node_attr_int(n, "accuracy_level", 0) != 4)
+    int64_t bs = eng_node_attr_int(n, "block_size", 0), bits = eng_node_attr_int(n, "bits", 4);
+    if (strcmp(n->op_type, "MatMulNBits") || !(bits == 4 || (bits == 8 && p->krn.q8_packed)) || bs < 16 ||
+        (bs & (bs - 1)) || eng_node_attr_int(n, "accuracy_level", 0) != 4)
         return 0;
     int64_t N = eng_node_attr_int(n, "N", 0), K = eng_node_attr_int(n, "K", 0);
     mmnb_sizes z;
     const eng_tensor *scales, *zp = NULL;
     bool has_zp = n->n_inputs > 3 && n->input_values[3] >= 0;
     /* Only a node prep_mmnb will accept counts, so no size below overflows. */
-    if (N <= 0 || K <= 0 || !mmnb_sizes_of(K, N, bs, 4, &z) || !node_init(p, n, 1, ENG_DT_UINT8, z.b_bytes) ||
+    if (N <= 0 || K <= 0 || !mmnb_sizes_of(K, N, bs, (int)bits, &z) || !node_init(p, n, 1, ENG_DT_UINT8, z.b_bytes) ||
         !(scales = node_init(p, n, 2, ENG_DT_FLOAT, z.n_scales)) ||
         (has_zp && !(zp = node_init(p, n, 3, ENG_DT_UINT8, z.zp_bytes))))
         return 0;
     *bf16 = cached >= 0 ? cached : node_scales_bf16(scales);
-    *zp_rec = zp && !plan_q4_zp_all_8(zp->data, zp->n_elems, z.n_scales / z.kb, z.kb);
+    *zp_rec = zp && !(bits == 8 ? plan_q8_zp_all_128(zp->data, zp->n_elems)
+                                : plan_q4_zp_all_8(zp->data, zp->n_elems, z.n_scales / z.kb, z.kb));
     krn_q4_weights w = {.n = (size_t)N, .k = (size_t)K, .block_size = (size_t)bs, .packed_bf16 = *bf16,
-                        .packed_zp = *zp_rec};
+                        .packed_zp = *zp_rec, .bits8 = bits == 8};
     krn_q4_weights_set_blocks(&w);
     return (krn_q4_pack_size(&w) + ALIGN - 1) / ALIGN * ALIGN;
 }

@@ -416,6 +416,8 @@ bool plan_pack_all(eng_plan *p);
 bool plan_q4_scales_bf16(const q4_src *src);
 /* Whether MatMulNBits' packed 4-bit zero points (ZP, BYTES bytes) are all 8: the weights then pack without them. */
 bool plan_q4_zp_all_8(const uint8_t *zp, uint64_t bytes, uint64_t n, uint64_t k_blocks);
+/* Whether every one of the BYTES 8-bit zero points at ZP is 128, the 8-bit default. */
+bool plan_q8_zp_all_128(const uint8_t *zp, uint64_t bytes);
 /*
  * Drops a mapped tensor's pages from the resident set. Packing releases each
  * matrix's sources as soon as it is packed (pack_one, and prepcache.c's

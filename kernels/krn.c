@@ -242,6 +242,7 @@ void krn_table_avx512(krn_table *t, krn_mmnb_fn mmnb_f32, krn_mmnb_fn mmnb_i8, k
     t->mmnb_i8.fn = mmnb_i8;
     t->mmnb_i8.name = vnni ? "mmnb_i8.avx512vnni" : "mmnb_i8.avx512";
     if (mmnb8_i8) {
+        t->q8_packed = true; /* the VNNI kernel reads the 8-bit packed copy too */
         t->mmnb8_i8.fn = mmnb8_i8;
         t->mmnb8_i8.name = "mmnb8_i8.avx512vnni";
     }
@@ -414,10 +415,11 @@ void krn_q4_weights_set_blocks(krn_q4_weights *w)
 size_t krn_q4_pack_size(const krn_q4_weights *w)
 {
     size_t groups = krn_q4p_groups(w);
-    if (!groups || w->bits8 || (w->zero_pts && !w->packed_zp) || !w->n || w->k_blocks != (w->k + w->block_size - 1) / w->block_size)
+    if (!groups || (w->zero_pts && !w->packed_zp) || !w->n || w->k_blocks != (w->k + w->block_size - 1) / w->block_size)
         return 0;
-    return (w->n + KRN_Q4_PACK_TILE - 1) / KRN_Q4_PACK_TILE *
-           krn_q4p_tile_bytes(w->k_blocks, groups, w->packed_bf16, w->packed_zp);
+    size_t tile = w->bits8 ? w->k_blocks * krn_q8p_block_bytes(groups, w->packed_bf16, w->packed_zp)
+                           : krn_q4p_tile_bytes(w->k_blocks, groups, w->packed_bf16, w->packed_zp);
+    return (w->n + KRN_Q4_PACK_TILE - 1) / KRN_Q4_PACK_TILE * tile;
 }
 
 krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n)
@@ -433,7 +435,8 @@ krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n)
     if (w->bias)
         s.bias = w->bias + off;
     if (w->packed) /* tiles of KRN_Q4_PACK_TILE columns follow each other */
-        s.packed = krn_q4p_half(w->packed, off, w->k_blocks, krn_q4p_groups(w), w->packed_bf16, w->packed_zp);
+        s.packed = w->bits8 ? krn_q8p_tile(w->packed, off, w->k_blocks, krn_q4p_groups(w), w->packed_bf16, w->packed_zp)
+                            : krn_q4p_half(w->packed, off, w->k_blocks, krn_q4p_groups(w), w->packed_bf16, w->packed_zp);
     return s;
 }
 
@@ -449,6 +452,37 @@ bool krn_q4_scales_fit_bf16(const float *scales, size_t count)
     return low == 0;
 }
 
+/* krn_q4_pack for 8-bit codes (krn_q8p_tile): every record of every tile, the padding columns included. */
+static void q8_pack(const krn_q4_weights *w, void *dst)
+{
+    size_t kb = w->k_blocks, groups = krn_q4p_groups(w), bs = w->block_size;
+    size_t rec = krn_q8p_block_bytes(groups, w->packed_bf16, w->packed_zp), so = krn_q8p_scales_offset(groups);
+    size_t zo = krn_q8p_zp_offset(groups, w->packed_bf16);
+    size_t padded = (w->n + KRN_Q4_PACK_TILE - 1) / KRN_Q4_PACK_TILE * KRN_Q4_PACK_TILE;
+    for (size_t n0 = 0; n0 < padded; n0 += KRN_Q4_PACK_TILE)
+        for (size_t b = 0; b < kb; b++) {
+            uint8_t *out = (uint8_t *)krn_q8p_tile(dst, n0, kb, groups, w->packed_bf16, w->packed_zp) + b * rec;
+            memset(out, 0, rec);
+            for (size_t c = 0; c < KRN_Q4_PACK_TILE && n0 + c < w->n; c++) {
+                size_t n = n0 + c;
+                for (size_t t = 0; t < bs && b * bs + t < w->k; t++) {
+                    size_t s = krn_qa_slot(t, bs);
+                    out[KRN_Q8P_WEIGHT_BYTES * (s / 32) + krn_q8p_code_at(c, s % 32)] = w->b_data[(n * kb + b) * bs + t];
+                }
+                uint32_t u;
+                memcpy(&u, &w->scales[n * kb + b], sizeof u);
+                if (w->packed_bf16) {
+                    uint16_t hi = (uint16_t)(u >> 16);
+                    memcpy(out + so + 2 * c, &hi, sizeof hi);
+                } else {
+                    memcpy(out + so + 4 * c, &u, sizeof u);
+                }
+                if (w->packed_zp)
+                    out[zo + c] = w->zero_pts[n * kb + b];
+            }
+        }
+}
+
 int krn_q4_pack(const krn_q4_weights *w, void *dst)
 {
     size_t bytes = krn_q4_pack_size(w);
@@ -458,6 +492,10 @@ int krn_q4_pack(const krn_q4_weights *w, void *dst)
         return KRN_EINVAL;
     if (w->packed_zp && !w->zero_pts)
         return KRN_EINVAL;
+    if (w->bits8) {
+        q8_pack(w, dst);
+        return KRN_OK;
+    }
     size_t kb = w->k_blocks, groups = krn_q4p_groups(w), blob = w->block_size / 2;
     size_t rec = krn_q4p_block_bytes(groups, w->packed_bf16, w->packed_zp), so = krn_q4p_scales_offset(groups);
     size_t padded = (w->n + KRN_Q4_PACK_TILE - 1) / KRN_Q4_PACK_TILE * KRN_Q4_PACK_TILE;
@@ -495,9 +533,37 @@ int krn_q4_pack(const krn_q4_weights *w, void *dst)
     return KRN_OK;
 }
 
+/* Scale C of a packed record's scales at P: fp32, or a bfloat16 upper half (BF16). */
+static float packed_scale(const uint8_t *p, size_t c, bool bf16)
+{
+    float sc;
+    if (bf16) {
+        uint16_t h;
+        memcpy(&h, p + 2 * c, sizeof h);
+        return krn_bf16_to_f32(h);
+    }
+    memcpy(&sc, p + 4 * c, sizeof sc);
+    return sc;
+}
+
 void krn_q4_dequant_row(const krn_q4_weights *w, size_t n, float *out)
 {
     size_t kb = w->k_blocks, bs = w->block_size;
+    if (w->bits8 && krn_q4_reads_packed(w)) {
+        size_t groups = krn_q4p_groups(w), c = n % KRN_Q4_PACK_TILE;
+        size_t rec = krn_q8p_block_bytes(groups, w->packed_bf16, w->packed_zp), so = krn_q8p_scales_offset(groups);
+        const uint8_t *tile = krn_q8p_tile(w->packed, n - c, kb, groups, w->packed_bf16, w->packed_zp);
+        for (size_t b = 0; b < kb; b++) {
+            const uint8_t *r = tile + b * rec;
+            float sc = packed_scale(r + so, c, w->packed_bf16);
+            int zp = w->packed_zp ? r[krn_q8p_zp_offset(groups, w->packed_bf16) + c] : 128;
+            for (size_t t = 0; t < bs && b * bs + t < w->k; t++) {
+                size_t s = krn_qa_slot(t, bs);
+                out[b * bs + t] = (float)((int)r[KRN_Q8P_WEIGHT_BYTES * (s / 32) + krn_q8p_code_at(c, s % 32)] - zp) * sc;
+            }
+        }
+        return;
+    }
     if (krn_q4_reads_packed(w)) {
         /* record (tile, block): G groups of four 32-byte vectors whose lane c holds 4 weight bytes of
          * column c, then scales (and zero points) */
@@ -506,14 +572,7 @@ void krn_q4_dequant_row(const krn_q4_weights *w, size_t n, float *out)
         const uint8_t *half = krn_q4p_half(w->packed, n - c, kb, groups, w->packed_bf16, w->packed_zp);
         for (size_t b = 0; b < kb; b++) {
             const uint8_t *r = half + 2 * b * rec;
-            float sc;
-            if (w->packed_bf16) {
-                uint16_t h;
-                memcpy(&h, r + so + 2 * c, sizeof h);
-                sc = krn_bf16_to_f32(h);
-            } else {
-                memcpy(&sc, r + so + 4 * c, sizeof sc);
-            }
+            float sc = packed_scale(r + so, c, w->packed_bf16);
             int zp = w->packed_zp ? r[krn_q4p_zp_offset(groups, w->packed_bf16) + c] : 8;
             for (size_t j = 0; j < bs / 2 && b * bs + 2 * j < w->k; j++) {
                 uint8_t byte = r[KRN_Q4P_WEIGHT_BYTES * (j / 16) + 32 * (j % 16 / 4) + 4 * c + j % 4];

@@ -94,7 +94,8 @@ int krn_level_parse(const char *s, krn_level *out);
  * (the layout ONNX Runtime's quantizer writes for bits = 8, as mixed-precision
  * exports use for their most sensitive projections and the LM head).
  * W[n][k] = (q - zp[n][b]) * scales[n * k_blocks + b].
- * 8-bit weights are never packed; they run the mmnb8_* kernels in place.
+ * 8-bit weights run the mmnb8_* kernels, from a packed copy on tables with
+ * q8_packed, else in place.
  */
 typedef struct krn_q4_weights {
     const uint8_t *b_data;   /* [n, k_blocks, block_size / 2] */
@@ -153,6 +154,10 @@ void krn_q4_weights_set_blocks(krn_q4_weights *w);
  * zero_pts). Tables whose q4_packed flag is set run mmnb_i8 from w.packed
  * when it is non-NULL; every other kernel keeps reading b_data, scales and
  * zero_pts, which must stay valid. The layout is private to kernels/.
+ * 8-bit weights (bits8) pack the same way, with records of sixteen columns
+ * whose codes sit in the quantized activations' slot order (no unpacking, no
+ * reorder); their zero points are one byte per column and block either
+ * way. Only tables with q8_packed run mmnb8_i8 from that copy.
  */
 size_t krn_q4_pack_size(const krn_q4_weights *w);
 
@@ -177,7 +182,7 @@ krn_q4_weights krn_q4_columns(const krn_q4_weights *w, size_t off, size_t n);
  * outside the process (the engine's prepared-weights cache) are keyed by
  * it: raise it with any change to what krn_q4_pack() writes.
  */
-#define KRN_Q4_PACK_LAYOUT 4
+#define KRN_Q4_PACK_LAYOUT 5
 
 /*
  * With packed_bf16 set, the packed copy keeps each scale as its upper 16
@@ -484,6 +489,7 @@ typedef struct krn_table {
     krn_level level;
     const char *level_name;
     bool q4_packed;        /* mmnb_i8 reads krn_q4_weights.packed when it is set */
+    bool q8_packed;        /* mmnb8_i8 too (8-bit weights); others read 8-bit codes in place */
     struct { krn_quant_fn fn;  const char *name; } quant_a8;
     struct { krn_mmnb_fn fn;   const char *name; } mmnb_f32;
     struct { krn_mmnb_fn fn;   const char *name; } mmnb_i8;

@@ -311,6 +311,52 @@ static inline const uint8_t *krn_q4p_half(const void *packed, size_t n0, size_t 
            (n0 / KRN_Q4P_NR % 2) * krn_q4p_block_bytes(groups, bf16, zp);
 }
 
+/*
+ * Packed 8-bit weights (bits8, krn_q4_pack on a table with q8_packed): the
+ * same tiles of sixteen columns, each one contiguous run of k_blocks
+ * records, but a record spans all sixteen columns, since only AVX-512
+ * kernels read it: G = block_size / 32 groups of eight 64-byte vectors, the
+ * 32-bit lane c of vector h holding column 16t + c's four codes in the
+ * quantized activations' slots 4h .. 4h + 3 of the group (krn_qa_slot), so
+ * each vector meets four activation bytes broadcast; then the sixteen
+ * scales (fp32, or bfloat16 upper halves with packed_bf16) and, with
+ * packed_zp, the sixteen zero points, one byte each. At block_size 32 that
+ * is 576 bytes (544 with bfloat16 scales), 16 more with zero points: the
+ * bytes of the ONNX layout. Columns past n and k past K are zero codes with
+ * scale 0 and zero point 0.
+ */
+#define KRN_Q8P_WEIGHT_BYTES 512 /* per group of 32 k: eight vectors of sixteen lanes */
+
+/* Offset of a packed 8-bit record's scales, after its G groups of codes. */
+static inline size_t krn_q8p_scales_offset(size_t groups)
+{
+    return groups * KRN_Q8P_WEIGHT_BYTES;
+}
+
+/* Offset of a packed 8-bit record's zero points (packed_zp), after its scales. */
+static inline size_t krn_q8p_zp_offset(size_t groups, bool bf16)
+{
+    return krn_q8p_scales_offset(groups) + KRN_Q4_PACK_TILE * (bf16 ? 2 : 4);
+}
+
+static inline size_t krn_q8p_block_bytes(size_t groups, bool bf16, bool zp)
+{
+    return krn_q8p_zp_offset(groups, bf16) + (zp ? KRN_Q4_PACK_TILE : 0);
+}
+
+/* The first record of the tile holding column n0 (a multiple of 16); the next block's is one record on. */
+static inline const uint8_t *krn_q8p_tile(const void *packed, size_t n0, size_t k_blocks, size_t groups, bool bf16,
+                                          bool zp)
+{
+    return (const uint8_t *)packed + n0 / KRN_Q4_PACK_TILE * k_blocks * krn_q8p_block_bytes(groups, bf16, zp);
+}
+
+/* Where column c's code at group slot s (0..31) sits in its group's 512 bytes. */
+static inline size_t krn_q8p_code_at(size_t c, size_t s)
+{
+    return 64 * (s / 4) + 4 * c + s % 4;
+}
+
 /* A bfloat16 (its bits) widened to fp32, exactly. */
 static inline float krn_bf16_to_f32(uint16_t h)
 {

@@ -40,6 +40,7 @@ libqwen3d_avx2_a_SOURCES = \
 libqwen3d_avx512_a_CFLAGS = $(AM_CFLAGS) $(QD_KERNEL_CFLAGS) -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -ffp-contract=off
 libqwen3d_avx512_a_SOURCES = \
 	kernels/avx512/mmnb_i8.h \
+	kernels/avx512/mmnb8_packed.h \
 	kernels/avx512/mmnb.c \
 	kernels/avx512/mmnb_vnni.c \
 	kernels/avx512/attn.c

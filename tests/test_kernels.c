@@ -1279,6 +1279,44 @@ START_TEST(mmnb8_ref_definition)
 END_TEST
 
 /*
+ * One row count's case for the 8-bit kernels: M rows of activations (row 0's
+ * first block at +-127 against the extreme codes), quantized, and the
+ * reference's product of them with W in WANT (row stride LDY); GOT, ONE and
+ * QA1 are room for the kernels under test. ARGS is the reference's call.
+ */
+typedef struct mm8_rows {
+    float *a, *want, *got, *one;
+    void *qa, *qa1;
+    krn_mmnb_args args;
+} mm8_rows;
+
+static void mm8_rows_make(mm8_rows *c, const krn_table *ref, const krn_q4_weights *w, size_t m, size_t ldy, rng *r)
+{
+    size_t k = w->k, bs = w->block_size;
+    c->a = frand(m * k, r, -3, 3);
+    c->want = xmalloc(m * ldy * sizeof(float));
+    c->got = xmalloc(m * ldy * sizeof(float));
+    c->one = xmalloc(ldy * sizeof(float));
+    for (size_t j = 0; j < bs && j < k; j++)
+        c->a[j] = (j % 3) ? -1.0f : 1.0f;
+    c->qa = qa_alloc(m, k, bs);
+    c->qa1 = qa_alloc(1, k, bs);
+    quantize(ref, c->a, m, k, bs, c->qa);
+    c->args = (krn_mmnb_args){.w = *w, .m = m, .a = c->a, .a_ld = k, .qa = c->qa, .y = c->want, .y_ld = ldy};
+    ref->mmnb8_i8.fn(&c->args, 0, w->n);
+}
+
+static void mm8_rows_free(mm8_rows *c)
+{
+    free(c->a);
+    free(c->want);
+    free(c->got);
+    free(c->one);
+    free(c->qa);
+    free(c->qa1);
+}
+
+/*
  * Every level's 8-bit int8 kernel against the reference, bit for bit:
  * blocks of 16 (an odd count too, and more than KRN8_KEEP_BLOCKS) to 256,
  * K with a partial last block, column counts and column ranges that are not multiples of the kernels'
@@ -1301,14 +1339,11 @@ START_TEST(mmnb8_levels)
         qw8_make(&q, n, k, bs, zp, s & 1, &r);
         for (size_t im = 0; im < sizeof ms / sizeof ms[0]; im++) {
             size_t m = ms[im];
-            float *a = frand(m * k, &r, -3, 3), *want = xmalloc(m * ldy * sizeof(float));
-            float *got = xmalloc(m * ldy * sizeof(float)), *one = xmalloc(ldy * sizeof(float));
-            for (size_t j = 0; j < bs && j < k; j++)
-                a[j] = (j % 3) ? -1.0f : 1.0f; /* row 0 block 0: codes of +-127 against codes 0 and 255 */
-            void *qa = qa_alloc(m, k, bs), *qa1 = qa_alloc(1, k, bs);
-            quantize(&ref, a, m, k, bs, qa);
-            krn_mmnb_args args = {.w = q.w, .m = m, .a = a, .a_ld = k, .qa = qa, .y = want, .y_ld = ldy};
-            ref.mmnb8_i8.fn(&args, 0, n);
+            mm8_rows c;
+            mm8_rows_make(&c, &ref, &q.w, m, ldy, &r);
+            float *a = c.a, *want = c.want, *got = c.got, *one = c.one;
+            void *qa1 = c.qa1;
+            krn_mmnb_args args = c.args;
             for (int t = 0; t < nt; t++) {
                 args.y = got;
                 size_t cut = n / 3 + 1;
@@ -1338,17 +1373,127 @@ START_TEST(mmnb8_levels)
                         ck_assert(memcmp(&got[i * ldy], &want[i * ldy + 5], (n - 5) * sizeof(float)) == 0);
                 }
             }
-            free(a);
-            free(want);
-            free(got);
-            free(one);
-            free(qa);
-            free(qa1);
+            mm8_rows_free(&c);
         }
-        /* Never packed: the 4-bit records do not apply. */
-        ck_assert_uint_eq(krn_q4_pack_size(&q.w), 0);
+        /* Blocks of 16 are never packed; 32 and up pack only with a record for their zero points. */
+        if (bs == 16 || zp)
+            ck_assert_uint_eq(krn_q4_pack_size(&q.w), 0);
         qw_free(&q);
     }
+}
+END_TEST
+
+/*
+ * 8-bit weights from their packed copy (tables with q8_packed: the AVX-512
+ * VNNI kernel, native or emulated) against the reference in place, bit for
+ * bit: blocks of 32 to 256, K with a partial last block, column counts and
+ * ranges off the tiles' sixteen, 1 to 37 rows (several register tiles and
+ * a row block's edge), zero points or none, fp32 or bfloat16 records, a
+ * bias or none; each row alone gives its bits in the batch; the packed
+ * copy read back row by row (krn_q4_dequant_row) equals the weights, its
+ * padding columns are zero, and columns from a tile boundary on run as
+ * weights of their own (krn_q4_columns).
+ */
+START_TEST(mmnb8_packed)
+{
+    static const size_t shapes[][3] = {{1, 32, 32},   {7, 40, 32},    {16, 64, 32},  {17, 100, 32}, {33, 1000, 128},
+                                       {19, 320, 64}, {40, 768, 256}, {24, 1024, 32}, {37, 96, 32}};
+    static const size_t ms[] = {1, 2, 5, 8, 9, 16, 17, 37, 70};
+    krn_table ref = ref_tab(), tabs[MAX_TABS];
+    int nt = simd_tables(tabs, true), ran = 0;
+    rng r = {0x8bac};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int form = 0; form < 2; form++) {
+            size_t n = shapes[s][0], k = shapes[s][1], bs = shapes[s][2], ldy = n + 3;
+            bool zp = (s + (size_t)form) % 3 != 1, bf16 = form == 1;
+            qweights q;
+            qw8_make(&q, n, k, bs, zp, (s + (size_t)form) & 1, &r);
+            if (bf16) /* scales that fit the bfloat16 record, as a bfloat16 checkpoint's do */
+                for (size_t i = 0; i < n * q.w.k_blocks; i++) {
+                    uint32_t u;
+                    memcpy(&u, &q.scales[i], sizeof u);
+                    u &= 0xFFFF0000u;
+                    memcpy(&q.scales[i], &u, sizeof u);
+                }
+            krn_q4_weights pw = q.w;
+            pw.packed_bf16 = bf16;
+            pw.packed_zp = zp;
+            size_t bytes = krn_q4_pack_size(&pw), kb = q.w.k_blocks;
+            ck_assert_uint_eq(bytes, (n + 15) / 16 * kb * (bs / 32 * 512 + 16 * (bf16 ? 2 : 4) + (zp ? 16 : 0)));
+            uint8_t *pk = aligned_alloc(64, (bytes + 63) / 64 * 64);
+            ck_assert_ptr_nonnull(pk);
+            memset(pk, 0xCD, bytes);
+            ck_assert_int_eq(krn_q4_pack(&pw, pk), KRN_OK);
+            pw.packed = pk;
+            float *row = xmalloc(k * sizeof(float)), *row_pk = xmalloc(k * sizeof(float));
+            for (size_t j = 0; j < n; j++) {
+                krn_q4_dequant_row(&q.w, j, row);
+                krn_q4_dequant_row(&pw, j, row_pk);
+                ck_assert_msg(memcmp(row, row_pk, k * sizeof(float)) == 0, "k=%zu bs=%zu: row %zu read back", k, bs, j);
+            }
+            if (n % 16) { /* the last tile's padding columns: zero codes, scales and zero points */
+                size_t rec = bytes / ((n + 15) / 16) / kb, tile = bytes - rec * kb;
+                for (size_t b = 0; b < kb; b++)
+                    for (size_t i = 0; i < rec; i++) {
+                        size_t c = i < bs / 32 * 512 ? i % 64 / 4 : i < bs / 32 * 512 + 16 * (bf16 ? 2 : 4)
+                                                                      ? (i - bs / 32 * 512) / (bf16 ? 2 : 4)
+                                                                      : i - bs / 32 * 512 - 16 * (bf16 ? 2 : 4);
+                        if (c >= n % 16)
+                            ck_assert_uint_eq(pk[tile + b * rec + i], 0);
+                    }
+            }
+            for (size_t im = 0; im < sizeof ms / sizeof ms[0]; im++) {
+                size_t m = ms[im];
+                mm8_rows c;
+                mm8_rows_make(&c, &ref, &q.w, m, ldy, &r);
+                float *a = c.a, *want = c.want, *got = c.got, *one = c.one;
+                void *qa1 = c.qa1;
+                krn_mmnb_args args = c.args;
+                args.w = pw;
+                for (int t = 0; t < nt; t++) {
+                    if (!tabs[t].q8_packed)
+                        continue;
+                    ran++;
+                    args.y = got;
+                    size_t cut = n / 3 + 1;
+                    tabs[t].mmnb8_i8.fn(&args, 0, cut);
+                    tabs[t].mmnb8_i8.fn(&args, cut, n);
+                    for (size_t i = 0; i < m; i++)
+                        for (size_t j = 0; j < n; j++)
+                            ck_assert_msg(memcmp(&got[i * ldy + j], &want[i * ldy + j], sizeof(float)) == 0,
+                                          "%s packed m=%zu n=%zu k=%zu bs=%zu zp=%d bf16=%d: row %zu col %zu is %a, "
+                                          "the reference %a",
+                                          tabs[t].mmnb8_i8.name, m, n, k, bs, zp, bf16, i, j, (double)got[i * ldy + j],
+                                          (double)want[i * ldy + j]);
+                    for (size_t i = 0; i < m; i += 1 + m / 4) {
+                        quantize(&ref, a + i * k, 1, k, bs, qa1);
+                        krn_mmnb_args a1 = {.w = pw, .m = 1, .a = a + i * k, .a_ld = k, .qa = qa1, .y = one, .y_ld = ldy};
+                        tabs[t].mmnb8_i8.fn(&a1, 0, n);
+                        ck_assert_msg(memcmp(one, &got[i * ldy], n * sizeof(float)) == 0,
+                                      "%s packed m=%zu k=%zu: row %zu alone", tabs[t].mmnb8_i8.name, m, k, i);
+                    }
+                    if (n > 16) { /* columns [16, n) as weights of their own */
+                        krn_mmnb_args sub = args;
+                        sub.w = krn_q4_columns(&pw, 16, n - 16);
+                        sub.y = got;
+                        tabs[t].mmnb8_i8.fn(&sub, 0, n - 16);
+                        for (size_t i = 0; i < m; i++)
+                            ck_assert(memcmp(&got[i * ldy], &want[i * ldy + 16], (n - 16) * sizeof(float)) == 0);
+                    }
+                }
+                mm8_rows_free(&c);
+            }
+            free(row);
+            free(row_pk);
+            free(pk);
+            qw_free(&q);
+        }
+#ifdef QD_EMU_AVX512
+    ck_assert_msg(ran > 0, "no table read the packed 8-bit copy");
+#else
+    if (krn_cpu_detect().avx512vnni)
+        ck_assert_msg(ran > 0, "no table read the packed 8-bit copy");
+#endif
 }
 END_TEST
 
@@ -2666,6 +2811,7 @@ int main(void)
     tcase_add_test(tc, packed_prefetch_modes);
     tcase_add_test(tc, mmnb8_ref_definition);
     tcase_add_test(tc, mmnb8_levels);
+    tcase_add_test(tc, mmnb8_packed);
     tcase_add_test(tc, q4_pack_layout);
     tcase_add_test(tc, q4_dequant_rows);
     tcase_add_test(tc, mm_f_levels);

@@ -477,6 +477,19 @@ INLINE void pk_rows(const krn_mmnb_args *a, size_t m0, size_t mr, size_t n0, __m
     }
 }
 
+/* The tiles prefetch ahead (PF_DIST_PK into L1, PF_L2_DIST_PK into L2): the
+ * opening lines of a range's first tile, at G, are asked for here. */
+INLINE void pk_stream_open(const void *g, unsigned pf)
+{
+    const char *p = g;
+    if (pf & KRN_PF_L1)
+        for (size_t o = 0; o < PF_DIST_PK; o += 64)
+            _mm_prefetch(p + o, _MM_HINT_T0); /* past the last tile: a prefetch never faults */
+    if (pf & KRN_PF_L2)
+        for (size_t o = pf & KRN_PF_L1 ? PF_DIST_PK : 0; o < PF_L2_DIST_PK; o += 64)
+            _mm_prefetch(p + o, _MM_HINT_T1);
+}
+
 /*
  * Columns [n_begin, n_end) of every row: row blocks, then tiles from the
  * one holding n_begin (a range cut inside a tile computes it whole and stores
@@ -487,16 +500,8 @@ INLINE void pk_cols(const krn_mmnb_args *a, size_t n_begin, size_t n_end, const 
                     const bool GROUPED, const bool WIDE)
 {
     size_t first = n_begin / KRN_Q4_PACK_TILE * KRN_Q4_PACK_TILE;
-    /* The tiles prefetch ahead (PF_DIST_PK into L1, PF_L2_DIST_PK into L2):
-     * the first tile's opening lines are asked for here. */
     const unsigned pf = krn_stream_prefetch();
-    const char *g = (const char *)krn_q4p_half(a->w.packed, first, a->w.k_blocks, krn_q4p_groups(&a->w), BF16, ZP);
-    if (pf & KRN_PF_L1)
-        for (size_t o = 0; o < PF_DIST_PK; o += 64)
-            _mm_prefetch(g + o, _MM_HINT_T0); /* past the last tile: a prefetch never faults */
-    if (pf & KRN_PF_L2)
-        for (size_t o = pf & KRN_PF_L1 ? PF_DIST_PK : 0; o < PF_L2_DIST_PK; o += 64)
-            _mm_prefetch(g + o, _MM_HINT_T1);
+    pk_stream_open(krn_q4p_half(a->w.packed, first, a->w.k_blocks, krn_q4p_groups(&a->w), BF16, ZP), pf);
     for (size_t mb = 0; mb < a->m; mb += ROW_BLOCK_PK) {
         size_t me = a->m - mb < ROW_BLOCK_PK ? a->m : mb + ROW_BLOCK_PK;
         for (size_t n0 = first; n0 < n_end; n0 += KRN_Q4_PACK_TILE) {
